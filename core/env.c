@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The core's environment variables, read once per process (DESIGN.md
+ * section 5). A bad value is never replaced silently: it is remembered with
+ * a message naming the variable, and zap_pick() fails with it.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "zap-private.h"
+
+static struct zap_config config;
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+/* Trimmed copy of an env value into @buf; NULL when unset or blank. */
+static const char *env_trimmed(const char *name, char *buf, size_t len)
+{
+	const char *v = getenv(name);
+	size_t n;
+
+	if (!v)
+		return NULL;
+	while (isspace((unsigned char)*v))
+		v++;
+	n = strlen(v);
+	while (n && isspace((unsigned char)v[n - 1]))
+		n--;
+	if (!n)
+		return NULL;
+	if (n >= len)
+		n = len - 1;
+	memcpy(buf, v, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+static void config_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void config_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (config.error) /* keep the first */
+		return;
+	config.error = -EINVAL;
+	va_start(ap, fmt);
+	vsnprintf(config.error_msg, sizeof(config.error_msg), fmt, ap);
+	va_end(ap);
+}
+
+int zap__parse_bytes(const char *s, uint64_t *out)
+{
+	static const struct {
+		const char *suffix;
+		unsigned shift;
+	} units[] = {
+		{ "", 0 },   { "b", 0 },   { "k", 10 },   { "kb", 10 },
+		{ "kib", 10 }, { "m", 20 }, { "mb", 20 }, { "mib", 20 },
+		{ "g", 30 }, { "gb", 30 }, { "gib", 30 }, { "t", 40 },
+		{ "tb", 40 }, { "tib", 40 },
+	};
+	uint64_t v = 0;
+	const char *p = s;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (!isdigit((unsigned char)*p))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	while (isspace((unsigned char)*p))
+		p++;
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(units); i++) {
+		size_t n = strlen(units[i].suffix);
+		const char *q = p + n;
+
+		if (strncasecmp(p, units[i].suffix, n))
+			continue;
+		while (isspace((unsigned char)*q))
+			q++;
+		if (*q)
+			continue;
+		if (units[i].shift && v > (UINT64_MAX >> units[i].shift))
+			return -ERANGE;
+		*out = v << units[i].shift;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
+		   uint64_t *out)
+{
+	char buf[64];
+	const char *v = env_trimmed(name, buf, sizeof(buf));
+	uint64_t n;
+	int rc;
+
+	if (!v) {
+		*out = def;
+		return 0;
+	}
+	rc = zap__parse_bytes(v, &n);
+	if (rc)
+		return zap__fail(-EINVAL,
+				 "%s='%s' is not a byte count (e.g. 4096, 64M, 4GiB)",
+				 name, getenv(name));
+	if (n < min || n > max)
+		return zap__fail(-EINVAL,
+				 "%s=%s is out of range [%llu, %llu] bytes", name, v,
+				 (unsigned long long)min, (unsigned long long)max);
+	*out = n;
+	return 0;
+}
+
+/*
+ * Syntax check of a socket address "host:port" or "[v6]:port" (the socket
+ * transports resolve it); @what names its origin for the message.
+ */
+int zap__check_address(const char *what, const char *addr)
+{
+	const char *colon, *p;
+	char *end;
+	unsigned long port;
+
+	if (addr[0] == '[') {
+		const char *close = strchr(addr, ']');
+
+		if (!close || close == addr + 1 || close[1] != ':')
+			goto bad;
+		for (p = addr + 1; p < close; p++)
+			if (!isxdigit((unsigned char)*p) && *p != ':' &&
+			    *p != '.' && *p != '%' && !isalnum((unsigned char)*p))
+				goto bad;
+		colon = close + 1;
+	} else {
+		colon = strrchr(addr, ':');
+		if (!colon || colon == addr)
+			goto bad;
+		for (p = addr; p < colon; p++)
+			if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' &&
+			    *p != '_')
+				goto bad;
+	}
+	if (!isdigit((unsigned char)colon[1]))
+		goto bad;
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (errno || *end || port > 65535)
+		goto bad;
+	return 0;
+bad:
+	return zap__fail(-EINVAL,
+			 "%s='%s' is not an address of the form host:port or [ipv6]:port",
+			 what, addr);
+}
+
+static void config_load(void)
+{
+	static char transport[256], listen[ZAP_PEER_MAX], quiet[16];
+	char buf[64];
+	const char *v;
+
+	config.log_level = ZAP_LOG_WARN;
+	v = env_trimmed("ZAP_LOG_LEVEL", buf, sizeof(buf));
+	if (v) {
+		static const char *const names[] = { "error", "warn", "info", "debug" };
+		size_t i;
+
+		for (i = 0; i < ZAP_ARRAY_SIZE(names); i++)
+			if (!strcasecmp(v, names[i]))
+				break;
+		if (i < ZAP_ARRAY_SIZE(names)) {
+			config.log_level = (enum zap_log_level)i;
+			config.log_level_set = true;
+		} else {
+			config_error("ZAP_LOG_LEVEL='%s' is not one of error, warn, info, debug",
+				     v);
+		}
+	}
+
+	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet));
+	if (v) {
+		if (!strcmp(v, "1"))
+			config.quiet = true;
+		else if (strcmp(v, "0"))
+			config_error("ZAP_TRANSPORT_QUIET='%s' is not 0 or 1", v);
+	}
+
+	/* Syntax is checked by the pick parser, which names the variable. */
+	if (getenv("ZAP_TRANSPORT")) {
+		snprintf(transport, sizeof(transport), "%s", getenv("ZAP_TRANSPORT"));
+		config.transport = transport;
+	}
+
+	v = env_trimmed("ZAP_LISTEN", listen, sizeof(listen));
+	if (v) {
+		if (zap__check_address("ZAP_LISTEN", v))
+			config_error("%s", zap_last_error());
+		config.listen = v;
+	}
+
+	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, 1ull << 40,
+			   &config.max_msg_size))
+		config_error("%s", zap_last_error());
+	zap__clear_error();
+}
+
+const struct zap_config *zap__config(void)
+{
+	pthread_once(&config_once, config_load);
+	return &config;
+}

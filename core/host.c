@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* The service table every plugin (and the built-in default) receives. */
+#include "zap-private.h"
+
+const struct zap_host zap__host = {
+	.size = sizeof(struct zap_host),
+	.abi_major = ZAP_PLUGIN_ABI_MAJOR,
+	.abi_minor = ZAP_PLUGIN_ABI_MINOR,
+	.log = zap__log,
+	.log_enabled = zap__log_enabled,
+	.fail = zap__fail,
+	.ctx_fd = zap__ctx_fd,
+	.ctx_timeout_ms = zap__ctx_timeout_ms,
+	.ctx_err = zap_ctx_err,
+	.env_bytes = zap__env_bytes,
+};

@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Choosing a transport (DESIGN.md section 2): parse the preference, turn it
+ * into an ordered list of candidates, open the first that opens.
+ */
+#include <ctype.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zap-private.h"
+
+#define MAX_NAMES 16
+#define MAX_CANDS 64
+
+struct pref {
+	bool strict;
+	bool exclude;  /* "^a,b": everything but these */
+	size_t n;      /* 0: auto */
+	char names[MAX_NAMES][ZAP_NAME_MAX];
+};
+
+struct plan {
+	const struct zap_prec *cand[MAX_CANDS];
+	size_t n;
+	size_t requested;     /* cand[0..requested) were asked for by name */
+	bool named;           /* the preference named transports */
+	char unavailable[512]; /* why the named ones cannot be used */
+	char how[128];        /* how the list was made, for the summary */
+};
+
+static int parse_pref(const char *src, const char *origin, struct pref *p)
+{
+	char buf[256];
+	char *s, *end, *save = NULL;
+	size_t len;
+
+	memset(p, 0, sizeof(*p));
+	if (strlen(src) >= sizeof(buf))
+		return zap__fail(-EINVAL, "%s is too long (%zu characters)", origin,
+				 strlen(src));
+	for (len = 0; src[len]; len++)
+		buf[len] = (char)tolower((unsigned char)src[len]);
+	buf[len] = '\0';
+	s = buf;
+	while (isspace((unsigned char)*s))
+		s++;
+	end = s + strlen(s);
+	while (end > s && isspace((unsigned char)end[-1]))
+		*--end = '\0';
+	if (*s == '=') {
+		p->strict = true;
+		s++;
+	}
+	if (*s == '^') {
+		p->exclude = true;
+		s++;
+	}
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!*s || !strcmp(s, "auto")) {
+		if (p->exclude)
+			return zap__fail(-EINVAL, "%s='%s': '^' needs transport names",
+					 origin, src);
+		return 0;
+	}
+	if (s[strlen(s) - 1] == ',' || *s == ',')
+		return zap__fail(-EINVAL, "%s='%s': empty name in list", origin, src);
+	for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *e = tok + strlen(tok);
+
+		while (isspace((unsigned char)*tok))
+			tok++;
+		while (e > tok && isspace((unsigned char)e[-1]))
+			*--e = '\0';
+		if (!*tok)
+			return zap__fail(-EINVAL, "%s='%s': empty name in list", origin, src);
+		if (!strcmp(tok, "auto"))
+			return zap__fail(-EINVAL,
+					 "%s='%s': 'auto' cannot be part of a list", origin, src);
+		if (strlen(tok) >= ZAP_NAME_MAX)
+			return zap__fail(-EINVAL, "%s='%s': name '%s' is too long", origin,
+					 src, tok);
+		for (const char *c = tok; *c; c++)
+			if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c) &&
+			    *c != '_')
+				return zap__fail(-EINVAL,
+						 "%s='%s': '%s' is not a transport name ([a-z0-9_]+)",
+						 origin, src, tok);
+		if (p->n == MAX_NAMES)
+			return zap__fail(-EINVAL, "%s='%s': more than %d names", origin,
+					 src, MAX_NAMES);
+		snprintf(p->names[p->n++], ZAP_NAME_MAX, "%s", tok);
+	}
+	return 0;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), row[ZAP_NAME_MAX + 1];
+
+	if (lb > ZAP_NAME_MAX)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t best = diag + (a[i - 1] != b[j - 1]);
+
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+/* "unknown transport 'x' (did you mean 'y'?)" or with the known names. */
+static void unknown_text(const char *name, char *buf, size_t len)
+{
+	const struct zap_prec *recs;
+	const char *best = NULL;
+	size_t n, bestd = SIZE_MAX, off;
+
+	zap__plugins(&recs, &n);
+	for (size_t i = 0; i < n; i++) {
+		size_t d;
+
+		if (recs[i].state == ZAP_PLUGIN_SHADOWED)
+			continue;
+		d = edit_distance(name, recs[i].name);
+		if (d < bestd) {
+			bestd = d;
+			best = recs[i].name;
+		}
+	}
+	if (best && bestd <= 3) {
+		snprintf(buf, len, "unknown transport '%s' (did you mean '%s'?)", name, best);
+		return;
+	}
+	off = (size_t)snprintf(buf, len, "unknown transport '%s' (known:", name);
+	for (size_t i = 0; i < n && off < len; i++)
+		if (recs[i].state != ZAP_PLUGIN_SHADOWED)
+			off += (size_t)snprintf(buf + off, len - off, " %s", recs[i].name);
+	if (off < len)
+		snprintf(buf + off, len - off, ")");
+}
+
+static bool in_plan(const struct plan *pl, const struct zap_prec *r)
+{
+	for (size_t i = 0; i < pl->n; i++)
+		if (pl->cand[i] == r)
+			return true;
+	return false;
+}
+
+static bool excluded(const struct pref *p, const char *name)
+{
+	for (size_t i = 0; p->exclude && i < p->n; i++)
+		if (!strcmp(p->names[i], name))
+			return true;
+	return false;
+}
+
+/* Append every available transport ranked below @below, best first. */
+static void add_by_rank(struct plan *pl, const struct pref *p, long below)
+{
+	const struct zap_prec *recs;
+	size_t n;
+
+	zap__plugins(&recs, &n);
+	for (;;) {
+		const struct zap_prec *best = NULL;
+
+		for (size_t i = 0; i < n; i++) {
+			const struct zap_prec *r = &recs[i];
+
+			if (r->state != ZAP_PLUGIN_LOADED || r->rank >= below ||
+			    excluded(p, r->name) || in_plan(pl, r))
+				continue;
+			if (!best || r->rank > best->rank)
+				best = r;
+		}
+		if (!best || pl->n == MAX_CANDS)
+			return;
+		pl->cand[pl->n++] = best;
+	}
+}
+
+static void append(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...)
+{
+	size_t off = strlen(buf);
+	va_list ap;
+
+	if (off + 1 >= len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf + off, len - off, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Turn a preference into candidates. @warn: log WARNs for unknown names
+ * (a real pick does; zap_pick_explain() does not).
+ */
+static int make_plan(const struct pref *p, bool strict, bool warn, struct plan *pl)
+{
+	long lowest = 0;
+	bool known = false;
+
+	memset(pl, 0, sizeof(*pl));
+	for (size_t i = 0; i < p->n; i++) {
+		const struct zap_prec *r = zap__find(p->names[i]);
+		char text[256];
+
+		if (r)
+			continue;
+		unknown_text(p->names[i], text, sizeof(text));
+		if (strict)
+			return zap__fail(-EINVAL, "%s", text);
+		if (warn)
+			zap__log(ZAP_LOG_WARN, "pick", "%s; ignoring it", text);
+	}
+	if (!p->n || p->exclude) {
+		add_by_rank(pl, p, (long)INT32_MAX + 1);
+		snprintf(pl->how, sizeof(pl->how), "%s", p->exclude ?
+			 "auto, with exclusions" : "auto: best-ranked available");
+		if (!pl->n)
+			return zap__fail(ZAP_ENOTAVAIL, "no transport left after exclusions");
+		return 0;
+	}
+
+	pl->named = true;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct zap_prec *r = zap__find(p->names[i]);
+
+		if (!r)
+			continue;
+		if (!known || r->rank < lowest)
+			lowest = r->rank;
+		known = true;
+		if (r->state == ZAP_PLUGIN_LOADED) {
+			if (!in_plan(pl, r))
+				pl->cand[pl->n++] = r;
+			continue;
+		}
+		append(pl->unavailable, sizeof(pl->unavailable), "%s%s: %s%s%s",
+		       pl->unavailable[0] ? "; " : "", r->name,
+		       zap_plugin_state_name(r->state), r->reason[0] ? ": " : "",
+		       r->reason);
+	}
+	pl->requested = pl->n;
+	snprintf(pl->how, sizeof(pl->how), "requested%s", strict ? ", strict" : "");
+	if (strict) {
+		if (!pl->n)
+			return zap__fail(ZAP_ENOTAVAIL, "%s", pl->unavailable);
+		return 0;
+	}
+	/* Fall back below the lowest-ranked transport named (all unknown:
+	 * anything goes, as for auto). */
+	add_by_rank(pl, p, known ? lowest : (long)INT32_MAX + 1);
+	if (!known) {
+		pl->named = false;
+		snprintf(pl->how, sizeof(pl->how),
+			 "auto: no known transport was named");
+	}
+	if (!pl->n)
+		return zap__fail(ZAP_ENOTAVAIL, "%s", pl->unavailable);
+	return 0;
+}
+
+static int plan_for(const char *pref, unsigned flags, bool warn, struct plan *pl,
+		    bool *strict)
+{
+	const struct zap_config *cfg = zap__config();
+	const char *src = pref ? pref : (cfg->transport ? cfg->transport : "");
+	struct pref p;
+	int rc;
+
+	if (flags & ~ZAP_PICK_STRICT)
+		return zap__fail(-EINVAL, "unknown pick flags 0x%x", flags);
+	rc = parse_pref(src, pref ? "preference" : "ZAP_TRANSPORT", &p);
+	if (rc)
+		return rc;
+	*strict = p.strict || (flags & ZAP_PICK_STRICT);
+	return make_plan(&p, *strict, warn, pl);
+}
+
+/* One line: every transport probed and its outcome. */
+static void probed_text(char *buf, size_t len)
+{
+	const struct zap_prec *recs;
+	size_t n;
+
+	buf[0] = '\0';
+	zap__plugins(&recs, &n);
+	for (size_t i = 0; i < n; i++) {
+		const struct zap_prec *r = &recs[i];
+
+		if (r->state == ZAP_PLUGIN_SHADOWED)
+			continue;
+		append(buf, len, "%s%s=%s%s%s%s", i ? ", " : "", r->name,
+		       r->state == ZAP_PLUGIN_LOADED ? "ok" : zap_plugin_state_name(r->state),
+		       r->reason[0] && r->state != ZAP_PLUGIN_LOADED ? " (" : "",
+		       r->state != ZAP_PLUGIN_LOADED ? r->reason : "",
+		       r->reason[0] && r->state != ZAP_PLUGIN_LOADED ? ")" : "");
+	}
+}
+
+static void first_pick_summary(const char *winner, const char *why)
+{
+	static atomic_flag said = ATOMIC_FLAG_INIT;
+	char probed[1536];
+
+	if (atomic_flag_test_and_set(&said))
+		return;
+	probed_text(probed, sizeof(probed));
+	zap__log_pick_summary("probed %s; picked %s (%s)", probed, winner, why);
+}
+
+static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
+{
+	const struct zap_config *cfg = zap__config();
+	size_t sz = attr ? attr->size : 0;
+
+	memset(args, 0, sizeof(*args));
+	args->size = sizeof(*args);
+	if (attr && sz < sizeof(size_t))
+		return zap__fail(-EINVAL, "zap_attr.size is %zu", sz);
+#define HAS(f) (attr && sz >= offsetof(struct zap_attr, f) + sizeof(attr->f))
+	if (HAS(listen) && attr->listen) {
+		if (zap__check_address("listen attribute", attr->listen))
+			return -EINVAL;
+		args->listen = attr->listen;
+	} else {
+		args->listen = cfg->listen ? cfg->listen : "0.0.0.0:0";
+	}
+	if (HAS(max_msg_size) && attr->max_msg_size)
+		args->max_msg_size = attr->max_msg_size;
+	else
+		args->max_msg_size = cfg->max_msg_size ? cfg->max_msg_size
+						       : ZAP_DEFAULT_MAX_MSG_BYTES;
+	if (HAS(pool_bytes))
+		args->pool_bytes = attr->pool_bytes;
+#undef HAS
+	return 0;
+}
+
+ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
+			const struct zap_attr *attr, struct zap_transport **out)
+{
+	const struct zap_config *cfg = zap__config();
+	struct zap_open_args args;
+	struct plan pl;
+	bool strict = false;
+	char why[768];
+	int rc;
+
+	zap__clear_error();
+	if (!out)
+		return zap__fail(-EINVAL, "zap_pick: NULL out");
+	if (cfg->error) {
+		zap__log(ZAP_LOG_ERROR, "core", "%s", cfg->error_msg);
+		return zap__fail(cfg->error, "%s", cfg->error_msg);
+	}
+	rc = resolve_attr(attr, &args);
+	if (rc)
+		return rc;
+	rc = plan_for(pref, flags, true, &pl, &strict);
+	if (rc) {
+		char reason[512];
+
+		snprintf(reason, sizeof(reason), "%s", zap_last_error());
+		first_pick_summary("none", reason);
+		zap__log(ZAP_LOG_ERROR, "pick", "%s", reason);
+		return zap__fail(rc, "%s", reason);
+	}
+	for (size_t i = 0; i < pl.n; i++) {
+		const struct zap_prec *r = pl.cand[i];
+
+		rc = zap__open(r, &args, out);
+		if (!rc) {
+			if (pl.named && i >= pl.requested) {
+				snprintf(why, sizeof(why), "fallback: %s", pl.unavailable);
+				zap__log(ZAP_LOG_WARN, "pick",
+					 "requested transport not available (%s); falling back to '%s'",
+					 pl.unavailable, r->name);
+			} else {
+				snprintf(why, sizeof(why), "%s", pl.how);
+			}
+			first_pick_summary(r->name, why);
+			return 0;
+		}
+		append(pl.unavailable, sizeof(pl.unavailable), "%s%s: open failed: %s",
+		       pl.unavailable[0] ? "; " : "", r->name, zap_last_error());
+		if (strict && i + 1 >= pl.requested)
+			break;
+		zap__log(ZAP_LOG_WARN, "pick", "transport '%s' failed to open (%s)%s",
+			 r->name, zap_last_error(),
+			 i + 1 < pl.n ? "; trying the next" : "");
+	}
+	first_pick_summary("none", pl.unavailable);
+	return zap__fail(rc, "%s", pl.unavailable);
+}
+
+ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
+				struct zap_choice *out)
+{
+	const struct zap_config *cfg = zap__config();
+	struct zap_choice c;
+	struct plan pl;
+	bool strict = false;
+	int rc;
+
+	zap__clear_error();
+	if (!out || out->size < offsetof(struct zap_choice, reason) + sizeof(out->reason))
+		return zap__fail(-EINVAL, "zap_pick_explain: bad struct zap_choice");
+	memset(&c, 0, sizeof(c));
+	c.size = out->size;
+	if (cfg->error) {
+		rc = zap__fail(cfg->error, "%s", cfg->error_msg);
+		snprintf(c.reason, sizeof(c.reason), "%s", cfg->error_msg);
+	} else if ((rc = plan_for(pref, flags, false, &pl, &strict))) {
+		snprintf(c.reason, sizeof(c.reason), "%s", zap_last_error());
+	} else {
+		const struct zap_prec *r = pl.cand[0];
+
+		snprintf(c.name, sizeof(c.name), "%s", r->name);
+		c.fallback = pl.named && pl.requested == 0;
+		if (c.fallback)
+			snprintf(c.reason, sizeof(c.reason), "fallback to %s (rank %d): %s",
+				 r->name, r->rank, pl.unavailable);
+		else
+			snprintf(c.reason, sizeof(c.reason), "%s (rank %d, %s)", r->name,
+				 r->rank, pl.how);
+	}
+	memcpy(out, &c, sizeof(c));
+	return rc;
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* Core-private declarations shared by the files of libzap.so. */
+#ifndef ZAP_PRIVATE_H
+#define ZAP_PRIVATE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <zap/zap.h>
+#include <zap/zap-plugin.h>
+
+#define ZAP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* log.c */
+void zap__log(enum zap_log_level level, const char *domain, const char *fmt,
+	      ...) __attribute__((format(printf, 3, 4)));
+void zap__vlog(enum zap_log_level level, const char *domain, const char *fmt,
+	       va_list ap) __attribute__((format(printf, 3, 0)));
+int zap__log_enabled(enum zap_log_level level);
+/*
+ * The first-pick summary: an INFO line that is shown at the default WARN
+ * level too (DESIGN.md section 2), silenced only by ZAP_TRANSPORT_QUIET=1
+ * or ZAP_LOG_LEVEL=error.
+ */
+void zap__log_pick_summary(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* error.c */
+int zap__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int zap__vfail(int err, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+void zap__clear_error(void);
+
+/* env.c: the core's environment, read and checked once per process. */
+struct zap_config {
+	int error;                 /* 0, or -EINVAL with error_msg */
+	char error_msg[256];
+	enum zap_log_level log_level;
+	bool log_level_set;        /* ZAP_LOG_LEVEL given */
+	bool quiet;                /* ZAP_TRANSPORT_QUIET=1 */
+	const char *transport;     /* ZAP_TRANSPORT, or NULL */
+	const char *listen;        /* ZAP_LISTEN, or NULL */
+	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
+};
+const struct zap_config *zap__config(void);
+int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
+		   uint64_t *out);
+int zap__parse_bytes(const char *s, uint64_t *out);
+int zap__check_address(const char *what, const char *addr);
+
+/* ctx.c */
+int zap__ctx_fd(const struct zap_ctx *ctx);
+int zap__ctx_timeout_ms(const struct zap_ctx *ctx);
+uint64_t zap__now_ns(void);
+
+/* host.c: the service table handed to every plugin. */
+extern const struct zap_host zap__host;
+
+/* loader.c */
+struct zap_prec {
+	const char *name;
+	const char *path;
+	const char *reason;
+	const char *detail;
+	const char *version;
+	enum zap_plugin_state state;
+	int rank;
+	bool builtin;
+	struct zap_caps caps;
+	/* Set only while the plugin is loaded in this process and usable. */
+	const struct zap_plugin *desc;
+};
+/* Scan once (with defaults unless zap_scan() ran first). */
+int zap__plugins(const struct zap_prec **recs, size_t *n);
+const struct zap_prec *zap__find(const char *name);
+/* Validate a descriptor; 0 or the failing state with a reason in @why. */
+enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
+				    const char *expect_name, char *why,
+				    size_t len);
+
+/* pick.c */
+int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
+	      struct zap_transport **out);
+
+/* The built-in default transport, from plugins/default. */
+extern const struct zap_plugin zap_builtin_default;
+
+#endif

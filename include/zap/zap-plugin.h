@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libzap plugin ABI, for transport plugin authors.
+ *
+ * A plugin is a shared object named libzap-<name>.so (<name> in [a-z0-9_]+)
+ * that exports exactly one symbol: a const struct zap_plugin whose symbol
+ * name carries the ABI major, ZAP_PLUGIN_SYMBOL ("zap_plugin_v1"). The host
+ * reads and checks that descriptor (ABI major, struct sizes, name, mandatory
+ * ops) before it calls any plugin code, so:
+ *
+ *  - A plugin must not have constructors (no __attribute__((constructor)),
+ *    no C++ static initialisers with side effects): the host cannot stop
+ *    them from running at dlopen time, before any check.
+ *  - Everything the plugin needs from the host (logging, cancellation,
+ *    environment parsing, error reasons) comes through struct zap_host,
+ *    handed to every op. Plugins never include core-private headers.
+ *
+ * ABI rules:
+ *  - ZAP_PLUGIN_ABI_MAJOR changes when an existing field or op changes
+ *    meaning or place; the symbol name changes with it, so a mismatched
+ *    plugin cannot bind.
+ *  - ZAP_PLUGIN_ABI_MINOR grows when fields or ops are appended. Every
+ *    struct starts with its size (descriptor: a uint32_t after the ABI
+ *    numbers); readers check the size before touching an appended member.
+ *    A plugin built for a newer minor must check host->size before using
+ *    host members it knows and the host may lack.
+ */
+#ifndef ZAP_ZAP_PLUGIN_H
+#define ZAP_ZAP_PLUGIN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zap/zap.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZAP_PLUGIN_ABI_MAJOR 1
+#define ZAP_PLUGIN_ABI_MINOR 0
+
+#define ZAP_PLUGIN_CAT_(a, b) a##b
+#define ZAP_PLUGIN_CAT(a, b) ZAP_PLUGIN_CAT_(a, b)
+#define ZAP_PLUGIN_STR_(a) #a
+#define ZAP_PLUGIN_STR(a) ZAP_PLUGIN_STR_(a)
+
+/** The descriptor's identifier, zap_plugin_v1 for ABI major 1. */
+#define ZAP_PLUGIN_DESCRIPTOR ZAP_PLUGIN_CAT(zap_plugin_v, ZAP_PLUGIN_ABI_MAJOR)
+/** The descriptor's symbol name as a string, "zap_plugin_v1". */
+#define ZAP_PLUGIN_SYMBOL ZAP_PLUGIN_STR(ZAP_PLUGIN_DESCRIPTOR)
+
+/** Longest plugin version string, including the NUL. */
+#define ZAP_VERSION_MAX 32
+
+/** What a probe found. */
+enum zap_probe_result {
+	ZAP_PROBE_OK = 0,          /**< usable on this host */
+	ZAP_PROBE_NOT_PRESENT = 1, /**< expected absence (no hardware, not
+	                                configured): reported quietly */
+	ZAP_PROBE_ERROR = 2,       /**< something present is broken: loud */
+};
+
+/**
+ * struct zap_probe_info - filled by a probe. The host zeroes it and sets
+ * @size; a plugin writes only members that lie within @size.
+ */
+struct zap_probe_info {
+	size_t size;
+	char reason[256];      /**< one line: why not OK, or what was found */
+	char detail[1024];     /**< lines for `zap-info -v` (device names...) */
+	struct zap_caps caps;  /**< what an instance would offer (size preset) */
+};
+
+/** struct zap_open_args - resolved open attributes (env defaults applied). */
+struct zap_open_args {
+	size_t size;
+	const char *listen;     /**< local address, never NULL */
+	uint64_t max_msg_size;  /**< never 0 */
+	uint64_t pool_bytes;    /**< 0: the plugin's own default / env */
+};
+
+/**
+ * struct zap_msg - a received message, as a plugin builds it.
+ *
+ * Applications see it only through zap_msg_*(). A plugin embeds it at the
+ * start of its own record and sets @release, which zap_msg_release() calls
+ * exactly once. @release must work after the transport was closed.
+ */
+struct zap_msg {
+	size_t size;        /**< sizeof(struct zap_msg) as the plugin knows it */
+	const void *data;
+	size_t len;
+	void *device_ptr;   /**< NULL unless GPU-readable */
+	const char *peer;   /**< replyable sender address, NUL-terminated */
+	void (*release)(struct zap_msg *m);
+};
+
+/**
+ * struct zap_buffer - pool memory, as a plugin hands it out. @release must
+ * make a second (or racing) release of the same buffer a no-op.
+ */
+struct zap_buffer {
+	size_t size;
+	void *bytes;
+	size_t len;
+	void *device_ptr;
+	void (*release)(struct zap_buffer *b);
+};
+
+/**
+ * struct zap_host - services the host gives plugins. Valid for the life of
+ * the process; every function is thread-safe.
+ */
+struct zap_host {
+	size_t size;          /**< sizeof(struct zap_host) in the host */
+	uint32_t abi_major;
+	uint32_t abi_minor;
+
+	/** Log one line (printf format, no newline) as @domain. */
+	void (*log)(enum zap_log_level level, const char *domain,
+		    const char *fmt, ...)
+#if defined(__GNUC__)
+		__attribute__((format(printf, 3, 4)))
+#endif
+		;
+	/** Whether a line at @level would be printed (skip costly formatting). */
+	int (*log_enabled)(enum zap_log_level level);
+
+	/**
+	 * Record the reason for a failure on this thread and return @err, so
+	 * that a plugin writes `return host->fail(-EINVAL, "bad peer %s", p);`
+	 * and the application's zap_strerror(err) shows it.
+	 */
+	int (*fail)(int err, const char *fmt, ...)
+#if defined(__GNUC__)
+		__attribute__((format(printf, 2, 3)))
+#endif
+		;
+
+	/**
+	 * A descriptor that becomes readable (POLLIN) once @ctx is cancelled
+	 * and stays readable; -1 for a NULL ctx. Never read from it.
+	 */
+	int (*ctx_fd)(const struct zap_ctx *ctx);
+	/**
+	 * Milliseconds until @ctx's deadline, rounded up, for poll(): -1 when
+	 * there is none (or ctx is NULL), 0 once it has passed.
+	 */
+	int (*ctx_timeout_ms)(const struct zap_ctx *ctx);
+	/** Same as zap_ctx_err(). */
+	int (*ctx_err)(const struct zap_ctx *ctx);
+
+	/**
+	 * Parse environment variable @name as a byte count ("4096", "64M",
+	 * "4GiB"; suffixes K/M/G/T, with or without "iB", powers of 1024).
+	 * Unset or empty: *@out = @def, return 0. Otherwise the value must lie
+	 * in [@min, @max]. Return: 0, or -EINVAL after recording a reason that
+	 * names the variable.
+	 */
+	int (*env_bytes)(const char *name, uint64_t def, uint64_t min,
+			 uint64_t max, uint64_t *out);
+};
+
+/**
+ * struct zap_plugin_ops - a transport's operations. @size first; the host
+ * checks that every mandatory op lies within @size and is non-NULL, and
+ * calls an optional op only if it lies within @size and is non-NULL.
+ */
+struct zap_plugin_ops {
+	size_t size;
+
+	/* -- mandatory ------------------------------------------------------ */
+
+	/**
+	 * Decide whether the transport can work here. Cheap, repeatable, and
+	 * side-effect free: may query drivers, must not start anything that
+	 * cannot be undone, allocate device memory or send traffic. Cheapest
+	 * checks first. Fill info->reason (and detail, caps).
+	 */
+	enum zap_probe_result (*probe)(const struct zap_host *host,
+				       struct zap_probe_info *info);
+
+	/** Open an instance. Return 0 and *tp, or a negative errno (use host->fail). */
+	int (*open)(const struct zap_host *host,
+		    const struct zap_open_args *args, void **tp);
+
+	/**
+	 * Make calls blocked in send/recv return -ESHUTDOWN promptly, and later
+	 * ones too. Runs concurrently with them; must not free anything.
+	 */
+	void (*shutdown)(void *tp);
+
+	/** Free the instance. No call is in flight; messages may be outstanding. */
+	void (*destroy)(void *tp);
+
+	/** See zap_send(). @peer is non-NULL; @buf may be NULL when @len is 0. */
+	int (*send)(void *tp, const char *peer, const void *buf, size_t len,
+		    struct zap_ctx *ctx);
+
+	/** See zap_recv(). */
+	int (*recv)(void *tp, struct zap_ctx *ctx, struct zap_msg **out);
+
+	/** Fill @caps (caps->size preset by the host). */
+	int (*caps)(void *tp, struct zap_caps *caps);
+
+	/* -- optional (NULL or beyond @size: not supported) ---------------- */
+
+	/** See zap_transport_address(). Absent: -EOPNOTSUPP. */
+	int (*address)(void *tp, char *buf, size_t len);
+
+	/** See zap_buffer_alloc(). Absent: ZAP_ENOTAVAIL. */
+	int (*buffer_alloc)(void *tp, size_t size, struct zap_ctx *ctx,
+			    struct zap_buffer **out);
+
+	/** See zap_pool_bytes(). Absent: ZAP_ENOTAVAIL. */
+	int64_t (*pool_bytes)(void *tp);
+};
+
+/** The last mandatory op; ops->size must reach past it. */
+#define ZAP_PLUGIN_OPS_MIN_SIZE \
+	(offsetof(struct zap_plugin_ops, caps) + sizeof(void (*)(void)))
+
+/**
+ * struct zap_plugin - the descriptor, exported as ZAP_PLUGIN_DESCRIPTOR.
+ * Plain data up to @ops, so the host checks it without following pointers.
+ */
+struct zap_plugin {
+	uint32_t abi_major;       /**< ZAP_PLUGIN_ABI_MAJOR */
+	uint32_t abi_minor;       /**< ZAP_PLUGIN_ABI_MINOR */
+	uint32_t size;            /**< sizeof(struct zap_plugin) */
+	int32_t rank;             /**< higher is preferred by auto pick */
+	char name[ZAP_NAME_MAX];  /**< must equal <name> in libzap-<name>.so */
+	char version[ZAP_VERSION_MAX];
+	const struct zap_plugin_ops *ops;
+};
+
+/** The smallest descriptor the host accepts (ABI 1.0). */
+#define ZAP_PLUGIN_MIN_SIZE \
+	(offsetof(struct zap_plugin, ops) + sizeof(const void *))
+
+/** Shipped ranks, so that third-party plugins can place themselves. */
+#define ZAP_RANK_DEFAULT 0
+#define ZAP_RANK_UMA 100
+#define ZAP_RANK_DPDK 200
+#define ZAP_RANK_GPUDIRECT 300
+
+/**
+ * ZAP_PLUGIN_EXPORT - define the descriptor in a plugin:
+ *
+ *   ZAP_PLUGIN_EXPORT = {
+ *       .abi_major = ZAP_PLUGIN_ABI_MAJOR, .abi_minor = ZAP_PLUGIN_ABI_MINOR,
+ *       .size = sizeof(struct zap_plugin), .rank = 50,
+ *       .name = "mine", .version = "1.0", .ops = &mine_ops,
+ *   };
+ */
+#ifdef __cplusplus
+#define ZAP_PLUGIN_LINKAGE extern "C"
+#else
+#define ZAP_PLUGIN_LINKAGE extern
+#endif
+#define ZAP_PLUGIN_EXPORT \
+	ZAP_PLUGIN_LINKAGE ZAP_EXPORT const struct zap_plugin \
+		ZAP_PLUGIN_DESCRIPTOR; \
+	const struct zap_plugin ZAP_PLUGIN_DESCRIPTOR
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZAP_ZAP_PLUGIN_H */

@@ -1,0 +1,478 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libzap: move messages between hosts over the fastest path a machine has.
+ *
+ * Conventions for every function in this header:
+ *  - Functions that can fail return int: 0 (or a count) on success and a
+ *    negative errno on failure. Objects come back through an out-parameter
+ *    that is left untouched on failure.
+ *  - Destructors return void and accept NULL.
+ *  - Structures the caller fills start with `size_t size`; set it to
+ *    sizeof(the struct) so that the library can grow them compatibly.
+ *  - Every function is thread-safe unless its comment says otherwise.
+ *  - zap_strerror() turns any returned code into text; for the codes a call
+ *    just returned on this thread it appends the detailed reason.
+ */
+#ifndef ZAP_ZAP_H
+#define ZAP_ZAP_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define ZAP_EXPORT __attribute__((visibility("default")))
+#else
+#define ZAP_EXPORT
+#endif
+
+/**
+ * ZAP_ENOTAVAIL - "requested transport not available on this host".
+ *
+ * The one code libzap returns when a transport (or a facility of one, such
+ * as device-visible buffers) does not exist or does not work on this host.
+ * It is -ENODEV; libzap never returns -ENODEV for any other reason.
+ */
+#define ZAP_ENOTAVAIL (-ENODEV)
+
+/** Default largest message size, overridable by ZAP_MAX_MSG_BYTES. */
+#define ZAP_DEFAULT_MAX_MSG_BYTES (64ull << 20)
+
+/** Longest transport name, including the terminating NUL. */
+#define ZAP_NAME_MAX 32
+
+/** Longest peer address string ("[v6addr%ifname]:port"), with the NUL. */
+#define ZAP_PEER_MAX 128
+
+/* ------------------------------------------------------------------------ */
+/* Errors and logging                                                        */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * zap_strerror() - describe an error code returned by libzap.
+ * @err: a negative errno returned by a libzap call (positive values are
+ *       treated as their negation).
+ *
+ * Return: a string valid until the next zap_strerror() call on this thread.
+ * If @err is the code the last failing libzap call on this thread returned,
+ * the text ends with that call's reason, e.g. "requested transport not
+ * available on this host: dpdk: not configured (ZAP_DPDK_EAL_ARGS unset)".
+ */
+ZAP_EXPORT const char *zap_strerror(int err);
+
+/**
+ * zap_last_error() - the reason of the last failing libzap call on this
+ * thread, without the generic text; "" when there is none.
+ */
+ZAP_EXPORT const char *zap_last_error(void);
+
+/** Log levels, most severe first. ZAP_LOG_LEVEL takes their lower-case names. */
+enum zap_log_level {
+	ZAP_LOG_ERROR = 0,
+	ZAP_LOG_WARN = 1,
+	ZAP_LOG_INFO = 2,
+	ZAP_LOG_DEBUG = 3,
+};
+
+/**
+ * zap_log_fn - application log handler.
+ * @level:  severity.
+ * @domain: who speaks: "core", "loader", "pick" or a transport name.
+ * @msg:    one line of text without a trailing newline.
+ * @user:   the pointer given to zap_set_log_handler().
+ *
+ * Called from any thread, possibly concurrently; must not call libzap.
+ */
+typedef void (*zap_log_fn)(enum zap_log_level level, const char *domain,
+			   const char *msg, void *user);
+
+/**
+ * zap_set_log_handler() - route libzap's log lines to @fn instead of stderr.
+ * @fn:   the handler, or NULL to restore the stderr handler.
+ * @user: passed back to @fn.
+ */
+ZAP_EXPORT void zap_set_log_handler(zap_log_fn fn, void *user);
+
+/**
+ * zap_set_log_level() - override ZAP_LOG_LEVEL for this process.
+ *
+ * Return: 0, or -EINVAL if @level is not one of enum zap_log_level.
+ */
+ZAP_EXPORT int zap_set_log_level(enum zap_log_level level);
+
+/* ------------------------------------------------------------------------ */
+/* Cancellation and deadlines                                                */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * struct zap_ctx - a cancellation token with an optional deadline.
+ *
+ * Passed to every call that may block. Any thread may fire it with
+ * zap_ctx_cancel(); every call blocked on it then returns -ECANCELED
+ * promptly, and so does every later call given it. When its deadline
+ * passes, blocked and later calls return -ETIMEDOUT. Passing NULL instead
+ * of a ctx means "block until done". A ctx may be shared by many calls.
+ */
+struct zap_ctx;
+
+/**
+ * zap_ctx_new() - create a context with no deadline.
+ * Return: 0, -ENOMEM, or -EMFILE/-ENFILE when no wake-up descriptor can be
+ * made.
+ */
+ZAP_EXPORT int zap_ctx_new(struct zap_ctx **out);
+
+/**
+ * zap_ctx_set_timeout() - set the deadline to now + @timeout_ns
+ * (CLOCK_MONOTONIC). Replaces an earlier deadline.
+ * Return: 0, or -EINVAL for a NULL ctx.
+ */
+ZAP_EXPORT int zap_ctx_set_timeout(struct zap_ctx *ctx, uint64_t timeout_ns);
+
+/**
+ * zap_ctx_set_deadline() - set an absolute CLOCK_MONOTONIC deadline in ns;
+ * 0 removes it.
+ * Return: 0, or -EINVAL for a NULL ctx.
+ */
+ZAP_EXPORT int zap_ctx_set_deadline(struct zap_ctx *ctx, uint64_t deadline_ns);
+
+/** zap_ctx_cancel() - fire the context. Idempotent, async-signal-safe. */
+ZAP_EXPORT void zap_ctx_cancel(struct zap_ctx *ctx);
+
+/**
+ * zap_ctx_err() - why the context is done.
+ * Return: 0 while live (and for NULL), -ECANCELED once cancelled,
+ * -ETIMEDOUT once the deadline has passed. Cancellation wins over expiry.
+ */
+ZAP_EXPORT int zap_ctx_err(const struct zap_ctx *ctx);
+
+/** zap_ctx_free() - destroy a context no call is blocked on. Accepts NULL. */
+ZAP_EXPORT void zap_ctx_free(struct zap_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Transports                                                                */
+/* ------------------------------------------------------------------------ */
+
+/** struct zap_transport - one open endpoint of one transport. Opaque. */
+struct zap_transport;
+
+/**
+ * struct zap_caps - what a transport really does on this host.
+ *
+ * Filled from detection (probe) and, once open, from the instance; never
+ * from wishes. Unknown numbers are 0.
+ */
+struct zap_caps {
+	size_t size;            /**< sizeof(struct zap_caps), set by the caller */
+	bool gpu_resident;      /**< received bytes never visit CPU-only memory */
+	bool zero_copy;         /**< no memcpy between the wire and zap_recv()'s bytes */
+	bool device_buffers;    /**< zap_buffer_alloc() gives device-visible memory */
+	double min_latency_us;  /**< measured floor one-way latency, 0 if unmeasured */
+	uint64_t max_msg_size;  /**< largest message zap_send()/zap_recv() accept */
+};
+
+/**
+ * struct zap_attr - how to open a transport. Every field has an
+ * environment default used when the field is 0/NULL (or @attr is NULL).
+ */
+struct zap_attr {
+	size_t size;            /**< sizeof(struct zap_attr) */
+	const char *listen;     /**< local address, "host:port"; env ZAP_LISTEN,
+	                             default "0.0.0.0:0" (any address, any port) */
+	uint64_t max_msg_size;  /**< env ZAP_MAX_MSG_BYTES, default 64 MiB */
+	uint64_t pool_bytes;    /**< buffer pool cap for transports with one
+	                             (e.g. ZAP_UMA_POOL_BYTES for uma) */
+};
+
+/** zap_pick() flag: fail instead of falling back (env spelling: "=name"). */
+#define ZAP_PICK_STRICT 0x1u
+
+/**
+ * zap_pick() - open the best transport that matches a preference.
+ * @pref:  preference string, or NULL to use ZAP_TRANSPORT (read once per
+ *         process). Syntax, case-insensitive, blanks trimmed:
+ *           ""  or "auto"      best-ranked transport whose probe succeeded
+ *           "name"             that transport, else fall back (WARN logged)
+ *           "a,b"              try a, then b, then fall back
+ *           "^a,b"             best-ranked transport other than a and b
+ *           "=name" / "=a,b"   strict: like ZAP_PICK_STRICT
+ *         Ranks come from the plugins; the shipped order is
+ *         gpudirect > dpdk > uma > default. Fallback goes to the best
+ *         available transport ranked below the lowest-ranked one named.
+ * @flags: 0 or ZAP_PICK_STRICT.
+ * @attr:  NULL or open attributes (struct zap_attr).
+ * @out:   the new transport; each call opens a new instance.
+ *
+ * The first call in a process scans the plugin directories, probes every
+ * plugin once, and logs one INFO line naming every transport probed, its
+ * outcome and the winner (ZAP_TRANSPORT_QUIET=1 silences that line only).
+ *
+ * Return: 0 on success;
+ *  ZAP_ENOTAVAIL: strict and the requested transport is unavailable, or
+ *                 every candidate was excluded or failed to open;
+ *  -EINVAL:       malformed preference, an unknown name in strict mode, a
+ *                 bad attribute, or a bad environment value (the reason
+ *                 names the variable);
+ *  -ENOMEM, or an error from the chosen transport's open (strict only;
+ *  otherwise it falls back).
+ */
+ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
+			const struct zap_attr *attr, struct zap_transport **out);
+
+/** zap_transport_name() - canonical lower-case name ("default", "uma"...). */
+ZAP_EXPORT const char *zap_transport_name(const struct zap_transport *t);
+
+/**
+ * zap_transport_address() - the bound local address, as a peer string other
+ * endpoints can zap_send() to (e.g. "127.0.0.1:40123").
+ * @buf, @len: where to write it (ZAP_PEER_MAX is always enough).
+ * Return: 0; -ENOSPC if @len is too small; -EOPNOTSUPP if the transport has
+ * no address of that form.
+ */
+ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf,
+				     size_t len);
+
+/**
+ * zap_caps() - copy @t's capabilities into @caps (caller sets caps->size).
+ * Return: 0, or -EINVAL for NULL arguments or a size below the first member.
+ */
+ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
+
+/**
+ * zap_send() - deliver one message to @peer.
+ * @peer: the destination, in the transport's address form ("host:port" for
+ *        default and uma); a peer string from zap_msg_peer() is valid.
+ * @buf, @len: the message; the caller may reuse @buf once this returns.
+ * @ctx:  cancellation/deadline, or NULL to block until sent.
+ *
+ * Messages to one peer arrive in the order they were sent. Several threads
+ * may send at once, to the same or different peers.
+ *
+ * Return: 0 once the transport owns the message (queued to the kernel or
+ * acknowledged, per transport);
+ *  -EMSGSIZE:   @len exceeds the maximum message size;
+ *  -EINVAL:     malformed peer address;
+ *  -EHOSTUNREACH/-ECONNREFUSED/-ECONNRESET/-EPIPE: the peer cannot be
+ *               reached or went away;
+ *  -ECANCELED/-ETIMEDOUT: @ctx fired;
+ *  -ESHUTDOWN:  the transport is being closed.
+ */
+ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
+			const void *buf, size_t len, struct zap_ctx *ctx);
+
+/** struct zap_msg - one received message, owned by the caller until released. */
+struct zap_msg;
+
+/**
+ * zap_recv() - wait for the next message from any peer.
+ * Return: 0 and *@out; -ECANCELED/-ETIMEDOUT when @ctx fires; -ESHUTDOWN
+ * when the transport is being closed; -ENOMEM.
+ */
+ZAP_EXPORT int zap_recv(struct zap_transport *t, struct zap_ctx *ctx,
+			struct zap_msg **out);
+
+/** zap_msg_data() - the message bytes (may be device-visible memory). */
+ZAP_EXPORT const void *zap_msg_data(const struct zap_msg *m);
+
+/** zap_msg_len() - the message length in bytes. */
+ZAP_EXPORT size_t zap_msg_len(const struct zap_msg *m);
+
+/**
+ * zap_msg_peer() - the sender, as a string zap_send() on the receiving
+ * transport accepts to reply.
+ */
+ZAP_EXPORT const char *zap_msg_peer(const struct zap_msg *m);
+
+/**
+ * zap_msg_device_ptr() - the address a GPU kernel may read the bytes at, or
+ * NULL when they are not device-visible.
+ */
+ZAP_EXPORT void *zap_msg_device_ptr(const struct zap_msg *m);
+
+/**
+ * zap_msg_release() - hand the message's memory back to its transport.
+ * Valid also after the transport was closed. Accepts NULL.
+ */
+ZAP_EXPORT void zap_msg_release(struct zap_msg *m);
+
+/**
+ * zap_close() - close @t. Calls blocked in zap_send()/zap_recv() on @t in
+ * other threads return -ESHUTDOWN first; zap_close() waits for them to
+ * leave. Messages and buffers still held stay valid until released.
+ * Accepts NULL. @t must not be used once this returns.
+ */
+ZAP_EXPORT void zap_close(struct zap_transport *t);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/** struct zap_buffer - memory from a transport's pool. */
+struct zap_buffer;
+
+/**
+ * zap_buffer_alloc() - take a buffer of at least @size bytes from @t's pool.
+ * Blocks while the pool is full until a buffer is released or @ctx fires.
+ *
+ * Return: 0 and *@out;
+ *  ZAP_ENOTAVAIL: @t has no pool of its own (e.g. default: use your memory);
+ *  -EMSGSIZE:  @size exceeds the pool's largest size class;
+ *  -ECANCELED/-ETIMEDOUT: @ctx fired while the pool was full;
+ *  -ENOMEM:    the backing allocation failed.
+ */
+ZAP_EXPORT int zap_buffer_alloc(struct zap_transport *t, size_t size,
+				struct zap_ctx *ctx, struct zap_buffer **out);
+
+/** zap_buffer_bytes() - CPU address of the buffer (NULL for NULL). */
+ZAP_EXPORT void *zap_buffer_bytes(const struct zap_buffer *b);
+
+/** zap_buffer_len() - the size asked for (not the size class). */
+ZAP_EXPORT size_t zap_buffer_len(const struct zap_buffer *b);
+
+/**
+ * zap_buffer_device_ptr() - the device address of the buffer, or NULL when
+ * the GPU cannot use it.
+ */
+ZAP_EXPORT void *zap_buffer_device_ptr(const struct zap_buffer *b);
+
+/**
+ * zap_buffer_release() - give the buffer back. A second release of the same
+ * buffer, also racing from two threads, is a no-op. Accepts NULL.
+ */
+ZAP_EXPORT void zap_buffer_release(struct zap_buffer *b);
+
+/**
+ * zap_pool_bytes() - bytes currently owned by @t's buffer pool.
+ * Return: the count, or ZAP_ENOTAVAIL when @t has no pool.
+ */
+ZAP_EXPORT int64_t zap_pool_bytes(const struct zap_transport *t);
+
+/* ------------------------------------------------------------------------ */
+/* Registered transports and the load report                                 */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * zap_registered() - the transports this process can attempt: the built-in
+ * default plus every plugin that loaded with a valid descriptor (whatever
+ * its probe said), best rank first.
+ * @names: set to a NULL-terminated array owned by libzap, valid for the
+ *         life of the process.
+ * Return: the number of names, or a negative errno if the scan failed.
+ */
+ZAP_EXPORT int zap_registered(const char *const **names);
+
+/** Outcome of one plugin candidate. */
+enum zap_plugin_state {
+	ZAP_PLUGIN_LOADED = 0,      /**< valid and its probe said OK */
+	ZAP_PLUGIN_NOT_PRESENT,     /**< valid; the hardware/config is absent */
+	ZAP_PLUGIN_ERROR,           /**< valid; probe found something broken,
+	                                 crashed or hung (isolated scans) */
+	ZAP_PLUGIN_NO_SYMBOL,       /**< no zap_plugin_v<ABI> descriptor */
+	ZAP_PLUGIN_ABI_MISMATCH,    /**< built for another ABI major */
+	ZAP_PLUGIN_INVALID,         /**< descriptor or ops table short, a
+	                                 mandatory op missing, name mismatch */
+	ZAP_PLUGIN_REFUSED,         /**< unsafe file or directory (owner, mode,
+	                                 symbolic link, not a regular file) */
+	ZAP_PLUGIN_SHADOWED,        /**< same name found in an earlier directory */
+	ZAP_PLUGIN_DLOPEN_FAILED,   /**< the dynamic loader rejected the file */
+};
+
+/** zap_plugin_state_name() - "loaded", "not present", ... ; "?" if unknown. */
+ZAP_EXPORT const char *zap_plugin_state_name(enum zap_plugin_state s);
+
+/** struct zap_report_entry - one row of the load report. */
+struct zap_report_entry {
+	size_t size;                 /**< sizeof(struct zap_report_entry) */
+	const char *name;            /**< transport name ("" if unreadable) */
+	const char *path;            /**< file, or "(built-in)" */
+	enum zap_plugin_state state;
+	const char *reason;          /**< one line; "" when loaded */
+	const char *detail;          /**< multi-line probe detail for -v, or "" */
+	const char *version;         /**< plugin version string, or "" */
+	int rank;                    /**< higher is preferred; 0 if unknown */
+	bool builtin;                /**< compiled into libzap */
+	struct zap_caps caps;        /**< from the probe; zeroed unless loaded */
+};
+
+/** struct zap_dir_entry - one plugin directory searched, in order. */
+struct zap_dir_entry {
+	size_t size;        /**< sizeof(struct zap_dir_entry) */
+	const char *path;
+	const char *source; /**< "ZAP_PLUGIN_PATH" or "built-in" */
+	const char *status; /**< "ok", "missing", or "refused: <why>" */
+};
+
+/** Flags for struct zap_scan_attr. */
+#define ZAP_SCAN_ISOLATE 0x1u /**< load and probe each plugin in a child */
+
+/** struct zap_scan_attr - how to scan plugins (see zap_scan()). */
+struct zap_scan_attr {
+	size_t size;               /**< sizeof(struct zap_scan_attr) */
+	unsigned flags;            /**< ZAP_SCAN_ISOLATE */
+	unsigned probe_timeout_ms; /**< isolated probe limit; 0: 5000 */
+};
+
+/**
+ * zap_scan() - scan and probe plugins now, with options.
+ *
+ * Optional: the first zap_pick() or report call scans with defaults. With
+ * ZAP_SCAN_ISOLATE every candidate is loaded and probed in a child process,
+ * so a plugin that crashes or hangs is reported as ZAP_PLUGIN_ERROR with the
+ * signal or the timeout; the calling process then loads no plugin, and
+ * zap_pick() can only open the built-in default (tools use this for a
+ * report). Call it before any other threads use libzap.
+ *
+ * Return: 0; -EALREADY if the scan already ran; -EINVAL for bad @attr or a
+ * bad environment value; -ENOMEM.
+ */
+ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr);
+
+/**
+ * zap_report_count() - number of rows in the load report (scans first).
+ * Return: the count, or a negative errno if the scan failed.
+ */
+ZAP_EXPORT int zap_report_count(void);
+
+/**
+ * zap_report_get() - copy row @index of the load report into @e (caller
+ * sets e->size). Strings stay valid for the life of the process.
+ * Return: 0; -ERANGE past the end; -EINVAL for a bad @e.
+ */
+ZAP_EXPORT int zap_report_get(size_t index, struct zap_report_entry *e);
+
+/** zap_report_dir_count() - number of plugin directories searched. */
+ZAP_EXPORT int zap_report_dir_count(void);
+
+/** zap_report_dir_get() - directory @index, in search order. See zap_report_get(). */
+ZAP_EXPORT int zap_report_dir_get(size_t index, struct zap_dir_entry *d);
+
+/** struct zap_choice - what zap_pick() would do now, and why. */
+struct zap_choice {
+	size_t size;                 /**< sizeof(struct zap_choice) */
+	char name[ZAP_NAME_MAX];     /**< the transport that would be opened */
+	bool fallback;               /**< not what was asked for */
+	char reason[512];            /**< one line */
+};
+
+/**
+ * zap_pick_explain() - decide like zap_pick() without opening anything and
+ * without the first-pick log line.
+ * Return: 0 and @out filled (out->fallback tells whether the request is
+ * met); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would, with out->reason set.
+ */
+ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
+				struct zap_choice *out);
+
+/** zap_version() - the library version string, e.g. "0.1.0". */
+ZAP_EXPORT const char *zap_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZAP_ZAP_H */

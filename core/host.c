@@ -13,4 +13,8 @@ const struct zap_host zap__host = {
 	.ctx_timeout_ms = zap__ctx_timeout_ms,
 	.ctx_err = zap_ctx_err,
 	.env_bytes = zap__env_bytes,
+	.pool_new = zap__pool_new,
+	.pool_alloc = zap__pool_alloc,
+	.pool_stats = zap__pool_stats,
+	.pool_close = zap__pool_close,
 };

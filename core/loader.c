@@ -548,7 +548,7 @@ static void scan_dir(const char *dir, const char *source)
 	struct dirent *e;
 	struct stat st;
 	char why[160];
-	const char *bad;
+	const char *bad = NULL;
 	DIR *dp;
 	int dfd;
 
@@ -736,8 +736,7 @@ ZAP_EXPORT int zap_report_count(void)
 	return (int)n;
 }
 
-/* Copy @full into the caller's struct, no further than its declared size. */
-static int copy_sized(void *dst, const void *full, size_t full_size)
+int zap__copy_sized(void *dst, const void *full, size_t full_size)
 {
 	size_t want;
 
@@ -773,7 +772,7 @@ ZAP_EXPORT int zap_report_get(size_t index, struct zap_report_entry *e)
 	full.rank = recs[index].rank;
 	full.builtin = recs[index].builtin;
 	full.caps = recs[index].caps;
-	return copy_sized(e, &full, sizeof(full));
+	return zap__copy_sized(e, &full, sizeof(full));
 }
 
 ZAP_EXPORT int zap_report_dir_count(void)
@@ -795,5 +794,5 @@ ZAP_EXPORT int zap_report_dir_get(size_t index, struct zap_dir_entry *d)
 	full.path = scan.dirs[index].path;
 	full.source = scan.dirs[index].source;
 	full.status = scan.dirs[index].status;
-	return copy_sized(d, &full, sizeof(full));
+	return zap__copy_sized(d, &full, sizeof(full));
 }

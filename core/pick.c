@@ -437,7 +437,7 @@ ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
 		snprintf(c.name, sizeof(c.name), "%s", r->name);
 		c.fallback = pl.named && pl.requested == 0;
 		if (c.fallback)
-			snprintf(c.reason, sizeof(c.reason), "fallback to %s (rank %d): %s",
+			snprintf(c.reason, sizeof(c.reason), "fallback to %s (rank %d): %.440s",
 				 r->name, r->rank, pl.unavailable);
 		else
 			snprintf(c.reason, sizeof(c.reason), "%s (rank %d, %s)", r->name,

@@ -107,7 +107,6 @@ ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf,
 ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps)
 {
 	struct zap_caps full;
-	size_t want;
 	int rc;
 
 	zap__clear_error();
@@ -118,10 +117,7 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps)
 	rc = t->ops->caps(t->tp, &full);
 	if (rc)
 		return rc;
-	want = caps->size < sizeof(full) ? caps->size : sizeof(full);
-	memcpy((char *)caps + sizeof(size_t), (char *)&full + sizeof(size_t),
-	       want - sizeof(size_t));
-	return 0;
+	return zap__copy_sized(caps, &full, sizeof(full));
 }
 
 ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
@@ -237,18 +233,35 @@ ZAP_EXPORT void zap_buffer_release(struct zap_buffer *b)
 		b->release(b);
 }
 
-ZAP_EXPORT int64_t zap_pool_bytes(const struct zap_transport *t)
+ZAP_EXPORT int zap_pool_stats(const struct zap_transport *t,
+			      struct zap_pool_stats *stats)
 {
-	int64_t (*fn)(void *);
+	int (*fn)(void *, struct zap_pool_stats *);
+	struct zap_pool_stats full;
+	int rc;
 
 	zap__clear_error();
-	if (!t)
-		return zap__fail(-EINVAL, "zap_pool_bytes: NULL transport");
-	fn = OPTIONAL_OP(t->ops, pool_bytes);
+	if (!t || !stats || stats->size < sizeof(stats->size))
+		return zap__fail(-EINVAL, "zap_pool_stats: NULL argument or bad size");
+	fn = OPTIONAL_OP(t->ops, pool_stats);
 	if (!fn)
 		return zap__fail(ZAP_ENOTAVAIL, "transport '%s' has no buffer pool",
 				 t->plugin->name);
-	return fn(t->tp);
+	memset(&full, 0, sizeof(full));
+	full.size = sizeof(full);
+	rc = fn(t->tp, &full);
+	if (rc)
+		return rc;
+	zap__copy_sized(stats, &full, sizeof(full));
+	return 0;
+}
+
+ZAP_EXPORT int64_t zap_pool_bytes(const struct zap_transport *t)
+{
+	struct zap_pool_stats s = { .size = sizeof(s) };
+	int rc = zap_pool_stats(t, &s);
+
+	return rc ? rc : (int64_t)s.owned;
 }
 
 ZAP_EXPORT const char *zap_version(void)

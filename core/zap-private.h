@@ -77,6 +77,20 @@ enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 				    const char *expect_name, char *why,
 				    size_t len);
 
+/*
+ * Copy @full (a struct starting with size_t size) into @dst, no further
+ * than dst->size, leaving dst->size alone. -EINVAL if dst->size is short.
+ */
+int zap__copy_sized(void *dst, const void *full, size_t full_size);
+
+/* pool.c */
+int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap,
+		  uint64_t max_buf, struct zap_pool **out);
+int zap__pool_alloc(struct zap_pool *pool, size_t len, struct zap_ctx *ctx,
+		    struct zap_buffer **out);
+void zap__pool_stats(struct zap_pool *pool, struct zap_pool_stats *stats);
+void zap__pool_close(struct zap_pool *pool);
+
 /* pick.c */
 int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
 	      struct zap_transport **out);

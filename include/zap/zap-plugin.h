@@ -110,6 +110,33 @@ struct zap_buffer {
 };
 
 /**
+ * struct zap_pool - a buffer pool run by the core over memory a plugin
+ * supplies (host memory, CUDA managed memory, hugepages, GPU memory).
+ * Size classes are powers of two from 256 bytes up to the largest buffer;
+ * the pool caches released buffers per class, gives cached memory of other
+ * classes back to the backing when the cap would be exceeded, and blocks
+ * allocations while the bytes in use leave no room.
+ */
+struct zap_pool;
+
+/** struct zap_pool_backing - where a pool's memory comes from. */
+struct zap_pool_backing {
+	size_t size;   /**< sizeof(struct zap_pool_backing) */
+	void *user;    /**< passed to every callback */
+	/**
+	 * Allocate @len bytes (a size class, a power of two >= 256). Set
+	 * *@dev to the address a GPU kernel may use, or NULL. Return the
+	 * CPU address, or NULL on failure (the allocation fails -ENOMEM).
+	 */
+	void *(*alloc)(void *user, size_t len, void **dev);
+	/** Free what alloc returned. */
+	void (*free)(void *user, void *ptr, size_t len);
+	/** Optional: called once when the pool is gone (closed and every
+	 * buffer released), after the last free. */
+	void (*destroy)(void *user);
+};
+
+/**
  * struct zap_host - services the host gives plugins. Valid for the life of
  * the process; every function is thread-safe.
  */
@@ -161,6 +188,25 @@ struct zap_host {
 	 */
 	int (*env_bytes)(const char *name, uint64_t def, uint64_t min,
 			 uint64_t max, uint64_t *out);
+
+	/**
+	 * Create a pool of at most @cap bytes whose largest buffer is
+	 * @max_buf bytes. @backing NULL: host memory. Return 0, -EINVAL
+	 * (bad sizes), -ENOMEM.
+	 */
+	int (*pool_new)(const struct zap_pool_backing *backing, uint64_t cap,
+			uint64_t max_buf, struct zap_pool **out);
+	/** See zap_buffer_alloc(); also -ESHUTDOWN once the pool is closed. */
+	int (*pool_alloc)(struct zap_pool *pool, size_t len, struct zap_ctx *ctx,
+			  struct zap_buffer **out);
+	/** Fill @stats (stats->size preset). */
+	void (*pool_stats)(struct zap_pool *pool, struct zap_pool_stats *stats);
+	/**
+	 * Close the pool: blocked allocations return -ESHUTDOWN, cached
+	 * memory is freed now, buffers still held are freed when released,
+	 * and the pool (with backing->destroy) goes when the last one is.
+	 */
+	void (*pool_close)(struct zap_pool *pool);
 };
 
 /**
@@ -214,8 +260,8 @@ struct zap_plugin_ops {
 	int (*buffer_alloc)(void *tp, size_t size, struct zap_ctx *ctx,
 			    struct zap_buffer **out);
 
-	/** See zap_pool_bytes(). Absent: ZAP_ENOTAVAIL. */
-	int64_t (*pool_bytes)(void *tp);
+	/** See zap_pool_stats(). Absent: ZAP_ENOTAVAIL. */
+	int (*pool_stats)(void *tp, struct zap_pool_stats *stats);
 };
 
 /** The last mandatory op; ops->size must reach past it. */

@@ -346,8 +346,29 @@ ZAP_EXPORT void *zap_buffer_device_ptr(const struct zap_buffer *b);
  */
 ZAP_EXPORT void zap_buffer_release(struct zap_buffer *b);
 
+/** struct zap_pool_stats - figures of a transport's buffer pool. */
+struct zap_pool_stats {
+	size_t size;          /**< sizeof(struct zap_pool_stats) */
+	uint64_t cap;         /**< most bytes the pool may own */
+	uint64_t owned;       /**< bytes allocated from the backing memory now
+	                           (in use plus cached for reuse) */
+	uint64_t in_use;      /**< bytes of size classes handed out now */
+	uint64_t high_water;  /**< most bytes ever in use at once */
+	uint64_t allocs;      /**< buffers handed out so far */
+	uint64_t waits;       /**< allocations that had to wait for room */
+};
+
 /**
- * zap_pool_bytes() - bytes currently owned by @t's buffer pool.
+ * zap_pool_stats() - copy @t's pool figures into @stats (caller sets
+ * stats->size).
+ * Return: 0; ZAP_ENOTAVAIL when @t has no pool; -EINVAL.
+ */
+ZAP_EXPORT int zap_pool_stats(const struct zap_transport *t,
+			      struct zap_pool_stats *stats);
+
+/**
+ * zap_pool_bytes() - bytes currently owned by @t's buffer pool (the
+ * seed's PoolBytes; zap_pool_stats() has the other figures).
  * Return: the count, or ZAP_ENOTAVAIL when @t has no pool.
  */
 ZAP_EXPORT int64_t zap_pool_bytes(const struct zap_transport *t);

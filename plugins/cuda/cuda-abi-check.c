@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/* Built only where cuda.h exists: zap-cuda.h must agree with it. */
+#include <cuda.h>
+
+#include "zap-cuda.h"
+
+_Static_assert(sizeof(zcu_result) == sizeof(CUresult), "CUresult");
+_Static_assert(sizeof(zcu_device) == sizeof(CUdevice), "CUdevice");
+_Static_assert(sizeof(zcu_ptr) == sizeof(CUdeviceptr), "CUdeviceptr");
+_Static_assert(ZCU_SUCCESS == CUDA_SUCCESS, "CUDA_SUCCESS");
+_Static_assert(ZCU_ATTR_MANAGED_MEMORY == CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "attr");
+_Static_assert(ZCU_ATTR_PAGEABLE_MEMORY_ACCESS ==
+	       CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, "attr");
+_Static_assert(ZCU_ATTR_CONCURRENT_MANAGED_ACCESS ==
+	       CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "attr");
+_Static_assert(ZCU_ATTR_PAGEABLE_USES_HOST_PAGE_TABLES ==
+	       CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, "attr");
+_Static_assert(ZCU_MEM_ATTACH_GLOBAL == CU_MEM_ATTACH_GLOBAL, "attach");
+_Static_assert(CUDA_ERROR_STUB_LIBRARY == 34 && CUDA_ERROR_NO_DEVICE == 100,
+	       "error table in zap-cuda.c");
+
+int zap_cuda_abi_check(void);
+int zap_cuda_abi_check(void)
+{
+	return 0;
+}

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA Driver API, loaded at run time (shared by the uma and gpudirect
+ * plugins). The plugins link no CUDA library: they dlopen libcuda.so.1
+ * themselves, so their files load on every host and their probes can say
+ * which step failed. The few types and constants used are declared here so
+ * the plugins build without the CUDA toolkit; cuda-abi-check.c compares
+ * them with cuda.h wherever the toolkit is installed.
+ */
+#ifndef ZAP_CUDA_H
+#define ZAP_CUDA_H
+
+#include <stddef.h>
+
+#include <zap/zap-plugin.h>
+
+typedef int zcu_result;              /* CUresult */
+typedef int zcu_device;              /* CUdevice */
+typedef unsigned long long zcu_ptr;  /* CUdeviceptr */
+typedef struct zcu_ctx_st *zcu_ctx;  /* CUcontext */
+
+#define ZCU_SUCCESS 0
+#define ZCU_ATTR_MANAGED_MEMORY 83
+#define ZCU_ATTR_PAGEABLE_MEMORY_ACCESS 88
+#define ZCU_ATTR_CONCURRENT_MANAGED_ACCESS 89
+#define ZCU_ATTR_PAGEABLE_USES_HOST_PAGE_TABLES 100
+#define ZCU_MEM_ATTACH_GLOBAL 0x1
+
+struct zcu {
+	void *lib;
+	zcu_result (*Init)(unsigned flags);
+	zcu_result (*DriverGetVersion)(int *v);
+	zcu_result (*DeviceGetCount)(int *n);
+	zcu_result (*DeviceGet)(zcu_device *d, int ordinal);
+	zcu_result (*DeviceGetName)(char *name, int len, zcu_device d);
+	zcu_result (*DeviceGetAttribute)(int *v, int attr, zcu_device d);
+	zcu_result (*GetErrorName)(zcu_result r, const char **name);
+	zcu_result (*DevicePrimaryCtxRetain)(zcu_ctx *c, zcu_device d);
+	zcu_result (*DevicePrimaryCtxRelease)(zcu_device d);
+	zcu_result (*CtxPushCurrent)(zcu_ctx c);
+	zcu_result (*CtxPopCurrent)(zcu_ctx *c);
+	zcu_result (*MemAllocManaged)(zcu_ptr *p, size_t len, unsigned flags);
+	zcu_result (*MemFree)(zcu_ptr p);
+};
+
+/** What zcu_open_device() found out. */
+struct zcu_device_info {
+	zcu_device dev;
+	int ordinal;
+	char name[128];
+	int driver_version;
+	int managed;            /* CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY */
+	int concurrent_managed; /* ..._CONCURRENT_MANAGED_ACCESS */
+	int pageable_access;    /* ..._PAGEABLE_MEMORY_ACCESS */
+	int host_page_tables;   /* ..._PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES */
+};
+
+/*
+ * Load libcuda.so.1 and resolve every entry point above, once per process
+ * (later calls return the first outcome). @why gets the reason on failure.
+ * Return: ZAP_PROBE_OK; ZAP_PROBE_NOT_PRESENT when the library is absent;
+ * ZAP_PROBE_ERROR when it lacks an entry point.
+ */
+enum zap_probe_result zcu_load(const struct zcu **cu, char *why, size_t len);
+
+/* "CUDA_ERROR_NO_DEVICE (100)": the driver's name when it can say, else a
+ * built-in table, else the number. */
+const char *zcu_error_name(const struct zcu *cu, zcu_result r, char *buf,
+			   size_t len);
+
+/*
+ * cuInit, then the device ZAP_CUDA_DEVICE names (an ordinal, default 0)
+ * and its attributes. NOT_PRESENT with the failed step (cuInit failed,
+ * no device); ERROR for a bad ZAP_CUDA_DEVICE.
+ */
+enum zap_probe_result zcu_open_device(const struct zap_host *host,
+				      const struct zcu *cu,
+				      struct zcu_device_info *info, char *why,
+				      size_t len);
+
+#endif

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The uma transport: the default TCP wire (same sources, same frames, so
+ * uma and default endpoints talk to each other), but every received
+ * message lands directly in a buffer of CUDA managed memory from a core
+ * buffer pool, so GPU kernels read it where it is. The plugin links no CUDA
+ * library; plugins/cuda loads the driver at probe/open time.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zap/zap-plugin.h>
+
+#include "tcp_wire.h"
+#include "zap-cuda.h"
+
+#define UMA_DEFAULT_POOL_BYTES (4ull << 30)
+
+/* Memory side: outlives the instance until the last buffer is released. */
+struct uma_mem {
+	const struct zcu *cu;
+	zcu_device dev;
+	zcu_ctx ctx; /* the device's primary context, retained */
+};
+
+struct uma {
+	const struct zap_host *host;
+	struct zcu_device_info info;
+	struct zap_pool *pool;
+	struct zap_ctx *nowait; /* an expired ctx: pool allocations never block */
+	struct tcp_wire *wire;
+};
+
+/* A received message whose payload is a pool buffer. */
+struct uma_rx {
+	struct tcp_rx_msg rx;
+	struct zap_buffer *buf;
+};
+
+static void *mem_alloc(void *user, size_t len, void **dev)
+{
+	struct uma_mem *m = user;
+	zcu_ptr p = 0;
+	zcu_ctx prev;
+	zcu_result r;
+
+	if (m->cu->CtxPushCurrent(m->ctx) != ZCU_SUCCESS)
+		return NULL;
+	r = m->cu->MemAllocManaged(&p, len, ZCU_MEM_ATTACH_GLOBAL);
+	m->cu->CtxPopCurrent(&prev);
+	if (r != ZCU_SUCCESS)
+		return NULL;
+	/* Unified addressing: the managed address is valid on CPU and GPU. */
+	*dev = (void *)(uintptr_t)p;
+	return (void *)(uintptr_t)p;
+}
+
+static void mem_free(void *user, void *ptr, size_t len)
+{
+	struct uma_mem *m = user;
+	zcu_ctx prev;
+
+	if (m->cu->CtxPushCurrent(m->ctx) != ZCU_SUCCESS)
+		return;
+	m->cu->MemFree((zcu_ptr)(uintptr_t)ptr);
+	m->cu->CtxPopCurrent(&prev);
+}
+
+static void mem_destroy(void *user)
+{
+	struct uma_mem *m = user;
+
+	m->cu->DevicePrimaryCtxRelease(m->dev);
+	free(m);
+}
+
+static enum zap_probe_result uma_check(const struct zap_host *host,
+				       const struct zcu **cu,
+				       struct zcu_device_info *info, char *why,
+				       size_t len)
+{
+	enum zap_probe_result r = zcu_load(cu, why, len);
+
+	if (r != ZAP_PROBE_OK)
+		return r;
+	r = zcu_open_device(host, *cu, info, why, len);
+	if (r != ZAP_PROBE_OK)
+		return r;
+	if (!info->managed) {
+		snprintf(why, len, "CUDA device %d (%s) lacks managed memory",
+			 info->ordinal, info->name);
+		return ZAP_PROBE_NOT_PRESENT;
+	}
+	return ZAP_PROBE_OK;
+}
+
+static void uma_fill_caps(const struct zcu_device_info *info, struct zap_caps *c)
+{
+	/* Received bytes land in managed memory without a staging copy; they
+	 * count as GPU-resident only where the GPU may access managed memory
+	 * concurrently with the CPU (no migration on first touch). */
+	c->zero_copy = true;
+	c->device_buffers = true;
+	c->gpu_resident = info->concurrent_managed != 0;
+}
+
+static enum zap_probe_result uma_probe(const struct zap_host *host,
+				       struct zap_probe_info *pi)
+{
+	struct zcu_device_info info;
+	const struct zcu *cu;
+	enum zap_probe_result r;
+	uint64_t cap;
+
+	r = uma_check(host, &cu, &info, pi->reason, sizeof(pi->reason));
+	if (r != ZAP_PROBE_OK)
+		return r;
+	if (host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES, 4096,
+			    1ull << 50, &cap)) {
+		snprintf(pi->reason, sizeof(pi->reason), "%s", "bad ZAP_UMA_POOL_BYTES");
+		return ZAP_PROBE_ERROR;
+	}
+	snprintf(pi->detail, sizeof(pi->detail),
+		 "device: %d (%s), driver API %d\n"
+		 "managed memory: yes\n"
+		 "concurrent managed access: %s\n"
+		 "pageable memory coherent (host page tables): %s\n"
+		 "pool cap: %llu bytes",
+		 info.ordinal, info.name, info.driver_version,
+		 info.concurrent_managed ? "yes" : "no",
+		 info.pageable_access && info.host_page_tables ? "yes" : "no",
+		 (unsigned long long)cap);
+	uma_fill_caps(&info, &pi->caps);
+	return ZAP_PROBE_OK;
+}
+
+static int uma_rx_alloc(void *user, size_t len, struct tcp_rx_msg **out);
+
+static void uma_rx_release(struct zap_msg *msg)
+{
+	struct uma_rx *m = (struct uma_rx *)msg;
+
+	m->buf->release(m->buf);
+	free(m);
+}
+
+static int uma_rx_alloc(void *user, size_t len, struct tcp_rx_msg **out)
+{
+	struct uma *u = user;
+	struct uma_rx *m = calloc(1, sizeof(*m));
+	int rc;
+
+	if (!m)
+		return -EAGAIN;
+	rc = u->host->pool_alloc(u->pool, len, u->nowait, &m->buf);
+	if (rc) {
+		free(m);
+		/* Pool full: the wire pauses the connection and retries. */
+		return rc == -ETIMEDOUT ? -EAGAIN : rc;
+	}
+	m->rx.msg.size = sizeof(m->rx.msg);
+	m->rx.msg.data = m->buf->bytes;
+	m->rx.msg.device_ptr = m->buf->device_ptr;
+	m->rx.msg.release = uma_rx_release;
+	*out = &m->rx;
+	return 0;
+}
+
+static int uma_open(const struct zap_host *host, const struct zap_open_args *args,
+		    void **tp)
+{
+	struct zap_pool_backing backing = {
+		.size = sizeof(backing), .alloc = mem_alloc, .free = mem_free,
+		.destroy = mem_destroy,
+	};
+	struct tcp_wire_args wa = {
+		.host = host, .domain = "uma", .listen = args->listen,
+		.max_msg_size = args->max_msg_size,
+	};
+	char why[256], err[96];
+	const struct zcu *cu;
+	struct uma_mem *mem;
+	struct uma *u;
+	uint64_t cap = args->pool_bytes;
+	zcu_result r;
+	int rc;
+
+	if (uma_check(host, &cu, &(struct zcu_device_info){ 0 }, why, sizeof(why)) !=
+	    ZAP_PROBE_OK)
+		return host->fail(ZAP_ENOTAVAIL, "uma: %s", why);
+	if (!cap && host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES,
+				    4096, 1ull << 50, &cap))
+		return -EINVAL;
+	u = calloc(1, sizeof(*u));
+	mem = calloc(1, sizeof(*mem));
+	if (!u || !mem) {
+		free(u);
+		free(mem);
+		return -ENOMEM;
+	}
+	u->host = host;
+	uma_check(host, &cu, &u->info, why, sizeof(why));
+	mem->cu = cu;
+	mem->dev = u->info.dev;
+	r = cu->DevicePrimaryCtxRetain(&mem->ctx, mem->dev);
+	if (r != ZCU_SUCCESS) {
+		free(u);
+		free(mem);
+		return host->fail(-EIO, "uma: cuDevicePrimaryCtxRetain failed: %s",
+				  zcu_error_name(cu, r, err, sizeof(err)));
+	}
+	backing.user = mem;
+	rc = host->pool_new(&backing, cap, args->max_msg_size ? args->max_msg_size : 1,
+			    &u->pool);
+	if (rc) {
+		mem_destroy(mem);
+		free(u);
+		return rc;
+	}
+	/* From here the pool owns @mem (mem_destroy runs when it goes). */
+	rc = zap_ctx_new(&u->nowait);
+	if (rc)
+		goto fail;
+	zap_ctx_set_deadline(u->nowait, 1); /* long past */
+	wa.alloc.alloc = uma_rx_alloc;
+	wa.alloc.user = u;
+	rc = tcp_wire_open(&wa, &u->wire);
+	if (rc)
+		goto fail;
+	*tp = u;
+	return 0;
+fail:
+	zap_ctx_free(u->nowait);
+	host->pool_close(u->pool);
+	free(u);
+	return rc;
+}
+
+static void uma_shutdown(void *tp)
+{
+	struct uma *u = tp;
+
+	tcp_wire_shutdown(u->wire);
+}
+
+static void uma_destroy(void *tp)
+{
+	struct uma *u = tp;
+
+	tcp_wire_destroy(u->wire);
+	/* Messages and buffers still held free their memory when released. */
+	u->host->pool_close(u->pool);
+	zap_ctx_free(u->nowait);
+	free(u);
+}
+
+static int uma_send(void *tp, const char *peer, const void *buf, size_t len,
+		    struct zap_ctx *ctx)
+{
+	struct uma *u = tp;
+
+	/* A pool buffer is sent from where it lies: no staging copy. */
+	return tcp_wire_send(u->wire, peer, buf, len, ctx);
+}
+
+static int uma_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
+{
+	struct uma *u = tp;
+
+	return tcp_wire_recv(u->wire, ctx, out);
+}
+
+static int uma_caps(void *tp, struct zap_caps *caps)
+{
+	struct uma *u = tp;
+
+	uma_fill_caps(&u->info, caps);
+	caps->max_msg_size = tcp_wire_max_msg(u->wire);
+	return 0;
+}
+
+static int uma_address(void *tp, char *buf, size_t len)
+{
+	struct uma *u = tp;
+
+	return tcp_wire_address(u->wire, buf, len);
+}
+
+static int uma_buffer_alloc(void *tp, size_t size, struct zap_ctx *ctx,
+			    struct zap_buffer **out)
+{
+	struct uma *u = tp;
+
+	return u->host->pool_alloc(u->pool, size, ctx, out);
+}
+
+static int uma_pool_stats(void *tp, struct zap_pool_stats *stats)
+{
+	struct uma *u = tp;
+
+	u->host->pool_stats(u->pool, stats);
+	return 0;
+}
+
+static const struct zap_plugin_ops uma_ops = {
+	.size = sizeof(uma_ops),
+	.probe = uma_probe,
+	.open = uma_open,
+	.shutdown = uma_shutdown,
+	.destroy = uma_destroy,
+	.send = uma_send,
+	.recv = uma_recv,
+	.caps = uma_caps,
+	.address = uma_address,
+	.buffer_alloc = uma_buffer_alloc,
+	.pool_stats = uma_pool_stats,
+};
+
+ZAP_PLUGIN_EXPORT = {
+	.abi_major = ZAP_PLUGIN_ABI_MAJOR,
+	.abi_minor = ZAP_PLUGIN_ABI_MINOR,
+	.size = sizeof(struct zap_plugin),
+	.rank = ZAP_RANK_UMA,
+	.name = "uma",
+	.version = ZAP_VERSION,
+	.ops = &uma_ops,
+};

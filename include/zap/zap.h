@@ -342,7 +342,10 @@ ZAP_EXPORT void *zap_buffer_device_ptr(const struct zap_buffer *b);
 
 /**
  * zap_buffer_release() - give the buffer back. A second release of the same
- * buffer, also racing from two threads, is a no-op. Accepts NULL.
+ * buffer, also two racing from different threads, is a no-op as long as the
+ * pool has not handed that buffer out again (like free(), a handle kept
+ * past its release is a bug: once reused it names the new owner's buffer).
+ * Valid after the transport was closed. Accepts NULL.
  */
 ZAP_EXPORT void zap_buffer_release(struct zap_buffer *b);
 

@@ -390,8 +390,6 @@ static void *churn_thread(void *arg)
 		}
 		memset(zap_buffer_bytes(b), (int)i, len);
 		zap_buffer_release(b);
-		if (i % 7 == 0)
-			zap_buffer_release(b); /* stray double release */
 	}
 	return NULL;
 }

@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The `default` transport: TCP over kernel sockets, built into libzap
+ * through the same plugin ABI as every loadable plugin. The wire itself
+ * lives in tcp_wire.c so that uma can reuse it with its own receive
+ * allocator; this file is only the descriptor, the probe and malloc-backed
+ * messages.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zap/zap-plugin.h>
+
+#include "tcp_wire.h"
+
+#ifndef ZAP_VERSION
+#define ZAP_VERSION "0"
+#endif
+
+#define TCP_DOMAIN "default"
+
+struct tcp_tp {
+	const struct zap_host *host;
+	struct tcp_wire *wire;
+};
+
+static void tcp_msg_release(struct zap_msg *m)
+{
+	/* The record and payload are one allocation, independent of the
+	 * transport, so messages outlive zap_close(). */
+	free(m);
+}
+
+static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
+{
+	struct tcp_rx_msg *m;
+
+	(void)user;
+	if (len > SIZE_MAX - sizeof(*m))
+		return -ENOMEM;
+	m = malloc(sizeof(*m) + len);
+	if (!m)
+		return -ENOMEM;
+	memset(m, 0, sizeof(*m));
+	m->msg.size = sizeof(m->msg);
+	m->msg.data = m + 1;
+	m->msg.device_ptr = NULL;
+	m->msg.release = tcp_msg_release;
+	*out = m;
+	return 0;
+}
+
+static void tcp_fill_caps(struct zap_caps *caps, uint64_t max_msg)
+{
+	struct zap_caps c = {
+		.size = caps->size,
+		.gpu_resident = false,
+		.zero_copy = false,       /* bytes are copied out of the socket */
+		.device_buffers = false,
+		.min_latency_us = 0,      /* not measured: use zap-perf */
+		.max_msg_size = max_msg,
+	};
+	size_t n = caps->size < sizeof(c) ? caps->size : sizeof(c);
+	memcpy(caps, &c, n);
+}
+
+static enum zap_probe_result tcp_probe(const struct zap_host *host,
+				       struct zap_probe_info *info)
+{
+	uint64_t max = ZAP_DEFAULT_MAX_MSG_BYTES;
+
+	/* A bad value is reported by the core when it opens; the probe only
+	 * shows what an instance would accept. */
+	if (host->env_bytes("ZAP_MAX_MSG_BYTES", ZAP_DEFAULT_MAX_MSG_BYTES, 1,
+			    UINT64_MAX, &max))
+		max = ZAP_DEFAULT_MAX_MSG_BYTES;
+	if (info->size >= offsetof(struct zap_probe_info, reason) + sizeof(info->reason))
+		strcpy(info->reason, "kernel TCP sockets");
+	if (info->size >= offsetof(struct zap_probe_info, caps) + sizeof(info->caps) &&
+	    info->caps.size)
+		tcp_fill_caps(&info->caps, max);
+	return ZAP_PROBE_OK;
+}
+
+static int tcp_open(const struct zap_host *host, const struct zap_open_args *args,
+		    void **tpp)
+{
+	struct tcp_tp *tp = calloc(1, sizeof(*tp));
+	struct tcp_wire_args wa = {
+		.host = host,
+		.domain = TCP_DOMAIN,
+		.listen = args->listen,
+		.max_msg_size = args->max_msg_size,
+		.alloc = {.alloc = tcp_msg_alloc, .user = NULL},
+	};
+	int r;
+
+	if (!tp)
+		return host->fail(-ENOMEM, TCP_DOMAIN ": out of memory");
+	tp->host = host;
+	r = tcp_wire_open(&wa, &tp->wire);
+	if (r) {
+		free(tp);
+		return r;
+	}
+	*tpp = tp;
+	return 0;
+}
+
+static void tcp_shutdown(void *p)
+{
+	struct tcp_tp *tp = p;
+	tcp_wire_shutdown(tp->wire);
+}
+
+static void tcp_destroy(void *p)
+{
+	struct tcp_tp *tp = p;
+	if (!tp)
+		return;
+	tcp_wire_destroy(tp->wire);
+	free(tp);
+}
+
+static int tcp_send(void *p, const char *peer, const void *buf, size_t len,
+		    struct zap_ctx *ctx)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_send(tp->wire, peer, buf, len, ctx);
+}
+
+static int tcp_recv(void *p, struct zap_ctx *ctx, struct zap_msg **out)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_recv(tp->wire, ctx, out);
+}
+
+static int tcp_caps(void *p, struct zap_caps *caps)
+{
+	struct tcp_tp *tp = p;
+	tcp_fill_caps(caps, tcp_wire_max_msg(tp->wire));
+	return 0;
+}
+
+static int tcp_address(void *p, char *buf, size_t len)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_address(tp->wire, buf, len);
+}
+
+static const struct zap_plugin_ops tcp_ops = {
+	.size = sizeof(struct zap_plugin_ops),
+	.probe = tcp_probe,
+	.open = tcp_open,
+	.shutdown = tcp_shutdown,
+	.destroy = tcp_destroy,
+	.send = tcp_send,
+	.recv = tcp_recv,
+	.caps = tcp_caps,
+	.address = tcp_address,
+	/* No buffer pool: applications use their own memory with default. */
+	.buffer_alloc = NULL,
+	.pool_stats = NULL,
+};
+
+/* Referenced by name from core/loader.c; not exported from libzap. */
+const struct zap_plugin zap_builtin_default = {
+	.abi_major = ZAP_PLUGIN_ABI_MAJOR,
+	.abi_minor = ZAP_PLUGIN_ABI_MINOR,
+	.size = sizeof(struct zap_plugin),
+	.rank = ZAP_RANK_DEFAULT,
+	.name = "default",
+	.version = ZAP_VERSION,
+	.ops = &tcp_ops,
+};

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The TCP wire shared by the `default` transport (built into libzap) and the
+ * `uma` plugin (its own .so, compiling these same sources): framing,
+ * handshake, connection table, per-peer state and caller-driven progress.
+ *
+ * The only thing a user of the wire chooses is where received payloads
+ * land: struct tcp_rx_alloc. default mallocs; uma hands out pool memory a
+ * GPU can read. Everything else (wire format, ordering, cancellation) is
+ * identical, so the two transports interoperate. See WIRE.md.
+ */
+#ifndef ZAP_TCP_WIRE_H
+#define ZAP_TCP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zap/zap-plugin.h>
+
+struct tcp_wire;
+
+/*
+ * A received message as the wire builds it. The allocator returns one of
+ * these; the wire fills @peer, msg.peer and msg.len, and owns @next until
+ * the message is handed to the application by tcp_wire_recv().
+ */
+struct tcp_rx_msg {
+	struct zap_msg msg;       /* first: tcp_wire_recv() returns &msg */
+	struct tcp_rx_msg *next;  /* wire-private queue link */
+	char peer[ZAP_PEER_MAX];  /* replyable sender address */
+};
+
+/*
+ * Where received payloads land.
+ * @alloc: return 0 and *@out with msg.size, msg.data (@len writable bytes),
+ *         msg.device_ptr and msg.release set. msg.release must free the
+ *         whole record, also after the wire was destroyed, and is also how
+ *         the wire drops a message it could not complete.
+ *         -EAGAIN: no memory right now; the wire stops reading that
+ *         connection (TCP flow control holds the sender) and retries a few
+ *         milliseconds later or after tcp_wire_kick(). Any other negative
+ *         errno: the connection is closed with a logged reason.
+ *         Called from the thread driving progress, without wire locks held;
+ *         it must not block for long.
+ */
+struct tcp_rx_alloc {
+	int (*alloc)(void *user, size_t len, struct tcp_rx_msg **out);
+	void *user;
+};
+
+struct tcp_wire_args {
+	const struct zap_host *host;
+	const char *domain;     /* log domain and error prefix, e.g. "default" */
+	const char *listen;     /* "host:port", port 0 allowed */
+	uint64_t max_msg_size;  /* largest payload sent or accepted */
+	struct tcp_rx_alloc alloc;
+};
+
+/* Bind, listen and start the handshake thread. Errors carry a reason. */
+int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out);
+
+/* Wake every blocked call with -ESHUTDOWN, and fail later ones. Frees
+ * nothing; safe concurrently with every other call. */
+void tcp_wire_shutdown(struct tcp_wire *w);
+
+/* Free the wire; no call may be in flight. Messages already returned stay
+ * valid (their release does not touch the wire). Accepts NULL. */
+void tcp_wire_destroy(struct tcp_wire *w);
+
+/* zap_send() semantics. */
+int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
+		  size_t len, struct zap_ctx *ctx);
+
+/* zap_recv() semantics; *out is a struct tcp_rx_msg's msg. */
+int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx,
+		  struct zap_msg **out);
+
+/* zap_transport_address() semantics: a sendable form of the bound address. */
+int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
+
+uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
+
+/* Retry connections paused by an -EAGAIN allocation now. */
+void tcp_wire_kick(struct tcp_wire *w);
+
+#endif /* ZAP_TCP_WIRE_H */

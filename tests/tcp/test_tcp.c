@@ -1,0 +1,1074 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The default (TCP) transport with two real endpoints in one process
+ * (threads) plus raw sockets for hostile input. Every endpoint listens on
+ * 127.0.0.1 with an ephemeral port.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <zap/zap.h>
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[1 << 16];
+static size_t log_len;
+
+/* Keep WARN and worse in a buffer the tests search; drop the rest. */
+static void log_capture(enum zap_log_level level, const char *domain,
+			const char *msg, void *user)
+{
+	(void)user;
+	if (level > ZAP_LOG_WARN)
+		return;
+	pthread_mutex_lock(&log_mu);
+	int n = snprintf(log_buf + log_len, sizeof(log_buf) - log_len, "%s: %s\n",
+			 domain, msg);
+	if (n > 0 && log_len + (size_t)n < sizeof(log_buf))
+		log_len += (size_t)n;
+	else
+		log_len = 0; /* full: start over, tests look at recent lines */
+	pthread_mutex_unlock(&log_mu);
+}
+
+static void log_clear(void)
+{
+	pthread_mutex_lock(&log_mu);
+	log_len = 0;
+	log_buf[0] = '\0';
+	pthread_mutex_unlock(&log_mu);
+}
+
+/* Wait up to 3 s for a captured line containing @s. */
+static bool log_wait(const char *s)
+{
+	for (int i = 0; i < 300; i++) {
+		pthread_mutex_lock(&log_mu);
+		log_buf[log_len] = '\0';
+		bool found = strstr(log_buf, s) != NULL;
+		pthread_mutex_unlock(&log_mu);
+		if (found)
+			return true;
+		usleep(10000);
+	}
+	fprintf(stderr, "log lacks \"%s\"; captured:\n%s", s, log_buf);
+	return false;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct zap_transport *ep_open_max(uint64_t max)
+{
+	struct zap_attr a = {.size = sizeof(a), .listen = "127.0.0.1:0",
+			     .max_msg_size = max};
+	struct zap_transport *t = NULL;
+	int r = zap_pick("=default", 0, &a, &t);
+	if (r)
+		fprintf(stderr, "zap_pick: %s\n", zap_strerror(r));
+	assert_int_equal(r, 0);
+	assert_string_equal(zap_transport_name(t), "default");
+	return t;
+}
+
+static struct zap_transport *ep_open(void)
+{
+	return ep_open_max(0);
+}
+
+static void ep_addr(struct zap_transport *t, char *buf)
+{
+	assert_int_equal(zap_transport_address(t, buf, ZAP_PEER_MAX), 0);
+}
+
+static struct zap_msg *recv_ok(struct zap_transport *t)
+{
+	struct zap_msg *m = NULL;
+	int r = zap_recv(t, NULL, &m);
+	if (r)
+		fprintf(stderr, "zap_recv: %s\n", zap_strerror(r));
+	assert_int_equal(r, 0);
+	return m;
+}
+
+static void send_ok(struct zap_transport *t, const char *peer, const void *b,
+		    size_t len)
+{
+	int r = zap_send(t, peer, b, len, NULL);
+	if (r)
+		fprintf(stderr, "zap_send: %s\n", zap_strerror(r));
+	assert_int_equal(r, 0);
+}
+
+static void fill(unsigned char *p, size_t len, uint32_t seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+	for (size_t i = 0; i < len; i++) {
+		x = x * 1103515245u + 12345u;
+		p[i] = (unsigned char)(x >> 16);
+	}
+}
+
+/* A message whose payload is "<tag> <a> <b>". */
+static void send_tagged(struct zap_transport *t, const char *peer, char tag,
+			unsigned a, unsigned b)
+{
+	char buf[64];
+	int n = snprintf(buf, sizeof(buf), "%c %u %u", tag, a, b);
+	send_ok(t, peer, buf, (size_t)n);
+}
+
+static void parse_tagged(struct zap_msg *m, char *tag, unsigned *a, unsigned *b)
+{
+	char buf[64];
+	size_t n = zap_msg_len(m);
+	assert_true(n < sizeof(buf));
+	memcpy(buf, zap_msg_data(m), n);
+	buf[n] = '\0';
+	assert_int_equal(sscanf(buf, "%c %u %u", tag, a, b), 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                      */
+/* ------------------------------------------------------------------------ */
+
+struct rx_arg {
+	struct zap_transport *t;
+	const size_t *sizes;
+	size_t n;
+	int err;
+	char peer[ZAP_PEER_MAX];
+};
+
+static void *rx_sizes(void *p)
+{
+	struct rx_arg *a = p;
+	unsigned char *want = malloc(64u << 20);
+	for (size_t i = 0; i < a->n && !a->err; i++) {
+		struct zap_msg *m = NULL;
+		int r = zap_recv(a->t, NULL, &m);
+		if (r) {
+			a->err = r;
+			break;
+		}
+		fill(want, a->sizes[i], (uint32_t)i);
+		if (zap_msg_len(m) != a->sizes[i] ||
+		    memcmp(zap_msg_data(m), want, a->sizes[i]) ||
+		    zap_msg_device_ptr(m) != NULL ||
+		    strcmp(zap_msg_peer(m), a->peer))
+			a->err = -EBADMSG;
+		zap_msg_release(m);
+	}
+	free(want);
+	return NULL;
+}
+
+static void test_sizes(void **state)
+{
+	static const size_t sizes[] = {0, 1, 4096, 1u << 20, 64u << 20, 0, 3};
+	struct zap_transport *a = ep_open(), *b = ep_open();
+	struct rx_arg ra = {.t = b, .sizes = sizes, .n = 7};
+	char ab[ZAP_PEER_MAX];
+	unsigned char *buf = malloc(64u << 20);
+	pthread_t th;
+	(void)state;
+
+	ep_addr(a, ra.peer);
+	ep_addr(b, ab);
+	pthread_create(&th, NULL, rx_sizes, &ra);
+	for (size_t i = 0; i < 7; i++) {
+		fill(buf, sizes[i], (uint32_t)i);
+		send_ok(a, ab, sizes[i] ? buf : NULL, sizes[i]);
+	}
+	pthread_join(th, NULL);
+	assert_int_equal(ra.err, 0);
+
+	struct zap_caps caps = {.size = sizeof(caps)};
+	assert_int_equal(zap_caps(a, &caps), 0);
+	assert_false(caps.gpu_resident);
+	assert_false(caps.zero_copy);
+	assert_int_equal(caps.max_msg_size, ZAP_DEFAULT_MAX_MSG_BYTES);
+	free(buf);
+	zap_close(a);
+	zap_close(b);
+}
+
+#define ORDER_N 100000u
+
+static void *rx_order(void *p)
+{
+	struct rx_arg *a = p;
+	for (unsigned i = 0; i < ORDER_N; i++) {
+		struct zap_msg *m = NULL;
+		char tag;
+		unsigned x, y;
+		if (zap_recv(a->t, NULL, &m)) {
+			a->err = -EIO;
+			return NULL;
+		}
+		parse_tagged(m, &tag, &x, &y);
+		zap_msg_release(m);
+		if (x != i) {
+			a->err = -EBADMSG;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void test_order_100k(void **state)
+{
+	struct zap_transport *a = ep_open(), *b = ep_open();
+	struct rx_arg ra = {.t = b};
+	char ab[ZAP_PEER_MAX];
+	pthread_t th;
+	(void)state;
+
+	ep_addr(b, ab);
+	pthread_create(&th, NULL, rx_order, &ra);
+	for (unsigned i = 0; i < ORDER_N; i++)
+		send_tagged(a, ab, 'o', i, 0);
+	pthread_join(th, NULL);
+	assert_int_equal(ra.err, 0);
+	zap_close(a);
+	zap_close(b);
+}
+
+#define NSEND 8
+#define PER_SENDER 5000u
+
+struct tx_arg {
+	struct zap_transport *t;
+	const char *peer;
+	unsigned id;
+	int err;
+};
+
+static void *tx_many(void *p)
+{
+	struct tx_arg *a = p;
+	for (unsigned i = 0; i < PER_SENDER && !a->err; i++) {
+		char buf[32];
+		int n = snprintf(buf, sizeof(buf), "s %u %u", a->id, i);
+		a->err = zap_send(a->t, a->peer, buf, (size_t)n, NULL);
+	}
+	return NULL;
+}
+
+static void test_eight_senders(void **state)
+{
+	/* Four threads share one transport, four have their own: concurrent
+	 * senders on one connection and on several. */
+	struct zap_transport *shared = ep_open(), *b = ep_open(), *own[NSEND];
+	struct tx_arg ta[NSEND];
+	pthread_t th[NSEND];
+	unsigned next[NSEND] = {0};
+	char ab[ZAP_PEER_MAX];
+	(void)state;
+
+	ep_addr(b, ab);
+	for (unsigned i = 0; i < NSEND; i++) {
+		own[i] = i < NSEND / 2 ? shared : ep_open();
+		ta[i] = (struct tx_arg){.t = own[i], .peer = ab, .id = i};
+		pthread_create(&th[i], NULL, tx_many, &ta[i]);
+	}
+	for (unsigned k = 0; k < NSEND * PER_SENDER; k++) {
+		struct zap_msg *m = recv_ok(b);
+		char tag;
+		unsigned id, seq;
+		parse_tagged(m, &tag, &id, &seq);
+		zap_msg_release(m);
+		assert_true(id < NSEND);
+		/* Per-sender order means no loss and no duplicate either. */
+		assert_int_equal(seq, next[id]);
+		next[id]++;
+	}
+	for (unsigned i = 0; i < NSEND; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(ta[i].err, 0);
+		assert_int_equal(next[i], PER_SENDER);
+	}
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 50 * 1000000ull);
+	assert_int_equal(zap_recv(b, ctx, &m), -ETIMEDOUT);
+	zap_ctx_free(ctx);
+	for (unsigned i = NSEND / 2; i < NSEND; i++)
+		zap_close(own[i]);
+	zap_close(shared);
+	zap_close(b);
+}
+
+static void test_reply(void **state)
+{
+	struct zap_transport *a = ep_open(), *b = ep_open();
+	char aa[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	(void)state;
+
+	ep_addr(a, aa);
+	ep_addr(b, ab);
+	send_ok(a, ab, "ping", 4);
+	struct zap_msg *m = recv_ok(b);
+	assert_string_equal(zap_msg_peer(m), aa);
+	send_ok(b, zap_msg_peer(m), "pong", 4);
+	zap_msg_release(m);
+	m = recv_ok(a);
+	assert_int_equal(zap_msg_len(m), 4);
+	assert_memory_equal(zap_msg_data(m), "pong", 4);
+	assert_string_equal(zap_msg_peer(m), ab);
+	zap_msg_release(m);
+
+	/* Messages outlive the transport. */
+	send_ok(a, ab, "late", 4);
+	m = recv_ok(b);
+	zap_close(b);
+	assert_memory_equal(zap_msg_data(m), "late", 4);
+	zap_msg_release(m);
+	zap_close(a);
+}
+
+/* A wildcard listener advertises 0.0.0.0; the receiver substitutes the
+ * connection's source address so the peer string is still replyable. */
+static void test_wildcard_reply(void **state)
+{
+	struct zap_attr at = {.size = sizeof(at), .listen = "0.0.0.0:0"};
+	struct zap_transport *a = NULL, *b = ep_open();
+	char ab[ZAP_PEER_MAX], aa[ZAP_PEER_MAX];
+	(void)state;
+
+	assert_int_equal(zap_pick("=default", 0, &at, &a), 0);
+	ep_addr(a, aa);
+	ep_addr(b, ab);
+	send_ok(a, ab, "x", 1);
+	struct zap_msg *m = recv_ok(b);
+	const char *port = strrchr(aa, ':');
+	assert_non_null(port);
+	assert_true(!strncmp(zap_msg_peer(m), "127.0.0.1:", 10));
+	assert_string_equal(strrchr(zap_msg_peer(m), ':'), port);
+	send_ok(b, zap_msg_peer(m), "y", 1);
+	zap_msg_release(m);
+	m = recv_ok(a);
+	assert_memory_equal(zap_msg_data(m), "y", 1);
+	zap_msg_release(m);
+	zap_close(a);
+	zap_close(b);
+}
+
+/* Both ends dial each other at once, many times over: nothing is lost or
+ * reordered, whichever connection wins. */
+struct dial_arg {
+	struct zap_transport *t;
+	const char *peer;
+	pthread_barrier_t *bar;
+	int err;
+};
+
+static void *dial_both(void *p)
+{
+	struct dial_arg *a = p;
+	pthread_barrier_wait(a->bar);
+	for (unsigned i = 0; i < 200 && !a->err; i++) {
+		char buf[32];
+		int n = snprintf(buf, sizeof(buf), "d %u 0", i);
+		a->err = zap_send(a->t, a->peer, buf, (size_t)n, NULL);
+	}
+	for (unsigned i = 0; i < 200 && !a->err; i++) {
+		struct zap_msg *m = NULL;
+		char tag;
+		unsigned x, y;
+		a->err = zap_recv(a->t, NULL, &m);
+		if (a->err)
+			break;
+		parse_tagged(m, &tag, &x, &y);
+		zap_msg_release(m);
+		if (x != i)
+			a->err = -EBADMSG;
+	}
+	return NULL;
+}
+
+static void pump(struct zap_transport *b, unsigned ms);
+
+/* Established connections to listening ports @pa or @pb, counted by their
+ * dialed ends (each connection has exactly one). */
+static int tcp_links(unsigned pa, unsigned pb)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	int n = 0;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned la, lp, ra, rp, st;
+		if (sscanf(line, " %*d: %x:%x %x:%x %x", &la, &lp, &ra, &rp, &st) != 5)
+			continue;
+		(void)la;
+		(void)ra;
+		(void)lp;
+		if (st == 1 && (rp == pa || rp == pb))
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static unsigned port_of(const char *addr)
+{
+	return (unsigned)atoi(strrchr(addr, ':') + 1);
+}
+
+static void test_simultaneous_dial(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 20; round++) {
+		struct zap_transport *a = ep_open(), *b = ep_open();
+		char aa[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+		pthread_barrier_t bar;
+		pthread_t ta, tb;
+		ep_addr(a, aa);
+		ep_addr(b, ab);
+		pthread_barrier_init(&bar, NULL, 2);
+		struct dial_arg da = {.t = a, .peer = ab, .bar = &bar};
+		struct dial_arg db = {.t = b, .peer = aa, .bar = &bar};
+		pthread_create(&ta, NULL, dial_both, &da);
+		pthread_create(&tb, NULL, dial_both, &db);
+		pthread_join(ta, NULL);
+		pthread_join(tb, NULL);
+		pthread_barrier_destroy(&bar);
+		assert_int_equal(da.err, 0);
+		assert_int_equal(db.err, 0);
+		/* The loser (if both dialed) is retired: let both sides see
+		 * its end, then one connection must remain, which both use. */
+		int links = -1;
+		for (int i = 0; i < 50 && links != 1; i++) {
+			pump(a, 5);
+			pump(b, 5);
+			links = tcp_links(port_of(aa), port_of(ab));
+		}
+		assert_int_equal(links, 1);
+		send_tagged(a, ab, 'x', 1, 0);
+		send_tagged(b, aa, 'x', 2, 0);
+		struct zap_msg *m = recv_ok(a);
+		zap_msg_release(m);
+		m = recv_ok(b);
+		zap_msg_release(m);
+		zap_close(a);
+		zap_close(b);
+	}
+}
+
+/* Two peers push large messages at each other before either receives:
+ * a blocked sender must keep draining inbound data. */
+static void *big_both(void *p)
+{
+	struct dial_arg *a = p;
+	const size_t sz = 8u << 20;
+	unsigned char *buf = calloc(1, sz);
+	pthread_barrier_wait(a->bar);
+	for (int i = 0; i < 6 && !a->err; i++)
+		a->err = zap_send(a->t, a->peer, buf, sz, NULL);
+	for (int i = 0; i < 6 && !a->err; i++) {
+		struct zap_msg *m = NULL;
+		a->err = zap_recv(a->t, NULL, &m);
+		if (!a->err && zap_msg_len(m) != sz)
+			a->err = -EBADMSG;
+		zap_msg_release(m);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void test_bidirectional_large(void **state)
+{
+	struct zap_transport *a = ep_open(), *b = ep_open();
+	char aa[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	pthread_barrier_t bar;
+	pthread_t ta, tb;
+	(void)state;
+
+	ep_addr(a, aa);
+	ep_addr(b, ab);
+	pthread_barrier_init(&bar, NULL, 2);
+	struct dial_arg da = {.t = a, .peer = ab, .bar = &bar};
+	struct dial_arg db = {.t = b, .peer = aa, .bar = &bar};
+	pthread_create(&ta, NULL, big_both, &da);
+	pthread_create(&tb, NULL, big_both, &db);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	pthread_barrier_destroy(&bar);
+	assert_int_equal(da.err, 0);
+	assert_int_equal(db.err, 0);
+	zap_close(a);
+	zap_close(b);
+}
+
+static void test_self_send(void **state)
+{
+	struct zap_transport *a = ep_open();
+	char aa[ZAP_PEER_MAX];
+	(void)state;
+
+	ep_addr(a, aa);
+	for (unsigned i = 0; i < 100; i++)
+		send_tagged(a, aa, 's', i, 0);
+	for (unsigned i = 0; i < 100; i++) {
+		struct zap_msg *m = recv_ok(a);
+		char tag;
+		unsigned x, y;
+		parse_tagged(m, &tag, &x, &y);
+		assert_int_equal(x, i);
+		assert_string_equal(zap_msg_peer(m), aa);
+		zap_msg_release(m);
+	}
+	zap_close(a);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors, deadlines, cancellation, close                                    */
+/* ------------------------------------------------------------------------ */
+
+static void test_deadline(void **state)
+{
+	struct zap_transport *a = ep_open();
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	(void)state;
+
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	assert_int_equal(zap_ctx_set_timeout(ctx, 100 * 1000000ull), 0);
+	uint64_t t0 = now_ns();
+	assert_int_equal(zap_recv(a, ctx, &m), -ETIMEDOUT);
+	uint64_t dt = now_ns() - t0;
+	assert_true(dt >= 95 * 1000000ull);
+	assert_true(dt < 2000 * 1000000ull);
+	assert_null(m);
+	/* An expired ctx fails sends too, promptly. */
+	char aa[ZAP_PEER_MAX];
+	ep_addr(a, aa);
+	assert_int_equal(zap_send(a, aa, "x", 1, ctx), -ETIMEDOUT);
+	zap_ctx_free(ctx);
+	zap_close(a);
+}
+
+struct block_arg {
+	struct zap_transport *t;
+	struct zap_ctx *ctx;
+	int rc;
+	uint64_t done_ns;
+};
+
+static void *blocked_recv(void *p)
+{
+	struct block_arg *a = p;
+	struct zap_msg *m = NULL;
+	a->rc = zap_recv(a->t, a->ctx, &m);
+	a->done_ns = now_ns();
+	if (!a->rc)
+		zap_msg_release(m);
+	return NULL;
+}
+
+static void test_cancel_wakes_recv(void **state)
+{
+	struct zap_transport *a = ep_open();
+	struct block_arg ba = {.t = a};
+	pthread_t th[3];
+	struct block_arg more[2];
+	(void)state;
+
+	/* Three blocked receivers (one leads the polling, two follow) all
+	 * share the ctx; one cancel wakes them all. */
+	assert_int_equal(zap_ctx_new(&ba.ctx), 0);
+	more[0] = more[1] = ba;
+	pthread_create(&th[0], NULL, blocked_recv, &ba);
+	pthread_create(&th[1], NULL, blocked_recv, &more[0]);
+	pthread_create(&th[2], NULL, blocked_recv, &more[1]);
+	usleep(100000);
+	uint64_t t0 = now_ns();
+	zap_ctx_cancel(ba.ctx);
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(ba.rc, -ECANCELED);
+	assert_int_equal(more[0].rc, -ECANCELED);
+	assert_int_equal(more[1].rc, -ECANCELED);
+	assert_true(ba.done_ns - t0 < 500 * 1000000ull);
+	zap_ctx_free(ba.ctx);
+	zap_close(a);
+}
+
+static void test_close_while_blocked(void **state)
+{
+	struct zap_transport *a = ep_open();
+	struct block_arg ba[2] = {{.t = a}, {.t = a}};
+	pthread_t th[2];
+	(void)state;
+
+	pthread_create(&th[0], NULL, blocked_recv, &ba[0]);
+	pthread_create(&th[1], NULL, blocked_recv, &ba[1]);
+	usleep(100000);
+	zap_close(a);
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	assert_int_equal(ba[0].rc, -ESHUTDOWN);
+	assert_int_equal(ba[1].rc, -ESHUTDOWN);
+}
+
+/* A sender blocked on a full socket (the receiver never reads) is woken by
+ * its ctx's deadline. */
+static void test_send_deadline(void **state)
+{
+	struct zap_transport *a = ep_open(), *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	struct zap_ctx *ctx;
+	const size_t sz = 32u << 20;
+	unsigned char *buf = calloc(1, sz);
+	int r = 0;
+	(void)state;
+
+	ep_addr(b, ab);
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 300 * 1000000ull);
+	for (int i = 0; i < 8 && !r; i++)
+		r = zap_send(a, ab, buf, sz, ctx);
+	assert_int_equal(r, -ETIMEDOUT);
+	zap_ctx_free(ctx);
+	free(buf);
+	zap_close(a);
+	zap_close(b);
+}
+
+static void test_oversize(void **state)
+{
+	struct zap_transport *a = ep_open_max(1024);
+	char aa[ZAP_PEER_MAX];
+	unsigned char buf[1025] = {0};
+	(void)state;
+
+	ep_addr(a, aa);
+	int r = zap_send(a, aa, buf, 1025, NULL);
+	assert_int_equal(r, -EMSGSIZE);
+	assert_non_null(strstr(zap_strerror(r), "1025"));
+	send_ok(a, aa, buf, 1024);
+	struct zap_msg *m = recv_ok(a);
+	assert_int_equal(zap_msg_len(m), 1024);
+	zap_msg_release(m);
+
+	struct zap_caps caps = {.size = sizeof(caps)};
+	assert_int_equal(zap_caps(a, &caps), 0);
+	assert_int_equal(caps.max_msg_size, 1024);
+	zap_close(a);
+}
+
+static void test_nothing_listens(void **state)
+{
+	struct zap_transport *a = ep_open(), *gone = ep_open();
+	char dead[ZAP_PEER_MAX];
+	(void)state;
+
+	ep_addr(gone, dead);
+	zap_close(gone);
+	int r = zap_send(a, dead, "x", 1, NULL);
+	assert_int_equal(r, -ECONNREFUSED);
+	assert_non_null(strstr(zap_strerror(r), dead));
+	assert_non_null(strstr(zap_strerror(r), "nothing listens"));
+
+	assert_int_equal(zap_send(a, "no-port", "x", 1, NULL), -EINVAL);
+	assert_int_equal(zap_send(a, "1.2.3.4:99999", "x", 1, NULL), -EINVAL);
+	assert_int_equal(zap_send(a, "::1:80", "x", 1, NULL), -EINVAL);
+	zap_close(a);
+}
+
+static void test_ipv6_and_names(void **state)
+{
+	struct zap_attr at = {.size = sizeof(at), .listen = "[::1]:0"};
+	struct zap_transport *a = ep_open(), *b = NULL;
+	char ab[ZAP_PEER_MAX], byname[ZAP_PEER_MAX];
+	(void)state;
+
+	struct zap_msg *m;
+	if (zap_pick("=default", 0, &at, &b) == 0) {
+		ep_addr(b, ab);
+		assert_true(!strncmp(ab, "[::1]:", 6));
+		send_ok(a, ab, "v6", 2);
+		m = recv_ok(b);
+		assert_memory_equal(zap_msg_data(m), "v6", 2);
+		zap_msg_release(m);
+		zap_close(b);
+	} /* else: no IPv6 loopback on this host */
+
+	/* A name: every address it resolves to is tried. */
+	b = ep_open();
+	ep_addr(b, ab);
+	snprintf(byname, sizeof(byname), "localhost%s", strrchr(ab, ':'));
+	send_ok(a, byname, "nm", 2);
+	m = recv_ok(b);
+	assert_memory_equal(zap_msg_data(m), "nm", 2);
+	zap_msg_release(m);
+	assert_int_equal(zap_send(a, "no-such-host.invalid:1", "x", 1, NULL),
+			 -EHOSTUNREACH);
+	zap_close(a);
+	zap_close(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hostile input                                                             */
+/* ------------------------------------------------------------------------ */
+
+static int raw_connect(const char *addr)
+{
+	char host[64];
+	const char *colon = strrchr(addr, ':');
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	memcpy(host, addr, (size_t)(colon - addr));
+	host[colon - addr] = '\0';
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static void be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+/* Header per plugins/default/WIRE.md. */
+static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
+{
+	memcpy(p, "ZAPW", 4);
+	p[4] = 1;
+	p[5] = (unsigned char)type;
+	p[6] = p[7] = 0;
+	be64(p + 8, len);
+	return 16;
+}
+
+static size_t hello(unsigned char *p)
+{
+	static const char addr[] = "127.0.0.1:9";
+	size_t n = hdr(p, 1, 16 + strlen(addr));
+	be64(p + n, 0x1234567887654321ull);
+	be64(p + n + 8, 42);
+	memcpy(p + n + 16, addr, strlen(addr));
+	return n + 16 + strlen(addr);
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* After hostile input, a normal peer is served normally. */
+static void served(struct zap_transport *b, const char *ab)
+{
+	struct zap_transport *a = ep_open();
+	send_ok(a, ab, "ok", 2);
+	struct zap_msg *m = recv_ok(b);
+	assert_int_equal(zap_msg_len(m), 2);
+	assert_memory_equal(zap_msg_data(m), "ok", 2);
+	zap_msg_release(m);
+	zap_close(a);
+}
+
+/*
+ * Progress is driven by receivers: keep one in zap_recv() on @b for @ms
+ * (nothing well-behaved arrives) so the transport reads hostile input.
+ */
+static void pump(struct zap_transport *b, unsigned ms)
+{
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, ms * 1000000ull);
+	assert_int_equal(zap_recv(b, ctx, &m), -ETIMEDOUT);
+	zap_ctx_free(ctx);
+}
+
+/* Read until the peer closes (the transport dropped us); true if it did. */
+static bool dropped(int fd)
+{
+	struct timeval tv = {.tv_sec = 5};
+	char c[256];
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (;;) {
+		ssize_t k = recv(fd, c, sizeof(c), 0);
+		if (k == 0 || (k < 0 && errno == ECONNRESET))
+			return true;
+		if (k < 0)
+			return false;
+	}
+}
+
+static void test_hostile_random(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char junk[4096];
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	fill(junk, sizeof(junk), 7);
+	int fd = raw_connect(ab);
+	write_all(fd, junk, sizeof(junk));
+	assert_true(dropped(fd));
+	close(fd);
+	assert_true(log_wait("bad magic"));
+	served(b, ab);
+	zap_close(b);
+}
+
+static void test_hostile_bad_magic_after_hello(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	size_t n = hello(p);
+	n += hdr(p + n, 2, 4);
+	memcpy(p + n - 16, "EVIL", 4);
+	write_all(fd, p, n);
+	/* The transport reads data frames while someone receives. */
+	pump(b, 200);
+	assert_true(dropped(fd));
+	close(fd);
+	assert_true(log_wait("bad magic"));
+	served(b, ab);
+	zap_close(b);
+}
+
+static void test_hostile_4g_length(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	size_t n = hello(p);
+	n += hdr(p + n, 2, 4ull << 30);
+	write_all(fd, p, n);
+	/* Served while the hostile frame is being refused. */
+	served(b, ab);
+	pump(b, 100);
+	assert_true(dropped(fd));
+	close(fd);
+	assert_true(log_wait("exceeds the maximum"));
+
+	/* A 4 GiB length as the very first frame is refused too. */
+	fd = raw_connect(ab);
+	n = hdr(p, 1, 4ull << 30);
+	write_all(fd, p, n);
+	assert_true(dropped(fd));
+	close(fd);
+	served(b, ab);
+	zap_close(b);
+}
+
+static void test_hostile_half_frame(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	/* Half a HELLO. */
+	int fd = raw_connect(ab);
+	size_t n = hello(p);
+	write_all(fd, p, n / 2);
+	close(fd);
+	assert_true(log_wait("closed during the handshake"));
+	/* A HELLO and half a data header. */
+	fd = raw_connect(ab);
+	n = hello(p);
+	n += hdr(p + n, 2, 100);
+	write_all(fd, p, n - 8);
+	shutdown(fd, SHUT_WR);
+	pump(b, 100);
+	assert_true(dropped(fd));
+	close(fd);
+	assert_true(log_wait("closed mid-frame"));
+	served(b, ab);
+	zap_close(b);
+}
+
+static void test_hostile_dies_mid_message(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char *p = calloc(1, 200000);
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	size_t n = hello(p);
+	n += hdr(p + n, 2, 1u << 20);
+	write_all(fd, p, n + 150000);
+	shutdown(fd, SHUT_WR);
+	pump(b, 100);
+	assert_true(dropped(fd));
+	close(fd);
+	assert_true(log_wait("closed mid-message"));
+	/* And one that vanishes with a reset, mid-message. */
+	fd = raw_connect(ab);
+	write_all(fd, p, n + 1000);
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+	pump(b, 100);
+	assert_true(log_wait("reset"));
+	served(b, ab);
+	free(p);
+	zap_close(b);
+}
+
+static void test_hostile_idle_1000(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	enum { N = 1000 };
+	int *fds = malloc(N * sizeof(int));
+	struct rlimit rl;
+	(void)state;
+
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < 3 * N && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < 2 * N + 100) {
+		free(fds);
+		zap_close(b);
+		skip();
+	}
+	ep_addr(b, ab);
+	for (int i = 0; i < N; i++)
+		fds[i] = raw_connect(ab);
+	/* Some idle peers completed a HELLO and then sent nothing. */
+	unsigned char p[128];
+	size_t n = hello(p);
+	for (int i = 0; i < 50; i++)
+		write_all(fds[i], p, n);
+	served(b, ab);
+	served(b, ab);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	served(b, ab);
+	free(fds);
+	zap_close(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Environment (read once per process: each case runs in a child)            */
+/* ------------------------------------------------------------------------ */
+
+static int child_main(const char *var)
+{
+	struct zap_transport *t = NULL;
+	zap_set_log_handler(log_capture, NULL);
+	int r = zap_pick("=default", 0, NULL, &t);
+	if (r == -EINVAL && strstr(zap_strerror(r), var))
+		return 0;
+	fprintf(stderr, "%s=%s: pick returned %d (%s)\n", var, getenv(var), r,
+		zap_strerror(r));
+	zap_close(t);
+	return 1;
+}
+
+/* A fresh process (exec, not just fork): the library reads the
+ * environment once per process. */
+static int child_pick(const char *var, const char *val)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		setenv(var, val, 1);
+		execl("/proc/self/exe", "test-tcp", "--child-pick", var, (char *)NULL);
+		_exit(3);
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+}
+
+static void test_env_garbage(void **state)
+{
+	(void)state;
+	assert_int_equal(child_pick("ZAP_LISTEN", "garbage"), 0);
+	assert_int_equal(child_pick("ZAP_LISTEN", "127.0.0.1:notaport"), 0);
+	assert_int_equal(child_pick("ZAP_MAX_MSG_BYTES", "lots"), 0);
+	assert_int_equal(child_pick("ZAP_MAX_MSG_BYTES", "-5"), 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "--child-pick"))
+		return child_main(argv[2]);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_order_100k),
+		cmocka_unit_test(test_eight_senders),
+		cmocka_unit_test(test_reply),
+		cmocka_unit_test(test_wildcard_reply),
+		cmocka_unit_test(test_simultaneous_dial),
+		cmocka_unit_test(test_bidirectional_large),
+		cmocka_unit_test(test_self_send),
+		cmocka_unit_test(test_deadline),
+		cmocka_unit_test(test_cancel_wakes_recv),
+		cmocka_unit_test(test_close_while_blocked),
+		cmocka_unit_test(test_send_deadline),
+		cmocka_unit_test(test_oversize),
+		cmocka_unit_test(test_nothing_listens),
+		cmocka_unit_test(test_ipv6_and_names),
+		cmocka_unit_test(test_hostile_random),
+		cmocka_unit_test(test_hostile_bad_magic_after_hello),
+		cmocka_unit_test(test_hostile_4g_length),
+		cmocka_unit_test(test_hostile_half_frame),
+		cmocka_unit_test(test_hostile_dies_mid_message),
+		cmocka_unit_test(test_hostile_idle_1000),
+		cmocka_unit_test(test_env_garbage),
+	};
+	/* A hang is a failure, not a stuck CI job. */
+	alarm(120);
+	if (getenv("TEST_FILTER"))
+		cmocka_set_test_filter(getenv("TEST_FILTER"));
+	setenv("ZAP_TRANSPORT_QUIET", "1", 1);
+	zap_set_log_handler(log_capture, NULL);
+	return cmocka_run_group_tests_name("plugin-default", tests, NULL, NULL);
+}

@@ -365,6 +365,14 @@ static void load_isolated(int fd, const char *path, const char *name,
 		return;
 	}
 	if (pid == 0) {
+		/* The caller's crash handlers (a test runner's, a crash
+		 * reporter's) must not catch the plugin's crash and carry on
+		 * in this child: die of it, so the parent can name the signal. */
+		static const int crash[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+					     SIGABRT, SIGSYS, SIGTRAP };
+
+		for (size_t i = 0; i < ZAP_ARRAY_SIZE(crash); i++)
+			signal(crash[i], SIG_DFL);
 		close(p[0]);
 		load_candidate(fd, path, name, o);
 		write_all(p[1], o, sizeof(*o));

@@ -485,7 +485,9 @@ struct zap_choice {
 
 /**
  * zap_pick_explain() - decide like zap_pick() without opening anything and
- * without the first-pick log line.
+ * without the first-pick log line. After an isolated scan it answers for a
+ * process that loads the plugins (what a program would get), not for the
+ * calling process, which can only open the built-in default.
  * Return: 0 and @out filled (out->fallback tells whether the request is
  * met); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would, with out->reason set.
  */

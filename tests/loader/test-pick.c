@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Pick suite: every rule of DESIGN.md section 2, against one plugin
+ * directory holding five fixtures (see tests/plugins/meson.build):
+ *
+ *   top 90 OK   broken 80 ERROR   absent 70 NOT_PRESENT
+ *   better 60 OK   good 50 OK   (+ built-in default 0)
+ *
+ * Preference and scan state are per process, so every case runs in a
+ * forked child (harness.h).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define TIMEOUT_MS 20000
+
+static const char *std_dir(void)
+{
+	static const char *const fixtures[] = { "top", "broken", "absent", "better", "good", NULL };
+	static const char *dir;
+
+	if (!dir)
+		dir = th_fixture_dir(fixtures);
+	return dir;
+}
+
+/* Child preamble: the standard directory, log lines captured. */
+static void pick_env(void *arg, bool handler)
+{
+	th_setenv("ZAP_PLUGIN_PATH", arg);
+	th_capture_logs(handler);
+}
+
+static int pick_warns(const char *needle)
+{
+	return th_log_count(ZAP_LOG_WARN, "pick", needle);
+}
+
+static void run(void (*fn)(void *))
+{
+	th_child(fn, (void *)std_dir(), TIMEOUT_MS);
+}
+
+#define PICK_TEST(name)                                                      \
+	static void child_##name(void *arg);                                 \
+	static void test_##name(void **state)                                \
+	{                                                                    \
+		(void)state;                                                 \
+		run(child_##name);                                           \
+	}                                                                    \
+	static void child_##name(void *arg)
+
+/* Empty or auto: the best-ranked transport whose probe succeeded. */
+PICK_TEST(auto_rank)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_PICK("", 0, "top");
+	TH_CHECK_PICK("auto", 0, "top");
+	TH_CHECK_PICK("  AuTo\t", 0, "top");
+	TH_CHECK_INT(zap_pick_explain("", 0, &c), 0);
+	TH_CHECK_STR(c.name, "top");
+	TH_CHECK(!c.fallback);
+	TH_CHECK_INT(pick_warns(""), 0);
+}
+
+/* A name: that transport, even when a better one is available. */
+PICK_TEST(by_name)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_PICK("good", 0, "good");
+	TH_CHECK_PICK("better", 0, "better");
+	TH_CHECK_PICK("default", 0, "default");
+	TH_CHECK_PICK(" GOOD ", 0, "good");
+	TH_CHECK_PICK("\tBetter", ZAP_PICK_STRICT, "better");
+	TH_CHECK_INT(zap_pick_explain("good", 0, &c), 0);
+	TH_CHECK_STR(c.name, "good");
+	TH_CHECK(!c.fallback);
+	TH_CHECK_INT(pick_warns(""), 0);
+}
+
+/* Each pick is a new instance. */
+PICK_TEST(new_instance)
+{
+	struct zap_transport *a = NULL, *b = NULL;
+
+	pick_env(arg, true);
+	TH_CHECK_INT(zap_pick("good", 0, NULL, &a), 0);
+	TH_CHECK_INT(zap_pick("good", 0, NULL, &b), 0);
+	TH_CHECK(a && b && a != b);
+	th_loopback(a);
+	th_loopback(b);
+	zap_close(a);
+	th_loopback(b);
+	zap_close(b);
+}
+
+/*
+ * Unavailable name: fall back to the best available transport ranked
+ * below it (not to "top", which ranks above), with a WARN naming the
+ * request and its reason.
+ */
+PICK_TEST(fallback)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_PICK("absent", 0, "better");
+	TH_CHECK_MSG(pick_warns("absent") >= 1 &&
+			     pick_warns("fixture absent: hardware absent") >= 1,
+		     "no WARN naming 'absent' and its reason");
+	TH_CHECK_PICK("broken", 0, "better");
+	TH_CHECK_MSG(pick_warns("fixture broken: device wedged") >= 1,
+		     "no WARN naming 'broken' and its reason");
+	TH_CHECK_INT(zap_pick_explain("absent", 0, &c), 0);
+	TH_CHECK_STR(c.name, "better");
+	TH_CHECK(c.fallback);
+	TH_CHECK_HAS(c.reason, "absent");
+}
+
+/* The fallback WARN also reaches stderr through the default handler. */
+PICK_TEST(fallback_stderr)
+{
+	pick_env(arg, false);
+	TH_CHECK_PICK("absent", 0, "better");
+	TH_CHECK_MSG(th_count_lines(th_logs(), "zap: WARN: pick: ") == 1,
+		     "expected one 'zap: WARN: pick:' line");
+	TH_CHECK_INT(th_count_lines(th_logs(), "hardware absent") >= 1, 1);
+}
+
+/* Strict: no fallback; the not-available code with the reason. */
+PICK_TEST(strict)
+{
+	struct zap_transport *t = NULL;
+	struct zap_choice c = { .size = sizeof(c) };
+	int err;
+
+	pick_env(arg, true);
+	err = zap_pick("=absent", 0, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK(t == NULL);
+	TH_CHECK_HAS(zap_last_error(), "fixture absent: hardware absent");
+	TH_CHECK_HAS(zap_strerror(err),
+		     "requested transport not available on this host");
+	TH_CHECK_HAS(zap_strerror(err), "fixture absent: hardware absent");
+
+	err = zap_pick("absent", ZAP_PICK_STRICT, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK_HAS(zap_strerror(err), "hardware absent");
+
+	err = zap_pick(" = Broken ", 0, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK_HAS(zap_strerror(err), "fixture broken: device wedged");
+	TH_CHECK(t == NULL);
+
+	TH_CHECK_PICK("=good", 0, "good");
+	TH_CHECK_INT(zap_pick_explain("=absent", 0, &c), ZAP_ENOTAVAIL);
+	TH_CHECK_HAS(c.reason, "hardware absent");
+}
+
+/* "a,b" tries in order; fallback below the lowest-ranked one named. */
+PICK_TEST(list)
+{
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	TH_CHECK_PICK("good,better", 0, "good");
+	TH_CHECK_PICK("better,good", 0, "better");
+	TH_CHECK_PICK("absent,good", 0, "good");
+	TH_CHECK_PICK(" absent , Good ", 0, "good");
+	TH_CHECK_PICK("broken,absent,better", 0, "better");
+	TH_CHECK_PICK("absent,broken", 0, "better");
+	TH_CHECK_MSG(pick_warns("absent") >= 1, "no fallback WARN");
+	TH_CHECK_PICK("=absent,good", 0, "good");
+	err = zap_pick("=absent,broken", 0, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK(t == NULL);
+}
+
+/* "^a,b": the best-ranked transport other than those. */
+PICK_TEST(exclude)
+{
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	TH_CHECK_PICK("^top", 0, "better");
+	TH_CHECK_PICK("^absent", 0, "top");
+	TH_CHECK_PICK("^top,better", 0, "good");
+	TH_CHECK_PICK(" ^ TOP , better ,good", 0, "default");
+	err = zap_pick("^top,better,good,default", 0, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK(t == NULL);
+}
+
+/* Unknown name, not strict: WARN with the closest name, skipped. */
+PICK_TEST(unknown)
+{
+	pick_env(arg, true);
+	TH_CHECK_PICK("godo,good", 0, "good");
+	TH_CHECK_MSG(pick_warns("did you mean 'good'") == 1,
+		     "no WARN suggesting 'good'");
+	TH_CHECK_PICK("bettr,good", 0, "good");
+	TH_CHECK_MSG(pick_warns("did you mean 'better'") == 1,
+		     "no WARN suggesting 'better'");
+	TH_CHECK_PICK("^tpo", 0, "top");
+	TH_CHECK_MSG(pick_warns("did you mean 'top'") == 1,
+		     "no WARN suggesting 'top'");
+}
+
+/* Unknown name, strict: -EINVAL with the suggestion. */
+PICK_TEST(unknown_strict)
+{
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	err = zap_pick("=godo", 0, NULL, &t);
+	TH_CHECK_INT(err, -EINVAL);
+	TH_CHECK(t == NULL);
+	TH_CHECK_HAS(zap_last_error(), "did you mean 'good'");
+	err = zap_pick("defualt", ZAP_PICK_STRICT, NULL, &t);
+	TH_CHECK_INT(err, -EINVAL);
+	TH_CHECK_HAS(zap_last_error(), "did you mean 'default'");
+	TH_CHECK_HAS(zap_strerror(err), "did you mean 'default'");
+}
+
+/* Malformed preferences are -EINVAL, strict or not. */
+PICK_TEST(malformed)
+{
+	static const char *const bad[] = { "dp dk!", "good;better",
+					   "g@@d", NULL };
+	struct zap_transport *t = NULL;
+	int i, err;
+
+	pick_env(arg, true);
+	for (i = 0; bad[i]; i++) {
+		err = zap_pick(bad[i], 0, NULL, &t);
+		TH_CHECK_MSG(err == -EINVAL, "zap_pick(\"%s\") = %d (%s)",
+			     bad[i], err, zap_strerror(err));
+		TH_CHECK(t == NULL);
+	}
+}
+
+/* ZAP_TRANSPORT: used when pref is NULL, read once per process. */
+PICK_TEST(env_once)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	th_setenv("ZAP_TRANSPORT", "good");
+	TH_CHECK_PICK(NULL, 0, "good");
+	th_setenv("ZAP_TRANSPORT", "better");
+	TH_CHECK_PICK(NULL, 0, "good");
+	TH_CHECK_INT(zap_pick_explain(NULL, 0, &c), 0);
+	TH_CHECK_STR(c.name, "good");
+	th_setenv("ZAP_TRANSPORT", NULL);
+	TH_CHECK_PICK(NULL, 0, "good");
+	/* An explicit preference wins over the environment. */
+	TH_CHECK_PICK("better", 0, "better");
+}
+
+/* The environment's "=name" spelling is strict. */
+PICK_TEST(env_strict)
+{
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	th_setenv("ZAP_TRANSPORT", "=absent");
+	err = zap_pick(NULL, 0, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK_HAS(zap_strerror(err),
+		     "requested transport not available on this host");
+	TH_CHECK_HAS(zap_strerror(err), "hardware absent");
+}
+
+/* The environment's plain name falls back with a WARN. */
+PICK_TEST(env_fallback)
+{
+	pick_env(arg, true);
+	th_setenv("ZAP_TRANSPORT", " Absent ");
+	TH_CHECK_PICK(NULL, 0, "better");
+	TH_CHECK_MSG(pick_warns("absent") >= 1, "no fallback WARN");
+}
+
+/* Exactly one INFO line, at the first pick, naming everything. */
+PICK_TEST(info_line)
+{
+	static const char *const names[] = { "top", "broken", "absent",
+					     "better", "good", "default",
+					     "hardware absent",
+					     "device wedged", NULL };
+	const char *logs;
+	int i;
+
+	pick_env(arg, true);
+	TH_CHECK_PICK("better", 0, "better");
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_PICK("absent", 0, "better");
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, NULL, ""), 1);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", ""), 1);
+	logs = th_logs();
+	for (i = 0; names[i]; i++)
+		TH_CHECK_MSG(th_log_count(ZAP_LOG_INFO, "pick", names[i]) == 1,
+			     "the INFO line does not mention '%s'", names[i]);
+	/* It names the winner of that first pick. */
+	TH_CHECK_HAS(logs, "better");
+}
+
+/* The same line through the default stderr handler, at the default level. */
+PICK_TEST(info_line_stderr)
+{
+	pick_env(arg, false);
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_INT(th_count_lines(th_logs(), "zap: INFO: pick: "), 1);
+	TH_CHECK_INT(th_count_lines(th_logs(), "zap: INFO: "), 1);
+	/* The probe ERROR WARN is there too; nothing else. */
+	TH_CHECK_INT(th_count_lines(th_logs(), "zap: ") -
+			     th_count_lines(th_logs(), "zap: WARN: "), 1);
+}
+
+/* zap_pick_explain() never logs the first-pick line, nor consumes it. */
+PICK_TEST(explain_silent)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_INT(zap_pick_explain(NULL, 0, &c), 0);
+	TH_CHECK_STR(c.name, "top");
+	TH_CHECK(c.reason[0] != '\0');
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, NULL, ""), 0);
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", ""), 1);
+}
+
+/* ZAP_TRANSPORT_QUIET=1 silences that line only. */
+PICK_TEST(quiet)
+{
+	pick_env(arg, false);
+	th_setenv("ZAP_TRANSPORT_QUIET", "1");
+	TH_CHECK_PICK("absent", 0, "better");
+	TH_CHECK_INT(th_count_lines(th_logs(), "zap: INFO: "), 0);
+	TH_CHECK_INT(th_count_lines(th_logs(), "zap: WARN: pick: "), 1);
+}
+
+PICK_TEST(quiet_zero)
+{
+	pick_env(arg, true);
+	th_setenv("ZAP_TRANSPORT_QUIET", "0");
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", ""), 1);
+}
+
+/* ZAP_LOG_LEVEL=error silences the line and the warnings. */
+PICK_TEST(level_error)
+{
+	pick_env(arg, false);
+	th_setenv("ZAP_LOG_LEVEL", "error");
+	TH_CHECK_PICK("absent", 0, "better");
+	TH_CHECK_INT(th_count_lines(th_logs(), "zap: "), 0);
+}
+
+/* ZAP_LOG_LEVEL (any case) lets DEBUG lines through. */
+PICK_TEST(level_debug)
+{
+	pick_env(arg, true);
+	th_setenv("ZAP_LOG_LEVEL", "DEBUG");
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK(th_log_count(ZAP_LOG_DEBUG, NULL, "") >= 1);
+}
+
+/* zap_registered(): default + every valid plugin, best rank first. */
+PICK_TEST(registered)
+{
+	static const char *const want[] = { "top", "broken", "absent",
+					    "better", "good", "default" };
+	const char *const *names = NULL, *const *again = NULL;
+	int i, n;
+
+	pick_env(arg, true);
+	n = zap_registered(&names);
+	TH_CHECK_INT(n, 6);
+	for (i = 0; i < n; i++)
+		TH_CHECK_STR(names[i], want[i]);
+	TH_CHECK(names[n] == NULL);
+	TH_CHECK_INT(zap_registered(&again), 6);
+	TH_CHECK(again == names);
+}
+
+/* Bad environment values: -EINVAL naming the variable. */
+struct bad_env {
+	const char *name, *value;
+};
+
+static const struct bad_env bad_envs[] = {
+	{ "ZAP_TRANSPORT", "dp dk!" },
+	{ "ZAP_TRANSPORT_QUIET", "yes" },
+	{ "ZAP_LOG_LEVEL", "loud" },
+	{ "ZAP_MAX_MSG_BYTES", "abc" },
+	{ "ZAP_LISTEN", "nonsense" },
+};
+
+static const struct bad_env *cur_bad_env;
+
+static void child_bad_env(void *arg)
+{
+	const struct bad_env *b = cur_bad_env;
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	th_setenv(b->name, b->value);
+	err = zap_pick(NULL, 0, NULL, &t);
+	TH_CHECK_MSG(err == -EINVAL, "%s=\"%s\": zap_pick() = %d (%s)",
+		     b->name, b->value, err, zap_strerror(err));
+	TH_CHECK(t == NULL);
+	TH_CHECK_HAS(zap_last_error(), b->name);
+	TH_CHECK_HAS(zap_strerror(err), b->name);
+}
+
+static void test_bad_env(void **state)
+{
+	cur_bad_env = *state;
+	run(child_bad_env);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_auto_rank),
+		cmocka_unit_test(test_by_name),
+		cmocka_unit_test(test_new_instance),
+		cmocka_unit_test(test_fallback),
+		cmocka_unit_test(test_fallback_stderr),
+		cmocka_unit_test(test_strict),
+		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_exclude),
+		cmocka_unit_test(test_unknown),
+		cmocka_unit_test(test_unknown_strict),
+		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_env_once),
+		cmocka_unit_test(test_env_strict),
+		cmocka_unit_test(test_env_fallback),
+		cmocka_unit_test(test_info_line),
+		cmocka_unit_test(test_info_line_stderr),
+		cmocka_unit_test(test_explain_silent),
+		cmocka_unit_test(test_quiet),
+		cmocka_unit_test(test_quiet_zero),
+		cmocka_unit_test(test_level_error),
+		cmocka_unit_test(test_level_debug),
+		cmocka_unit_test(test_registered),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[0]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[1]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[2]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[3]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[4]),
+	};
+
+	return cmocka_run_group_tests_name("pick", tests, th_group_setup,
+					   th_group_teardown);
+}

@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * zap-info: text and JSON output, --isolate surviving a crashing and a
+ * hanging probe, and the exit status, run as a separate program against
+ * fixture plugin directories.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+
+#if !defined(ZAP_INFO_PATH) || !defined(PYTHON_PATH) ||                     \
+	!defined(CHECK_JSON_PATH)
+#error "tests/loader/meson.build passes the paths this test needs"
+#endif
+
+#define TIMEOUT_MS 20000
+
+static const char *std_dir(void)
+{
+	static const char *const fixtures[] = { "good", "better", "absent", "broken", NULL };
+	static const char *dir;
+
+	if (!dir)
+		dir = th_fixture_dir(fixtures);
+	return dir;
+}
+
+/* Run zap-info with @args (NULL-terminated) and ZAP_PLUGIN_PATH=@dir. */
+static void zap_info(struct th_proc *p, const char *dir, const char *transport,
+		     const char *const *args)
+{
+	const char *argv[16] = { ZAP_INFO_PATH };
+	char path_env[PATH_MAX + 32], tr_env[256];
+	const char *env[] = { path_env, tr_env, "ZAP_TRANSPORT_QUIET",
+			      "ZAP_LOG_LEVEL", NULL };
+	int i;
+
+	for (i = 0; args && args[i] && i < 14; i++)
+		argv[i + 1] = args[i];
+	snprintf(path_env, sizeof(path_env), "ZAP_PLUGIN_PATH=%s", dir);
+	if (transport)
+		snprintf(tr_env, sizeof(tr_env), "ZAP_TRANSPORT=%s", transport);
+	else
+		snprintf(tr_env, sizeof(tr_env), "ZAP_TRANSPORT");
+	th_spawn(argv, env, TIMEOUT_MS, p);
+}
+
+#define EXPECT_STATUS(p, want)                                                \
+	do {                                                                  \
+		if ((p)->status != (want))                                    \
+			fail_msg("zap-info exited %d, expected %d\nstdout:\n" \
+				 "%s\nstderr:\n%s", (p)->status, want,        \
+				 (p)->out, (p)->err);                         \
+	} while (0)
+
+#define EXPECT_OUT(p, needle)                                                 \
+	do {                                                                  \
+		if (!strstr((p)->out, needle))                                \
+			fail_msg("zap-info output lacks \"%s\":\n%s\n"        \
+				 "stderr:\n%s", needle, (p)->out, (p)->err);  \
+	} while (0)
+
+/* Check JSON text with check-zap-info-json.py and @expect (NULL-ended). */
+static void check_json(const char *json, const char *const *expect)
+{
+	const char *argv[40] = { PYTHON_PATH, CHECK_JSON_PATH };
+	char file[PATH_MAX];
+	const char *dir = th_tmpdir();
+	struct th_proc p;
+	int i;
+
+	th_write(dir, "out.json", json, 0644);
+	argv[2] = th_join(file, sizeof(file), dir, "out.json");
+	for (i = 0; expect[i] && i < 36; i++)
+		argv[i + 3] = expect[i];
+	th_spawn(argv, NULL, TIMEOUT_MS, &p);
+	if (p.status != 0)
+		fail_msg("zap-info --json check failed:\n%s%s", p.out, p.err);
+	th_proc_free(&p);
+}
+
+static void test_text(void **state)
+{
+	const char *dir = std_dir();
+	struct th_proc p;
+	char row[PATH_MAX];
+
+	(void)state;
+	zap_info(&p, dir, NULL, NULL);
+	EXPECT_STATUS(&p, 0);
+	EXPECT_OUT(&p, "plugin directories");
+	EXPECT_OUT(&p, dir);
+	EXPECT_OUT(&p, "ZAP_PLUGIN_PATH");
+	EXPECT_OUT(&p, "built-in");
+	EXPECT_OUT(&p, "(built-in)");
+	/* every candidate, with its state, reason, version and caps */
+	snprintf(row, sizeof(row), "%s/libzap-good.so", dir);
+	EXPECT_OUT(&p, row);
+	EXPECT_OUT(&p, "not present");
+	EXPECT_OUT(&p, "fixture absent: hardware absent");
+	EXPECT_OUT(&p, "fixture broken: device wedged");
+	EXPECT_OUT(&p, "zero-copy");
+	EXPECT_OUT(&p, "max=1M");
+	EXPECT_OUT(&p, "1.0");
+	/* the pick, and why */
+	EXPECT_OUT(&p, "pick: better");
+	EXPECT_OUT(&p, "why:");
+	/* no INFO line: zap-info explains, it does not pick */
+	if (strstr(p.err, "INFO"))
+		fail_msg("zap-info logged an INFO line:\n%s", p.err);
+	th_proc_free(&p);
+}
+
+static void test_verbose(void **state)
+{
+	struct th_proc p;
+	const char *const args[] = { "-v", NULL };
+
+	(void)state;
+	zap_info(&p, std_dir(), NULL, args);
+	EXPECT_STATUS(&p, 0);
+	EXPECT_OUT(&p, "fixture good detail: line one");
+	EXPECT_OUT(&p, "fixture good detail: line two");
+	EXPECT_OUT(&p, "max_msg_size=1048576");
+	EXPECT_OUT(&p, "zero_copy=yes");
+	EXPECT_OUT(&p, "registered: broken absent better good default");
+	th_proc_free(&p);
+}
+
+static void test_json(void **state)
+{
+	static const char *const expect[] = {
+		"isolated=false",
+		"abi.major=1",
+		"directories[0].source=ZAP_PLUGIN_PATH",
+		"directories[0].status=ok",
+		"plugins[0].name=default",
+		"plugins[default].builtin=true",
+		"plugins[default].path=(built-in)",
+		"plugins[default].state=loaded",
+		"plugins[good].state=loaded",
+		"plugins[good].rank=50",
+		"plugins[good].version=1.0",
+		"plugins[good].reason=",
+		"plugins[good].caps.zero_copy=true",
+		"plugins[good].caps.max_msg_size=1048576",
+		"plugins[good].detail~line two",
+		"plugins[better].rank=60",
+		"plugins[absent].state=not present",
+		"plugins[absent].reason=fixture absent: hardware absent",
+		"plugins[broken].state=error",
+		"plugins[broken].reason=fixture broken: device wedged",
+		"registered=broken,absent,better,good,default",
+		"pick.name=better",
+		"pick.source=auto",
+		"pick.request=",
+		"pick.status=ok",
+		"pick.fallback=false",
+		"pick.available=true",
+		"pick.error=0",
+		"exit_status=0",
+		NULL,
+	};
+	const char *const args[] = { "--json", NULL };
+	struct th_proc p;
+
+	(void)state;
+	zap_info(&p, std_dir(), NULL, args);
+	EXPECT_STATUS(&p, 0);
+	check_json(p.out, expect);
+	th_proc_free(&p);
+}
+
+/* Fallback via ZAP_TRANSPORT: exit 1, and the JSON says why. */
+static void test_json_fallback(void **state)
+{
+	static const char *const expect[] = {
+		"pick.name=better", "pick.source=ZAP_TRANSPORT",
+		"pick.request=absent", "pick.status=fallback",
+		"pick.fallback=true", "pick.available=false",
+		"pick.reason~absent", "exit_status=1", NULL,
+	};
+	const char *const args[] = { "-j", NULL };
+	struct th_proc p;
+
+	(void)state;
+	zap_info(&p, std_dir(), "absent", args);
+	EXPECT_STATUS(&p, 1);
+	check_json(p.out, expect);
+	th_proc_free(&p);
+}
+
+/* A path with odd bytes still gives valid JSON. */
+static void test_json_odd_path(void **state)
+{
+	static const char *const expect[] = { "plugins[good].state=loaded",
+					      NULL };
+	const char *const args[] = { "--json", NULL };
+	char dir[PATH_MAX];
+	struct th_proc p;
+
+	(void)state;
+	th_join(dir, sizeof(dir), th_tmpdir(), "q\"uo\\te\t\xff\xc3\xa9");
+	if (mkdir(dir, 0755) != 0)
+		fail_msg("mkdir %s: %s", dir, strerror(errno));
+	th_fixture(dir, "good", NULL);
+	zap_info(&p, dir, NULL, args);
+	EXPECT_STATUS(&p, 0);
+	check_json(p.out, expect);
+	th_proc_free(&p);
+}
+
+struct status_case {
+	const char *env;       /* ZAP_TRANSPORT, or NULL */
+	const char *args[4];
+	int status;
+	const char *needle;    /* in stdout or stderr */
+};
+
+static const struct status_case status_cases[] = {
+	{ NULL, { NULL }, 0, "pick: better" },
+	{ NULL, { "--transport", "good", NULL }, 0, "pick: good" },
+	{ NULL, { "-t", "absent", NULL }, 1, "fallback" },
+	{ NULL, { "--transport", "=absent", NULL }, 1,
+	  "fixture absent: hardware absent" },
+	{ NULL, { "--transport", "^better,good,broken,absent,default", NULL },
+	  1, "not available" },
+	{ "good", { NULL }, 0, "pick: good" },
+	{ "=broken", { NULL }, 1, "device wedged" },
+	{ "absent", { "--transport", "good", NULL }, 0, "pick: good" },
+	{ NULL, { "--transport", "dp dk!", NULL }, 2, "" },
+	{ NULL, { "--transport", "=godo", NULL }, 2, "did you mean 'good'" },
+	{ "dp dk!", { NULL }, 2, "ZAP_TRANSPORT" },
+	{ NULL, { "--bogus", NULL }, 2, "--help" },
+	{ NULL, { "extra", NULL }, 2, "extra" },
+	{ NULL, { "--isolate", "--timeout", "soon", NULL }, 2, "--timeout" },
+	{ NULL, { "--help", NULL }, 0, "Exit status" },
+	{ NULL, { "--version", NULL }, 0, "zap-info" },
+};
+
+static void test_status(void **state)
+{
+	const struct status_case *c = *state;
+	struct th_proc p;
+
+	zap_info(&p, std_dir(), c->env, c->args);
+	if (p.status != c->status || (!strstr(p.out, c->needle) &&
+				      !strstr(p.err, c->needle)))
+		fail_msg("ZAP_TRANSPORT=%s zap-info %s %s: exit %d (expected "
+			 "%d), looking for \"%s\"\nstdout:\n%s\nstderr:\n%s",
+			 c->env ? c->env : "(unset)",
+			 c->args[0] ? c->args[0] : "",
+			 c->args[0] && c->args[1] ? c->args[1] : "",
+			 p.status, c->status, c->needle, p.out, p.err);
+	th_proc_free(&p);
+}
+
+/* --help documents the JSON fields and the exit status. */
+static void test_help(void **state)
+{
+	static const char *const words[] = {
+		"--json", "--isolate", "--timeout", "--transport", "-v",
+		"directories", "plugins", "registered", "pick", "exit_status",
+		"max_msg_size", "fallback", "Exit status", NULL,
+	};
+	const char *const args[] = { "--help", NULL };
+	struct th_proc p;
+	int i;
+
+	(void)state;
+	zap_info(&p, std_dir(), NULL, args);
+	EXPECT_STATUS(&p, 0);
+	for (i = 0; words[i]; i++)
+		EXPECT_OUT(&p, words[i]);
+	th_proc_free(&p);
+}
+
+static const char *isolate_dir(void)
+{
+	static const char *const fixtures[] = { "good", "crash", "hang", NULL };
+	static const char *dir;
+
+	if (!dir)
+		dir = th_fixture_dir(fixtures);
+	return dir;
+}
+
+/* --isolate survives a crashing and a hanging probe and names them. */
+static void test_isolate(void **state)
+{
+	const char *const args[] = { "--isolate", "--timeout", "250", NULL };
+	struct th_proc p;
+
+	(void)state;
+	zap_info(&p, isolate_dir(), NULL, args);
+	EXPECT_STATUS(&p, 0);
+	EXPECT_OUT(&p, "crash");
+	EXPECT_OUT(&p, "probe crashed: signal 11");
+	EXPECT_OUT(&p, "hang");
+	EXPECT_OUT(&p, "probe timed out after 250 ms");
+	EXPECT_OUT(&p, "libzap-good.so");
+	if (p.wall_ms > 5000)
+		fail_msg("zap-info --isolate took %.0f ms", p.wall_ms);
+	th_proc_free(&p);
+}
+
+static void test_isolate_json(void **state)
+{
+	static const char *const expect[] = {
+		"isolated=true",
+		"plugins[crash].state=error",
+		"plugins[crash].reason~probe crashed: signal 11",
+		"plugins[hang].state=error",
+		"plugins[hang].reason~probe timed out after 250 ms",
+		"plugins[good].state=loaded",
+		"plugins[good].rank=50",
+		"exit_status=0",
+		NULL,
+	};
+	const char *const args[] = { "--json", "--isolate", "--timeout",
+				     "250", NULL };
+	struct th_proc p;
+
+	(void)state;
+	zap_info(&p, isolate_dir(), NULL, args);
+	EXPECT_STATUS(&p, 0);
+	check_json(p.out, expect);
+	th_proc_free(&p);
+}
+
+/* A missing plugin directory is reported; default is still the pick. */
+static void test_missing_dir(void **state)
+{
+	char dir[PATH_MAX];
+	struct th_proc p;
+
+	(void)state;
+	th_join(dir, sizeof(dir), th_tmpdir(), "absent-dir");
+	zap_info(&p, dir, NULL, NULL);
+	EXPECT_STATUS(&p, 0);
+	EXPECT_OUT(&p, "missing");
+	EXPECT_OUT(&p, "pick: default");
+	th_proc_free(&p);
+}
+
+/* Fast: the goal is 5 ms; allow slack for loaded CI hosts and sanitizers. */
+static void test_fast(void **state)
+{
+	struct th_proc p;
+	double best = 1e9;
+	int i;
+
+	(void)state;
+	for (i = 0; i < 5; i++) {
+		zap_info(&p, std_dir(), NULL, NULL);
+		EXPECT_STATUS(&p, 0);
+		if (p.wall_ms < best)
+			best = p.wall_ms;
+		th_proc_free(&p);
+	}
+	printf("# zap-info: best of 5 runs %.2f ms (fork+exec included)\n",
+	       best);
+	if (best > 250)
+		fail_msg("zap-info took %.1f ms at best", best);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_text),
+		cmocka_unit_test(test_verbose),
+		cmocka_unit_test(test_json),
+		cmocka_unit_test(test_json_fallback),
+		cmocka_unit_test(test_json_odd_path),
+		cmocka_unit_test(test_help),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[0]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[1]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[2]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[3]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[4]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[5]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[6]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[7]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[8]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[9]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[10]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[11]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[12]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[13]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[14]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[15]),
+		cmocka_unit_test(test_isolate),
+		cmocka_unit_test(test_isolate_json),
+		cmocka_unit_test(test_missing_dir),
+		cmocka_unit_test(test_fast),
+	};
+
+	return cmocka_run_group_tests_name("zap-info", tests, th_group_setup,
+					   th_group_teardown);
+}

@@ -16,6 +16,17 @@ _Static_assert(ZCU_ATTR_CONCURRENT_MANAGED_ACCESS ==
 _Static_assert(ZCU_ATTR_PAGEABLE_USES_HOST_PAGE_TABLES ==
 	       CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, "attr");
 _Static_assert(ZCU_MEM_ATTACH_GLOBAL == CU_MEM_ATTACH_GLOBAL, "attach");
+_Static_assert(ZCU_ATTR_PCI_BUS_ID == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, "attr");
+_Static_assert(ZCU_ATTR_PCI_DEVICE_ID == CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, "attr");
+_Static_assert(ZCU_ATTR_PCI_DOMAIN_ID == CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, "attr");
+_Static_assert(ZCU_ATTR_GPU_DIRECT_RDMA_SUPPORTED ==
+	       CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, "attr");
+_Static_assert(ZCU_ATTR_DMA_BUF_SUPPORTED == CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, "attr");
+_Static_assert(ZCU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD ==
+	       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, "handle type");
+_Static_assert(ZCU_POINTER_ATTRIBUTE_SYNC_MEMOPS == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+	       "pointer attr");
+_Static_assert(sizeof(CUmemRangeHandleType) == sizeof(int), "handle type size");
 _Static_assert(CUDA_ERROR_STUB_LIBRARY == 34 && CUDA_ERROR_NO_DEVICE == 100,
 	       "error table in zap-cuda.c");
 

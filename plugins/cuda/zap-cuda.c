@@ -34,8 +34,21 @@ static void load(void)
 		SYM(CtxPopCurrent, "cuCtxPopCurrent_v2"),
 		SYM(MemAllocManaged, "cuMemAllocManaged"),
 		SYM(MemFree, "cuMemFree_v2"),
-#undef SYM
 	};
+	/* Optional: a driver without them still serves uma (see zap-cuda.h). */
+	static const struct {
+		const char *sym;
+		size_t off;
+	} opt[] = {
+		SYM(MemAlloc, "cuMemAlloc_v2"),
+		SYM(MemcpyDtoD, "cuMemcpyDtoD_v2"),
+		SYM(MemcpyHtoD, "cuMemcpyHtoD_v2"),
+		SYM(MemcpyDtoH, "cuMemcpyDtoH_v2"),
+		SYM(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
+		SYM(DeviceGetPCIBusId, "cuDeviceGetPCIBusId"),
+		SYM(PointerSetAttribute, "cuPointerSetAttribute"),
+	};
+#undef SYM
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 
 	if (!lib) {
@@ -58,6 +71,11 @@ static void load(void)
 			return;
 		}
 		memcpy((char *)&cu + syms[i].off, &fn, sizeof(fn));
+	}
+	for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++) {
+		void *fn = dlsym(lib, opt[i].sym);
+
+		memcpy((char *)&cu + opt[i].off, &fn, sizeof(fn));
 	}
 	cu.lib = lib;
 	load_result = ZAP_PROBE_OK;

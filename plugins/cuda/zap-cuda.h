@@ -25,6 +25,13 @@ typedef struct zcu_ctx_st *zcu_ctx;  /* CUcontext */
 #define ZCU_ATTR_CONCURRENT_MANAGED_ACCESS 89
 #define ZCU_ATTR_PAGEABLE_USES_HOST_PAGE_TABLES 100
 #define ZCU_MEM_ATTACH_GLOBAL 0x1
+#define ZCU_ATTR_PCI_BUS_ID 33
+#define ZCU_ATTR_PCI_DEVICE_ID 34
+#define ZCU_ATTR_PCI_DOMAIN_ID 50
+#define ZCU_ATTR_GPU_DIRECT_RDMA_SUPPORTED 116
+#define ZCU_ATTR_DMA_BUF_SUPPORTED 124
+#define ZCU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1
+#define ZCU_POINTER_ATTRIBUTE_SYNC_MEMOPS 6
 
 struct zcu {
 	void *lib;
@@ -41,6 +48,21 @@ struct zcu {
 	zcu_result (*CtxPopCurrent)(zcu_ctx *c);
 	zcu_result (*MemAllocManaged)(zcu_ptr *p, size_t len, unsigned flags);
 	zcu_result (*MemFree)(zcu_ptr p);
+
+	/*
+	 * Optional entry points, used by gpudirect only: resolved apart from
+	 * the ones above and left NULL when the driver lacks them, so that an
+	 * older driver still passes uma's probe. Check before calling.
+	 */
+	zcu_result (*MemAlloc)(zcu_ptr *p, size_t len);
+	zcu_result (*MemcpyDtoD)(zcu_ptr dst, zcu_ptr src, size_t len);
+	zcu_result (*MemcpyHtoD)(zcu_ptr dst, const void *src, size_t len);
+	zcu_result (*MemcpyDtoH)(void *dst, zcu_ptr src, size_t len);
+	zcu_result (*MemGetHandleForAddressRange)(void *handle, zcu_ptr p,
+						  size_t len, int type,
+						  unsigned long long flags);
+	zcu_result (*DeviceGetPCIBusId)(char *id, int len, zcu_device d);
+	zcu_result (*PointerSetAttribute)(const void *value, int attr, zcu_ptr p);
 };
 
 /** What zcu_open_device() found out. */
@@ -56,7 +78,8 @@ struct zcu_device_info {
 };
 
 /*
- * Load libcuda.so.1 and resolve every entry point above, once per process
+ * Load libcuda.so.1 and resolve every mandatory entry point above (the
+ * optional ones where the driver has them), once per process
  * (later calls return the first outcome). @why gets the reason on failure.
  * Return: ZAP_PROBE_OK; ZAP_PROBE_NOT_PRESENT when the library is absent;
  * ZAP_PROBE_ERROR when it lacks an entry point.

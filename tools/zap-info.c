@@ -164,6 +164,51 @@ static int maxi(int a, int b)
 	return a > b ? a : b;
 }
 
+static void quiet_log(enum zap_log_level level, const char *domain,
+		      const char *msg, void *user)
+{
+}
+
+/*
+ * -v: the buffer pool figures of the transport a pick chooses. That needs
+ * an open instance (pools belong to instances); opening binds a loopback
+ * socket and allocates no pool memory, and is closed at once.
+ */
+static void print_pool(const struct info *in, const struct opts *o)
+{
+	struct zap_attr attr = { .size = sizeof(attr), .listen = "127.0.0.1:0" };
+	struct zap_pool_stats st = { .size = sizeof(st) };
+	struct zap_transport *t;
+	char cap[32], owned[32], used[32], high[32];
+	int rc;
+
+	if (o->isolate || !in->choice.name[0])
+		return;
+	zap_set_log_handler(quiet_log, NULL);
+	rc = zap_pick(in->choice.name, ZAP_PICK_STRICT, &attr, &t);
+	zap_set_log_handler(NULL, NULL);
+	if (rc) {
+		printf("  pool:    (could not open %s: %s)\n", in->choice.name,
+		       zap_strerror(rc));
+		return;
+	}
+	rc = zap_pool_stats(t, &st);
+	if (rc == ZAP_ENOTAVAIL) {
+		printf("  pool:    none (%s uses the caller's memory)\n",
+		       in->choice.name);
+	} else if (rc) {
+		printf("  pool:    (%s)\n", zap_strerror(rc));
+	} else {
+		human_bytes(cap, sizeof(cap), st.cap);
+		human_bytes(owned, sizeof(owned), st.owned);
+		human_bytes(used, sizeof(used), st.in_use);
+		human_bytes(high, sizeof(high), st.high_water);
+		printf("  pool:    cap %s, owned %s, in use %s, high water %s "
+		       "(a fresh instance)\n", cap, owned, used, high);
+	}
+	zap_close(t);
+}
+
 static void print_text(const struct info *in, const struct opts *o)
 {
 	int wname = 4, wstate = 5, wver = 7, wcaps = 4, i;
@@ -235,6 +280,8 @@ static void print_text(const struct info *in, const struct opts *o)
 	printf("  status:  %s\n", in->pick_status);
 	if (in->choice.reason[0])
 		printf("  why:     %s\n", in->choice.reason);
+	if (o->verbose)
+		print_pool(in, o);
 }
 
 /* ---- JSON output ------------------------------------------------------- */

@@ -224,18 +224,35 @@ static void sleep_ms(unsigned ms)
 	nanosleep(&ts, NULL);
 }
 
+/*
+ * A pool whose one 4096-byte buffer is held (*full), and a thread blocked
+ * allocating another, with @x->ctx as its context; returns once it waits.
+ */
+static struct zap_pool *start_blocked(struct counting *c, struct blocked *x,
+				      struct zap_buffer **full, pthread_t *t)
+{
+	struct zap_pool *p = counting_pool(c, 4096, 4096);
+
+	x->p = p;
+	x->len = 4096;
+	assert_int_equal(zap__pool_alloc(p, 4096, NULL, full), 0);
+	assert_int_equal(pthread_create(t, NULL, blocked_alloc, x), 0);
+	for (int i = 0; i < 2000 && stats(p).waits == 0; i++)
+		sleep_ms(1);
+	assert_int_equal(stats(p).waits, 1); /* it is really waiting */
+	return p;
+}
+
 static void test_blocks_until_release(void **state)
 {
 	struct counting c;
-	struct zap_pool *p = counting_pool(&c, 4096, 4096);
-	struct blocked x = { .p = p, .len = 4096 };
+	struct blocked x = { 0 };
 	struct zap_buffer *full;
 	pthread_t t;
+	struct zap_pool *p = start_blocked(&c, &x, &full, &t);
 
-	assert_int_equal(zap__pool_alloc(p, 4096, NULL, &full), 0);
-	assert_int_equal(pthread_create(&t, NULL, blocked_alloc, &x), 0);
 	sleep_ms(100);
-	assert_int_equal(stats(p).waits, 1); /* it is really waiting */
+	assert_int_equal(stats(p).waits, 1); /* still waiting */
 	zap_buffer_release(full);
 	pthread_join(t, NULL);
 	assert_int_equal(x.rc, 0);
@@ -271,15 +288,13 @@ static void test_deadline_expires(void **state)
 static void test_cancel_wakes(void **state)
 {
 	struct counting c;
-	struct zap_pool *p = counting_pool(&c, 4096, 4096);
-	struct blocked x = { .p = p, .len = 4096 };
+	struct blocked x = { 0 };
 	struct zap_buffer *full;
+	struct zap_pool *p;
 	pthread_t t;
 
-	assert_int_equal(zap__pool_alloc(p, 4096, NULL, &full), 0);
 	assert_int_equal(zap_ctx_new(&x.ctx), 0);
-	assert_int_equal(pthread_create(&t, NULL, blocked_alloc, &x), 0);
-	sleep_ms(50);
+	p = start_blocked(&c, &x, &full, &t);
 	zap_ctx_cancel(x.ctx);
 	pthread_join(t, NULL);
 	assert_int_equal(x.rc, -ECANCELED);
@@ -340,14 +355,11 @@ static void test_close_with_outstanding(void **state)
 static void test_close_wakes_waiter(void **state)
 {
 	struct counting c;
-	struct zap_pool *p = counting_pool(&c, 4096, 4096);
-	struct blocked x = { .p = p, .len = 4096 };
+	struct blocked x = { 0 };
 	struct zap_buffer *full;
 	pthread_t t;
+	struct zap_pool *p = start_blocked(&c, &x, &full, &t);
 
-	assert_int_equal(zap__pool_alloc(p, 4096, NULL, &full), 0);
-	assert_int_equal(pthread_create(&t, NULL, blocked_alloc, &x), 0);
-	sleep_ms(50);
 	zap__pool_close(p);
 	pthread_join(t, NULL);
 	assert_int_equal(x.rc, -ESHUTDOWN);

@@ -609,7 +609,8 @@ static void scan_dir(const char *dir, const char *source)
 		files[nfiles++] = xstrdup(e->d_name);
 	}
 	/* Sorted, so that the report and tie-breaks are reproducible. */
-	qsort(files, nfiles, sizeof(*files), cmp_str);
+	if (nfiles) /* qsort(NULL, 0, ...) is undefined */
+		qsort(files, nfiles, sizeof(*files), cmp_str);
 	for (size_t i = 0; i < nfiles; i++) {
 		char name[ZAP_NAME_MAX];
 

@@ -10,15 +10,8 @@
 
 #include "zap-private.h"
 
-#define MAX_NAMES 16
+#define MAX_NAMES ZAP_PREF_MAX_NAMES
 #define MAX_CANDS 64
-
-struct pref {
-	bool strict;
-	bool exclude;  /* "^a,b": everything but these */
-	size_t n;      /* 0: auto */
-	char names[MAX_NAMES][ZAP_NAME_MAX];
-};
 
 struct plan {
 	const struct zap_prec *cand[MAX_CANDS];
@@ -29,7 +22,7 @@ struct plan {
 	char how[128];        /* how the list was made, for the summary */
 };
 
-static int parse_pref(const char *src, const char *origin, struct pref *p)
+int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p)
 {
 	char buf[256];
 	char *s, *end, *save = NULL;
@@ -161,7 +154,7 @@ static bool in_plan(const struct plan *pl, const struct zap_prec *r)
 	return false;
 }
 
-static bool excluded(const struct pref *p, const char *name)
+static bool excluded(const struct zap_pref *p, const char *name)
 {
 	for (size_t i = 0; p->exclude && i < p->n; i++)
 		if (!strcmp(p->names[i], name))
@@ -170,7 +163,7 @@ static bool excluded(const struct pref *p, const char *name)
 }
 
 /* Append every available transport ranked below @below, best first. */
-static void add_by_rank(struct plan *pl, const struct pref *p, long below)
+static void add_by_rank(struct plan *pl, const struct zap_pref *p, long below)
 {
 	const struct zap_prec *recs;
 	size_t n;
@@ -212,7 +205,7 @@ static void append(char *buf, size_t len, const char *fmt, ...)
  * Turn a preference into candidates. @warn: log WARNs for unknown names
  * (a real pick does; zap_pick_explain() does not).
  */
-static int make_plan(const struct pref *p, bool strict, bool warn, struct plan *pl)
+static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct plan *pl)
 {
 	long lowest = 0;
 	bool known = false;
@@ -283,12 +276,12 @@ static int plan_for(const char *pref, unsigned flags, bool warn, struct plan *pl
 {
 	const struct zap_config *cfg = zap__config();
 	const char *src = pref ? pref : (cfg->transport ? cfg->transport : "");
-	struct pref p;
+	struct zap_pref p;
 	int rc;
 
 	if (flags & ~ZAP_PICK_STRICT)
 		return zap__fail(-EINVAL, "unknown pick flags 0x%x", flags);
-	rc = parse_pref(src, pref ? "preference" : "ZAP_TRANSPORT", &p);
+	rc = zap__parse_pref(src, pref ? "preference" : "ZAP_TRANSPORT", &p);
 	if (rc)
 		return rc;
 	*strict = p.strict || (flags & ZAP_PICK_STRICT);
@@ -381,7 +374,8 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 
 		snprintf(reason, sizeof(reason), "%s", zap_last_error());
 		first_pick_summary("none", reason);
-		zap__log(ZAP_LOG_ERROR, "pick", "%s", reason);
+		/* The caller gets the reason too; a WARN keeps it visible. */
+		zap__log(ZAP_LOG_WARN, "pick", "%s", reason);
 		return zap__fail(rc, "%s", reason);
 	}
 	for (size_t i = 0; i < pl.n; i++) {

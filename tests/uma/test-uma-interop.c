@@ -43,7 +43,7 @@ int main(void)
 	struct zap_caps caps = { .size = sizeof(caps) };
 	struct zap_pool_stats st = { .size = sizeof(st) };
 	char uma_addr[ZAP_PEER_MAX], def_addr[ZAP_PEER_MAX];
-	unsigned char *buf = malloc(16 << 20);
+	unsigned char *buf;
 	struct zap_buffer *b;
 	struct zap_msg *m;
 	int rc;
@@ -55,6 +55,8 @@ int main(void)
 		return 77;
 	}
 	CHECK(rc == 0);
+	buf = malloc(16 << 20);
+	CHECK(buf != NULL);
 	CHECK(zap_pick("=default", 0, &attr, &def) == 0);
 	CHECK(zap_transport_address(uma, uma_addr, sizeof(uma_addr)) == 0);
 	CHECK(zap_transport_address(def, def_addr, sizeof(def_addr)) == 0);

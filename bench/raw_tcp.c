@@ -8,6 +8,10 @@
  *   raw_tcp client HOST:PORT [--sizes LIST] [--iters N] [--bytes N] [--json]
  *   raw_tcp --loopback [--cpus S,C] [...]   (forks the server)
  *
+ * --spin: receive with MSG_DONTWAIT in a loop instead of blocking (both
+ * sides), the busy-polling counterpart of the blocking baseline; for
+ * information next to ZAP_TCP_SPIN_US, not the baseline itself.
+ *
  * Tests mirror zap-perf: "lat" (ping-pong of SIZE bytes, one-way = RTT/2)
  * and "bw" (stream COUNT messages of SIZE bytes, one 1-byte ack at the
  * end). Output: zap-perf's table or JSON layout.
@@ -35,6 +39,8 @@ struct ctl {
 	uint64_t count;
 };
 
+static bool spin; /* --spin: busy-poll receives */
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -46,9 +52,10 @@ static void io_all(int fd, void *p, size_t n, bool wr)
 {
 	char *c = p;
 	while (n) {
-		ssize_t k = wr ? send(fd, c, n, MSG_NOSIGNAL) : recv(fd, c, n, 0);
+		ssize_t k = wr ? send(fd, c, n, MSG_NOSIGNAL)
+			       : recv(fd, c, n, spin ? MSG_DONTWAIT : 0);
 		if (k <= 0) {
-			if (k < 0 && errno == EINTR)
+			if (k < 0 && (errno == EINTR || (!wr && errno == EAGAIN)))
 				continue;
 			fprintf(stderr, "raw_tcp: %s: %s\n", wr ? "send" : "recv",
 				k ? strerror(errno) : "peer closed");
@@ -196,20 +203,24 @@ static int run_client(int fd, const char *sizes, long iters, uint64_t bytes,
 			long warm = 100;
 			struct ctl c = {1, 0, size, (uint64_t)(n + warm)};
 			uint64_t *rtt = malloc((size_t)n * sizeof(*rtt));
+			double sum = 0;
 			io_all(fd, &c, sizeof(c), true);
 			for (long i = 0; i < n + warm; i++) {
 				uint64_t t0 = now_ns();
 				io_all(fd, buf, size, true);
 				io_all(fd, buf, size, false);
-				if (i >= warm)
+				if (i >= warm) {
 					rtt[i - warm] = now_ns() - t0;
+					sum += (double)rtt[i - warm];
+				}
 			}
 			qsort(rtt, (size_t)n, sizeof(*rtt), cmp);
 			double mn = rtt[0] / 2000.0, md = rtt[n / 2] / 2000.0,
-			       p99 = rtt[(long)((n - 1) * 0.99)] / 2000.0;
+			       p99 = rtt[(long)((n - 1) * 0.99)] / 2000.0,
+			       avg = sum / (double)n / 2000.0;
 			if (json)
-				printf("%s{\"test\":\"latency\",\"size\":%zu,\"count\":%ld,\"min_us\":%.3f,\"median_us\":%.3f,\"p99_us\":%.3f}",
-				       first ? "" : ",", size, n, mn, md, p99);
+				printf("%s{\"test\":\"latency\",\"size\":%zu,\"count\":%ld,\"min_us\":%.3f,\"median_us\":%.3f,\"p99_us\":%.3f,\"avg_us\":%.3f}",
+				       first ? "" : ",", size, n, mn, md, p99, avg);
 			else
 				printf("%-10s %10zu %9ld %10.2f %10.2f %10.2f %11s\n", "latency",
 				       size, n, mn, md, p99, "-");
@@ -263,6 +274,8 @@ int main(int argc, char **argv)
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--json")) {
 			json = true;
+		} else if (!strcmp(a, "--spin")) {
+			spin = true;
 		} else if (!strcmp(a, "--loopback")) {
 			loop = true;
 		} else if (!strcmp(a, "--sizes") && v) {
@@ -285,7 +298,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: raw_tcp server PORT | client HOST:PORT | --loopback\n"
 				"  [--sizes LIST] [--iters N] [--bytes N] [--tests lat,bw]\n"
-				"  [--cpus S,C] [--json]\n");
+				"  [--cpus S,C] [--spin] [--json]\n");
 			return !strcmp(a, "-h") || !strcmp(a, "--help") ? 0 : 2;
 		}
 	}

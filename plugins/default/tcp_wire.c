@@ -15,6 +15,11 @@
  * or because someone else leads), so two peers sending large messages to
  * each other cannot deadlock.
  *
+ * With ZAP_TCP_SPIN_US set, the leader busy-polls its set (poll() with
+ * timeout 0) for up to that long before blocking, trading a CPU core for
+ * the kernel's sleep/wake-up on every message (see wire_poll()). Followers
+ * still sleep: at most one thread per endpoint spins.
+ *
  * One small thread does handshakes only: it accepts, reads the peer's HELLO
  * (with a deadline, so idle or hostile connections cannot hold anything up),
  * registers the connection and answers with our HELLO. Registering before
@@ -67,6 +72,8 @@
 #define TCP_HS_TIMEOUT_MS 10000
 #define TCP_PENDING_MAX 4096
 #define TCP_ALLOC_RETRY_MS 5
+#define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
+#define TCP_SPIN_MAX_US 1000000u
 
 struct tcp_peer;
 
@@ -145,6 +152,7 @@ struct tcp_wire {
 	int kick_fd;             /* wakes the leader; drained by it */
 	int stop_fd;             /* readable once shut down; never drained */
 	atomic_bool shut;
+	unsigned spin_us;        /* ZAP_TCP_SPIN_US, read at open; 0: never spin */
 	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
 
@@ -179,6 +187,13 @@ static uint64_t now_ms(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static uint64_t rand64(void)
@@ -1040,6 +1055,55 @@ static int ms_min(int a, int b)
 }
 
 /*
+ * poll(pfd, n, timeout), except that with spinning on (ZAP_TCP_SPIN_US)
+ * and a non-zero timeout the leader first busy-waits for up to w->spin_us
+ * by re-polling the same set with timeout 0. The set holds the kick and
+ * stop eventfds, every waiter's ctx fd and POLLOUT interest and every
+ * connection, so a message, a kick, a cancel or zap_close() ends the spin
+ * at the next round, exactly as it would end the blocking poll(); shutdown
+ * and the ctx (its deadline has no fd) are also checked between rounds.
+ * Only then does the leader block for the rest of @timeout.
+ *
+ * @spin false: block at once. A leader that is a sender waiting for room
+ * on a full socket does not spin: its wait is bandwidth-bound, and when it
+ * spun, it refilled the socket in small slivers as soon as any room
+ * appeared: 1 MiB streaming between two spinning endpoints fell to
+ * 2.3-2.9 GB/s here, against 5.4-6.3 with only receives spinning and
+ * 3.0-4.1 blocking.
+ *
+ * Measured here (bench/spin_methods.c, 64 B ping-pong on two cores), a
+ * poll(…, 0) round costs about 0.4 us and picks a message up as fast as a
+ * non-blocking read() loop on the connection, and faster than
+ * epoll_wait(…, 0) followed by the read; it needs no second fd set and
+ * covers every fd each round, so it is what spinning uses.
+ */
+static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n,
+		     int timeout, bool spin, struct zap_ctx *ctx)
+{
+	if (!spin || !w->spin_us || timeout == 0)
+		return poll(pfd, n, timeout);
+
+	uint64_t t0 = now_ns(), now = t0;
+	uint64_t end = t0 + (uint64_t)w->spin_us * 1000u;
+	if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)
+		end = t0 + (uint64_t)timeout * 1000000u;
+	while (now < end) {
+		int r = poll(pfd, n, 0);
+		if (r)
+			return r;
+		if (atomic_load(&w->shut) || w->host->ctx_err(ctx))
+			return 0; /* wait_check() in the caller reports it */
+		now = now_ns();
+	}
+	if (timeout > 0) {
+		uint64_t spent_ms = (now - t0) / 1000000u;
+		timeout = spent_ms >= (uint64_t)timeout ? 0
+							: timeout - (int)spent_ms;
+	}
+	return poll(pfd, n, timeout);
+}
+
+/*
  * One round as leader: poll everything, read what is ready, queue the
  * messages. Called and returns with w->mu held; drops it around poll and
  * reads. @me->out_fd is our own POLLOUT interest (or -1).
@@ -1121,7 +1185,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 
 	pthread_mutex_unlock(&w->mu);
 
-	int r = poll(pfd, n, timeout);
+	int r = wire_poll(w, pfd, n, timeout, me->out_fd < 0, ctx);
 	if (r < 0 && errno != EINTR) {
 		err = -errno;
 		r = 0;
@@ -1719,6 +1783,32 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	return 0;
 }
 
+/* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping; plain
+ * decimal, 0..TCP_SPIN_MAX_US, unset or empty = 0. */
+static int spin_setting(const struct zap_host *host, const char *dom,
+			unsigned *out)
+{
+	const char *v = getenv(TCP_SPIN_ENV);
+	unsigned long n = 0;
+
+	*out = 0;
+	if (!v || !*v)
+		return 0;
+	for (const char *p = v; *p; p++) {
+		if (*p < '0' || *p > '9' || n > TCP_SPIN_MAX_US)
+			return host->fail(-EINVAL,
+					  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
+					  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
+		n = n * 10 + (unsigned long)(*p - '0');
+	}
+	if (n > TCP_SPIN_MAX_US)
+		return host->fail(-EINVAL,
+				  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
+				  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
+	*out = (unsigned)n;
+	return 0;
+}
+
 int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 {
 	const struct zap_host *host = args->host;
@@ -1740,6 +1830,10 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&w->cond, &ca);
 	pthread_condattr_destroy(&ca);
+
+	r = spin_setting(host, w->dom, &w->spin_us);
+	if (r)
+		goto fail;
 
 	w->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

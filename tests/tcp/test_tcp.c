@@ -465,7 +465,8 @@ static void test_simultaneous_dial(void **state)
 		/* The loser (if both dialed) is retired: let both sides see
 		 * its end, then one connection must remain, which both use. */
 		int links = -1;
-		for (int i = 0; i < 50 && links != 1; i++) {
+		/* Generous: sanitizers and a busy 2-core host slow the retire. */
+		for (int i = 0; i < 400 && links != 1; i++) {
 			pump(a, 5);
 			pump(b, 5);
 			links = tcp_links(port_of(aa), port_of(ab));
@@ -593,31 +594,40 @@ static void *blocked_recv(void *p)
 	return NULL;
 }
 
+/* Three blocked receivers (one leads the polling, two follow) share a
+ * ctx; @settle_us after they start, one cancel must wake all three within
+ * @prompt_ns. */
+static void cancel_wakes_three(struct zap_transport *a, unsigned settle_us,
+			       uint64_t prompt_ns)
+{
+	struct block_arg ba[3] = {{.t = a}};
+	pthread_t th[3];
+
+	assert_int_equal(zap_ctx_new(&ba[0].ctx), 0);
+	ba[1] = ba[2] = ba[0];
+	for (int i = 0; i < 3; i++)
+		pthread_create(&th[i], NULL, blocked_recv, &ba[i]);
+	usleep(settle_us);
+	uint64_t t0 = now_ns();
+	zap_ctx_cancel(ba[0].ctx);
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ba[i].rc, -ECANCELED);
+		if (ba[i].done_ns - t0 >= prompt_ns)
+			fprintf(stderr, "receiver %d woke %.1f ms after the cancel\n",
+				i, (double)(ba[i].done_ns - t0) / 1e6);
+		assert_true(ba[i].done_ns - t0 < prompt_ns);
+	}
+	zap_ctx_free(ba[0].ctx);
+}
+
 static void test_cancel_wakes_recv(void **state)
 {
 	struct zap_transport *a = ep_open();
-	struct block_arg ba = {.t = a};
-	pthread_t th[3];
-	struct block_arg more[2];
 	(void)state;
 
-	/* Three blocked receivers (one leads the polling, two follow) all
-	 * share the ctx; one cancel wakes them all. */
-	assert_int_equal(zap_ctx_new(&ba.ctx), 0);
-	more[0] = more[1] = ba;
-	pthread_create(&th[0], NULL, blocked_recv, &ba);
-	pthread_create(&th[1], NULL, blocked_recv, &more[0]);
-	pthread_create(&th[2], NULL, blocked_recv, &more[1]);
-	usleep(100000);
-	uint64_t t0 = now_ns();
-	zap_ctx_cancel(ba.ctx);
-	for (int i = 0; i < 3; i++)
-		pthread_join(th[i], NULL);
-	assert_int_equal(ba.rc, -ECANCELED);
-	assert_int_equal(more[0].rc, -ECANCELED);
-	assert_int_equal(more[1].rc, -ECANCELED);
-	assert_true(ba.done_ns - t0 < 500 * 1000000ull);
-	zap_ctx_free(ba.ctx);
+	cancel_wakes_three(a, 100000, 500 * 1000000ull);
 	zap_close(a);
 }
 
@@ -1034,6 +1044,137 @@ static void test_env_garbage(void **state)
 	assert_int_equal(child_pick("ZAP_LISTEN", "127.0.0.1:notaport"), 0);
 	assert_int_equal(child_pick("ZAP_MAX_MSG_BYTES", "lots"), 0);
 	assert_int_equal(child_pick("ZAP_MAX_MSG_BYTES", "-5"), 0);
+	/* Spinning: plain microseconds, 0..1000000, no suffixes. */
+	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "lots"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "-1"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "1000001"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "99999999999999999999999"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "200us"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", " 200"), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spinning (ZAP_TCP_SPIN_US, read when an endpoint opens)                   */
+/* ------------------------------------------------------------------------ */
+
+static struct zap_transport *ep_open_spin(const char *us)
+{
+	setenv("ZAP_TCP_SPIN_US", us, 1);
+	struct zap_transport *t = ep_open();
+	unsetenv("ZAP_TCP_SPIN_US");
+	return t;
+}
+
+struct echo_arg {
+	struct zap_transport *t;
+	int n;
+};
+
+static void *echo_n(void *p)
+{
+	struct echo_arg *a = p;
+	for (int i = 0; i < a->n; i++) {
+		struct zap_msg *m = recv_ok(a->t);
+		send_ok(a->t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m));
+		zap_msg_release(m);
+	}
+	return NULL;
+}
+
+static void test_spin_pingpong(void **state)
+{
+	struct zap_transport *a = ep_open_spin("200"), *b = ep_open_spin("200");
+	struct echo_arg ea = {.t = b, .n = 2000};
+	char ab[ZAP_PEER_MAX];
+	unsigned char buf[64];
+	pthread_t th;
+	(void)state;
+
+	ep_addr(b, ab);
+	pthread_create(&th, NULL, echo_n, &ea);
+	for (int i = 0; i < ea.n; i++) {
+		fill(buf, sizeof(buf), (uint32_t)i);
+		send_ok(a, ab, buf, sizeof(buf));
+		struct zap_msg *m = recv_ok(a);
+		assert_int_equal(zap_msg_len(m), sizeof(buf));
+		assert_memory_equal(zap_msg_data(m), buf, sizeof(buf));
+		zap_msg_release(m);
+	}
+	/* A 1 MiB message through spinning ends (a sender on a full socket
+	 * may be the one spinning). */
+	unsigned char *big = malloc(1u << 20);
+	fill(big, 1u << 20, 7);
+	ea.n = 1;
+	pthread_join(th, NULL);
+	pthread_create(&th, NULL, echo_n, &ea);
+	send_ok(a, ab, big, 1u << 20);
+	struct zap_msg *m = recv_ok(a);
+	assert_int_equal(zap_msg_len(m), 1u << 20);
+	assert_memory_equal(zap_msg_data(m), big, 1u << 20);
+	zap_msg_release(m);
+	pthread_join(th, NULL);
+	free(big);
+	zap_close(a);
+	zap_close(b);
+}
+
+/* With a spin longer than the test, the blocked receivers are still
+ * spinning when the cancel, the deadline or the close comes: each must
+ * end the spin promptly, not after it. */
+#define SPIN_LONG "1000000"
+#define PROMPT_NS (100 * 1000000ull)
+
+static void test_spin_cancel_deadline_close(void **state)
+{
+	struct zap_transport *a = ep_open_spin(SPIN_LONG);
+	struct block_arg ba;
+	pthread_t th[2];
+	uint64_t t0;
+	(void)state;
+
+	/* Cancel: one receiver leads (spins), two follow; all wake. */
+	cancel_wakes_three(a, 50000, PROMPT_NS);
+
+	/* Deadline: 50 ms into a 1 s spin. */
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	assert_int_equal(zap_ctx_set_timeout(ctx, 50 * 1000000ull), 0);
+	t0 = now_ns();
+	assert_int_equal(zap_recv(a, ctx, &m), -ETIMEDOUT);
+	uint64_t dt = now_ns() - t0;
+	if (dt >= 50 * 1000000ull + PROMPT_NS)
+		fprintf(stderr, "deadline of 50 ms took %.1f ms\n", (double)dt / 1e6);
+	assert_true(dt >= 45 * 1000000ull);
+	assert_true(dt < 50 * 1000000ull + PROMPT_NS);
+	assert_null(m);
+	zap_ctx_free(ctx);
+
+	/* A message still ends the spin at once. */
+	char aa[ZAP_PEER_MAX];
+	ep_addr(a, aa);
+	ba = (struct block_arg){.t = a, .rc = 1};
+	pthread_create(&th[0], NULL, blocked_recv, &ba);
+	usleep(50000);
+	t0 = now_ns();
+	send_ok(a, aa, "x", 1);
+	pthread_join(th[0], NULL);
+	assert_int_equal(ba.rc, 0);
+	assert_true(ba.done_ns - t0 < PROMPT_NS);
+
+	/* Close wakes a spinning receiver and a follower. */
+	struct block_arg cb[2] = {{.t = a}, {.t = a}};
+	pthread_create(&th[0], NULL, blocked_recv, &cb[0]);
+	pthread_create(&th[1], NULL, blocked_recv, &cb[1]);
+	usleep(50000);
+	t0 = now_ns();
+	zap_close(a);
+	pthread_join(th[0], NULL);
+	pthread_join(th[1], NULL);
+	assert_int_equal(cb[0].rc, -ESHUTDOWN);
+	assert_int_equal(cb[1].rc, -ESHUTDOWN);
+	assert_true(cb[0].done_ns - t0 < PROMPT_NS);
+	assert_true(cb[1].done_ns - t0 < PROMPT_NS);
 }
 
 int main(int argc, char **argv)
@@ -1063,6 +1204,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_hostile_dies_mid_message),
 		cmocka_unit_test(test_hostile_idle_1000),
 		cmocka_unit_test(test_env_garbage),
+		cmocka_unit_test(test_spin_pingpong),
+		cmocka_unit_test(test_spin_cancel_deadline_close),
 	};
 	/* A hang is a failure, not a stuck CI job. */
 	alarm(120);

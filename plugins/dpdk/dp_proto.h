@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The dpdk transport's reliability protocol, separate from all rte_* I/O so
+ * that it runs in unit tests over a simulated link and can be fed hostile
+ * frames directly.
+ *
+ * Per peer (IPv4 address and UDP port) there is one send stream and one
+ * receive stream. A message is split into frames of at most payload_max
+ * bytes, each carrying a 24-byte header (below, network byte order). Frames
+ * have consecutive 32-bit sequence numbers per stream; the receiver delivers
+ * them in order, keeps frames that arrive early (up to DP_WIN_MAX ahead),
+ * suppresses duplicates and acknowledges with the next sequence number it
+ * expects plus a bitmap of the DP_WIN_MAX frames after it that it already
+ * holds.
+ * The sender keeps at most `window` unacknowledged frames, retransmits a
+ * frame when its timeout passes or when the bitmap shows a hole, and gives
+ * the peer up (-ECONNRESET) when nothing is acknowledged for peer_timeout.
+ *
+ *   off size field
+ *    0  2   magic 0x5a50 ("ZP")
+ *    2  1   version (1)
+ *    3  1   type: 1 DATA, 2 ACK
+ *    4  1   flags (DATA): 1 FIRST fragment, 2 LAST fragment
+ *    5  3   reserved, 0
+ *    8  4   conn: the sender's stream id (DATA) / the acknowledged one (ACK)
+ *   12  4   seq: the frame's number (DATA) / next expected (ACK)
+ *   16  4   msg_len (DATA): the whole message's length
+ *   20  4   offset  (DATA): this fragment's offset in the message
+ *   16  32  sack    (ACK): bit i (byte i/8, bit i%8) set: frame seq+1+i is
+ *                   held; an ACK frame is DP_ACK_LEN bytes
+ *
+ * A stream id is random and fresh whenever a sender (re)starts a stream
+ * (first contact, after giving the peer up, or after peer_timeout of
+ * silence, since receivers forget peers idle for twice that), and streams
+ * start at seq 0. A receiver adopts a new stream only at its seq 0, so a
+ * restarted or forgotten peer never has its frames mistaken for old ones.
+ *
+ * Memory a peer can make the receiver hold is bounded: at most max_peers
+ * peers, DP_WIN_MAX early frames each, partial messages that grow only with
+ * in-order data actually received, within reasm_cap bytes in all, and
+ * dropped after peer_timeout without progress.
+ *
+ * Not thread-safe: the caller serialises every call on one instance.
+ */
+#ifndef DP_PROTO_H
+#define DP_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DP_WIN_MAX 256
+#define DP_HDR_LEN 24
+#define DP_ACK_LEN 48
+#define DP_MAGIC 0x5a50
+#define DP_VERSION 1
+#define DP_T_DATA 1
+#define DP_T_ACK 2
+#define DP_F_FIRST 0x1
+#define DP_F_LAST 0x2
+
+struct dp_addr {
+	uint32_t ip;
+	uint16_t port;
+};
+
+struct dp_proto_cfg {
+	uint32_t payload_max;     /* message bytes per DATA frame */
+	uint32_t window;          /* unacknowledged frames per peer, <= DP_WIN_MAX */
+	uint64_t max_msg;         /* largest message accepted (<= UINT32_MAX) */
+	uint64_t rto_min_ns, rto_max_ns;
+	uint64_t peer_timeout_ns; /* no progress for this long: give up */
+	uint32_t max_peers;
+	uint64_t reasm_cap;       /* bytes of partial messages, all peers */
+	uint64_t seed;            /* for stream ids */
+};
+
+/* How the protocol reaches frames and the application (the I/O layer). */
+struct dp_proto_ops {
+	void *user;
+	/* A frame with room for @len transport bytes (header + payload) at
+	 * *@buf; NULL when none is free right now. */
+	void *(*frame_alloc)(void *user, size_t len, uint8_t **buf);
+	void (*frame_free)(void *user, void *frame);
+	/* Put a frame on the wire (again). Does not consume it: the
+	 * protocol frees it when acknowledged (or right after, for ACKs). */
+	void (*frame_xmit)(void *user, struct dp_addr to, void *frame, size_t len);
+	/* A whole message. Either @frame (a single-frame message whose bytes
+	 * lie in the frame) or @heap (malloc'ed, holds the bytes) is set; the
+	 * callee owns it. */
+	void (*deliver)(void *user, struct dp_addr from, void *frame, void *heap,
+			const void *data, size_t len);
+};
+
+struct dp_stats {
+	uint32_t peers;
+	uint32_t early_frames;    /* held out of order */
+	uint32_t unacked_frames;  /* held for retransmission */
+	uint64_t reasm_bytes;     /* held by partial messages */
+	uint64_t delivered, retransmits, dups, dropped, acks_sent;
+	uint64_t partials_dropped, peers_reset;
+};
+
+struct dp_proto;
+struct dp_peer;
+
+/* One message being sent (see dp_send_begin()). */
+struct dp_send {
+	struct dp_peer *peer;
+	uint32_t conn;
+	uint64_t off, len;
+	bool started;
+};
+
+int dp_proto_new(const struct dp_proto_cfg *cfg, const struct dp_proto_ops *ops,
+		 struct dp_proto **out);
+/* Frees every frame and partial message it holds. Accepts NULL. */
+void dp_proto_free(struct dp_proto *p);
+
+/*
+ * Start sending a message of @len bytes to @to. One message per peer at a
+ * time, so its fragments stay contiguous: -EBUSY while another is under
+ * way (wait and retry); -EAGAIN when the peer table is full of live peers;
+ * -EMSGSIZE above max_msg; -ENOMEM.
+ */
+int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len,
+		  struct dp_send *s, uint64_t now);
+/*
+ * Send as many fragments of @buf as the window and frame supply allow.
+ * Return 1 when the last fragment is out, 0 when it must wait (poll for
+ * acknowledgements, then call again), -ECONNRESET when the peer was given
+ * up meanwhile.
+ */
+int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
+		 uint64_t now);
+/* Finish (or abandon) @s. An abandoned message is discarded by the
+ * receiver when the next one to it starts. */
+void dp_send_end(struct dp_proto *p, struct dp_send *s);
+
+/* One received UDP payload from @from. Takes @frame (freed or delivered). */
+void dp_input(struct dp_proto *p, struct dp_addr from, void *frame,
+	      const uint8_t *b, size_t len, uint64_t now);
+/* Send the acknowledgements due (call after a batch of dp_input()). */
+void dp_flush_acks(struct dp_proto *p);
+/* Retransmit, give up silent peers, drop stale partial messages, forget
+ * idle peers. Call every few hundred microseconds. */
+void dp_timers(struct dp_proto *p, uint64_t now);
+/* While set, DATA frames are dropped unacknowledged (the application is
+ * not receiving): senders slow down and retransmit later. */
+void dp_set_rx_blocked(struct dp_proto *p, bool blocked);
+void dp_get_stats(const struct dp_proto *p, struct dp_stats *st);
+/* Whether any peer has unacknowledged frames (timers matter). */
+bool dp_busy(const struct dp_proto *p);
+
+#endif

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A dpdk endpoint for scripted tests (veth.sh), configured by ZAP_DPDK_*:
+ *   dp-peer echo N           receive N messages, answer each to its sender
+ *   dp-peer ping PEER N      send N messages of growing sizes to PEER and
+ *                            check every answer
+ */
+#include "dp-test.h"
+
+static const size_t sizes[] = { 0, 64, 1400, 1449, 5000, 100000 };
+
+int main(int argc, char **argv)
+{
+	struct zap_transport *t;
+	static uint8_t b[100000];
+	int n;
+
+	if (argc < 3 || (strcmp(argv[1], "echo") && (strcmp(argv[1], "ping") || argc < 4))) {
+		fprintf(stderr, "usage: %s echo N | ping PEER N\n", argv[0]);
+		return 2;
+	}
+	dpt_who = argv[1];
+	n = atoi(argv[argc - 1]);
+	dpt_open(&t);
+	for (int i = 0; i < n; i++) {
+		struct zap_ctx *ctx = dpt_timeout(20000);
+		struct zap_msg *m = NULL;
+		size_t len = sizes[i % 6];
+		int rc;
+
+		if (!strcmp(argv[1], "echo")) {
+			CHECK_RC(zap_recv(t, ctx, &m), "recv");
+			rc = zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), ctx);
+			CHECK_RC(rc, "echo");
+		} else {
+			dpt_fill(b, len, (uint64_t)i);
+			CHECK_RC(zap_send(t, argv[2], b, len, ctx), "send");
+			CHECK_RC(zap_recv(t, ctx, &m), "recv");
+			CHECK(zap_msg_len(m) == len && !dpt_check(zap_msg_data(m), len, (uint64_t)i),
+			      "answer %d", i);
+			CHECK(!strcmp(zap_msg_peer(m), argv[2]), "answer from %s", zap_msg_peer(m));
+		}
+		zap_msg_release(m);
+		zap_ctx_free(ctx);
+	}
+	zap_close(t);
+	printf("%s: %d messages ok\n", argv[1], n);
+	return 0;
+}

@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The dpdk transport's protocol (dp_proto.c) and framing (dp_wire.c)
+ * without DPDK: two protocol instances over a simulated link that loses,
+ * duplicates and reorders frames, on a simulated clock; and hostile input
+ * fed straight to the parser and the protocol.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dp_proto.h"
+#include "dp_wire.h"
+
+/* ------------------------------------------------------- simulated link */
+
+struct frame {
+	size_t len;
+	uint8_t b[];
+};
+
+struct msg {
+	struct dp_addr from;
+	size_t len;
+	uint8_t *data;
+};
+
+struct node {
+	struct dp_proto *p;
+	struct dp_addr addr;
+	struct sim *sim;
+	struct msg msgs[4096];
+	size_t nmsgs;
+	long frames_live; /* allocated and not freed: must return to 0 */
+};
+
+struct wire_frame {
+	struct dp_addr from, to;
+	struct frame *f;
+};
+
+struct sim {
+	struct node n[2];
+	struct wire_frame q[1 << 16];
+	size_t nq;
+	uint64_t now, rng;
+	unsigned loss_pct, dup_pct;
+	bool reorder;
+};
+
+static uint64_t rnd(struct sim *s)
+{
+	s->rng ^= s->rng << 13;
+	s->rng ^= s->rng >> 7;
+	s->rng ^= s->rng << 17;
+	return s->rng;
+}
+
+static void *f_alloc(void *user, size_t len, uint8_t **buf)
+{
+	struct node *n = user;
+	struct frame *f = malloc(sizeof(*f) + len);
+
+	f->len = len;
+	*buf = f->b;
+	n->frames_live++;
+	return f;
+}
+
+static void f_free(void *user, void *frame)
+{
+	struct node *n = user;
+
+	n->frames_live--;
+	free(frame);
+}
+
+static void f_xmit(void *user, struct dp_addr to, void *frame, size_t len)
+{
+	struct node *n = user;
+	struct sim *s = n->sim;
+	struct frame *f = frame;
+	unsigned copies = 1;
+
+	if (s->loss_pct && rnd(s) % 100 < s->loss_pct)
+		return;
+	if (s->dup_pct && rnd(s) % 100 < s->dup_pct)
+		copies = 2;
+	while (copies-- && s->nq < sizeof(s->q) / sizeof(s->q[0])) {
+		struct frame *c = malloc(sizeof(*c) + len);
+
+		c->len = len;
+		memcpy(c->b, f->b, len);
+		s->q[s->nq++] = (struct wire_frame){ n->addr, to, c };
+	}
+}
+
+static void f_deliver(void *user, struct dp_addr from, void *frame, void *heap,
+		      const void *data, size_t len)
+{
+	struct node *n = user;
+	struct msg *m = &n->msgs[n->nmsgs++ % 4096];
+
+	m->from = from;
+	m->len = len;
+	m->data = malloc(len ? len : 1);
+	memcpy(m->data, data, len);
+	if (frame)
+		f_free(user, frame);
+	free(heap);
+}
+
+static struct dp_proto_cfg cfg_default(void)
+{
+	return (struct dp_proto_cfg){
+		.payload_max = 1448, .window = 64, .max_msg = 64u << 20,
+		.rto_min_ns = 1000000, .rto_max_ns = 50000000, .peer_timeout_ns = 2000000000,
+		.max_peers = 16, .reasm_cap = 8u << 20, .seed = 42,
+	};
+}
+
+static void sim_init(struct sim *s, const struct dp_proto_cfg *cfg)
+{
+	memset(s, 0, sizeof(*s));
+	s->rng = 0x1234567;
+	s->now = 1000000000;
+	for (int i = 0; i < 2; i++) {
+		struct dp_proto_ops ops = { .user = &s->n[i], .frame_alloc = f_alloc,
+					    .frame_free = f_free, .frame_xmit = f_xmit,
+					    .deliver = f_deliver };
+		struct dp_proto_cfg c = *cfg;
+
+		c.seed = cfg->seed + (uint64_t)i;
+		s->n[i].sim = s;
+		s->n[i].addr = (struct dp_addr){ 0x0a000001u + (uint32_t)i, (uint16_t)(5000 + i) };
+		assert_int_equal(dp_proto_new(&c, &ops, &s->n[i].p), 0);
+	}
+}
+
+static struct node *node_at(struct sim *s, struct dp_addr a)
+{
+	for (int i = 0; i < 2; i++)
+		if (s->n[i].addr.ip == a.ip && s->n[i].addr.port == a.port)
+			return &s->n[i];
+	return NULL;
+}
+
+/* Carry frames (in random order when reordering), then run timers. */
+static void sim_step(struct sim *s)
+{
+	size_t n = s->nq;
+
+	for (size_t k = 0; k < n && s->nq; k++) {
+		size_t i = s->reorder ? rnd(s) % s->nq : 0;
+		struct wire_frame w = s->q[i];
+		struct node *dst = node_at(s, w.to);
+
+		if (s->reorder)
+			s->q[i] = s->q[--s->nq];
+		else
+			memmove(s->q, s->q + 1, --s->nq * sizeof(s->q[0]));
+		if (!dst) {
+			free(w.f);
+			continue;
+		}
+		dst->frames_live++; /* the receiver owns the frame now */
+		dp_input(dst->p, w.from, w.f, w.f->b, w.f->len, s->now);
+	}
+	for (int i = 0; i < 2; i++)
+		dp_flush_acks(s->n[i].p);
+	s->now += 50000; /* 50 us per step */
+	for (int i = 0; i < 2; i++)
+		dp_timers(s->n[i].p, s->now);
+}
+
+static void fill(uint8_t *b, size_t len, uint64_t seed)
+{
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(seed * 31 + i * 7 + (i >> 8));
+}
+
+/* Send @count messages A->B of sizes from @size_of and check B got each
+ * exactly once, in order, intact. */
+static void transfer(struct sim *s, unsigned count, size_t (*size_of)(unsigned))
+{
+	static uint8_t buf[1 << 20];
+	struct node *a = &s->n[0], *b = &s->n[1];
+
+	b->nmsgs = 0;
+	for (unsigned i = 0; i < count; i++) {
+		struct dp_send snd;
+		size_t len = size_of(i);
+		int rc, guard = 0;
+
+		fill(buf, len, i);
+		assert_int_equal(dp_send_begin(a->p, b->addr, len, &snd, s->now), 0);
+		while ((rc = dp_send_step(a->p, &snd, buf, s->now)) == 0) {
+			sim_step(s);
+			assert_true(++guard < 200000);
+		}
+		assert_int_equal(rc, 1);
+		dp_send_end(a->p, &snd);
+		/* Keep B's queue from wrapping: drain every 1000. */
+		if (b->nmsgs >= 3000) {
+			for (size_t k = 0; k < b->nmsgs; k++)
+				free(b->msgs[k].data);
+			fail_msg("receiver got more messages than sent");
+		}
+	}
+	for (int guard = 0; guard < 100000; guard++) {
+		struct dp_stats st;
+
+		dp_get_stats(a->p, &st);
+		if (!st.unacked_frames && !s->nq)
+			break;
+		sim_step(s);
+	}
+	if (b->nmsgs != count) {
+		struct dp_stats sa, sb;
+
+		dp_get_stats(a->p, &sa);
+		dp_get_stats(b->p, &sb);
+		print_message("sender: unacked %u retransmits %llu resets %llu; receiver: early %u "
+			      "reasm %llu delivered %llu dups %llu dropped %llu partials dropped %llu "
+			      "resets %llu\n", sa.unacked_frames, (unsigned long long)sa.retransmits,
+			      (unsigned long long)sa.peers_reset, sb.early_frames,
+			      (unsigned long long)sb.reasm_bytes, (unsigned long long)sb.delivered,
+			      (unsigned long long)sb.dups, (unsigned long long)sb.dropped,
+			      (unsigned long long)sb.partials_dropped,
+			      (unsigned long long)sb.peers_reset);
+	}
+	if (b->nmsgs != count)
+		for (unsigned i = 0, j = 0; i < b->nmsgs && j < count; i++, j++) {
+			while (j < count && b->msgs[i].len != size_of(j)) {
+				print_message("missing message %u (%zu bytes)\n", j, size_of(j));
+				j++;
+			}
+		}
+	assert_int_equal(b->nmsgs, count);
+	for (unsigned i = 0; i < count; i++) {
+		struct msg *m = &b->msgs[i];
+		size_t len = size_of(i);
+
+		assert_int_equal(m->len, len);
+		fill(buf, len, i);
+		assert_memory_equal(m->data, buf, len);
+		assert_int_equal(m->from.port, a->addr.port);
+		free(m->data);
+	}
+	b->nmsgs = 0;
+}
+
+static void sim_free(struct sim *s)
+{
+	while (s->nq)
+		free(s->q[--s->nq].f);
+	for (int i = 0; i < 2; i++) {
+		dp_proto_free(s->n[i].p);
+		assert_int_equal(s->n[i].frames_live, 0); /* nothing leaked */
+	}
+}
+
+static size_t sz_mixed(unsigned i)
+{
+	static const size_t t[] = { 0, 1, 1447, 1448, 1449, 2896, 2897, 65536, 200000 };
+
+	return i < 9 ? t[i] : (i * 7919u) % 30000;
+}
+
+static size_t sz_small(unsigned i) { return 8 + i % 50; }
+
+static void t_clean_link(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+
+	sim_init(&s, &c);
+	transfer(&s, 200, sz_mixed);
+	sim_free(&s);
+}
+
+static void t_loss_dup_reorder(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+
+	sim_init(&s, &c);
+	s.loss_pct = 10;
+	s.dup_pct = 5;
+	s.reorder = true;
+	transfer(&s, 1000, sz_mixed);
+	transfer(&s, 2000, sz_small);
+	dp_get_stats(s.n[0].p, &st);
+	assert_true(st.retransmits > 0);
+	dp_get_stats(s.n[1].p, &st);
+	assert_true(st.dups > 0);
+	sim_free(&s);
+}
+
+/* Heavy loss, both ways (ACKs too). */
+static void t_heavy_loss(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+
+	sim_init(&s, &c);
+	s.loss_pct = 30;
+	s.reorder = true;
+	transfer(&s, 300, sz_mixed);
+	sim_free(&s);
+}
+
+/* A sender whose peer never answers gives up after peer_timeout. */
+static void t_sender_gives_up(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	static uint8_t buf[200000];
+	struct dp_send snd;
+	int rc = 0;
+
+	sim_init(&s, &c);
+	s.loss_pct = 100;
+	assert_int_equal(dp_send_begin(s.n[0].p, s.n[1].addr, sizeof(buf), &snd, s.now), 0);
+	for (int i = 0; i < 100000 && rc == 0; i++) {
+		rc = dp_send_step(s.n[0].p, &snd, buf, s.now);
+		sim_step(&s);
+	}
+	assert_int_equal(rc, -ECONNRESET);
+	dp_send_end(s.n[0].p, &snd);
+	/* A new stream starts and, with the link back, works. */
+	s.loss_pct = 0;
+	transfer(&s, 10, sz_mixed);
+	sim_free(&s);
+}
+
+/* Build one DATA or ACK header. */
+static size_t hdr(uint8_t *b, uint8_t type, uint8_t flags, uint32_t conn, uint32_t seq,
+		  uint32_t msg_len, uint32_t off, size_t payload)
+{
+	memset(b, 0, DP_HDR_LEN + payload);
+	b[0] = 0x5a;
+	b[1] = 0x50;
+	b[2] = DP_VERSION;
+	b[3] = type;
+	b[4] = flags;
+	for (int i = 0; i < 4; i++) {
+		b[8 + i] = (uint8_t)(conn >> (24 - 8 * i));
+		b[12 + i] = (uint8_t)(seq >> (24 - 8 * i));
+		b[16 + i] = (uint8_t)(msg_len >> (24 - 8 * i));
+		b[20 + i] = (uint8_t)(off >> (24 - 8 * i));
+	}
+	return DP_HDR_LEN + payload;
+}
+
+static void feed(struct sim *s, struct dp_addr from, const uint8_t *b, size_t len)
+{
+	struct node *n = &s->n[1];
+	uint8_t *buf;
+	void *f = f_alloc(n, len, &buf);
+
+	memcpy(buf, b, len);
+	dp_input(n->p, from, f, buf, len, s->now);
+}
+
+/* Malformed transport headers are dropped before any state exists. */
+static void t_hostile_headers(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_addr evil = { 0x0a0000ffu, 666 };
+	uint8_t b[4096];
+	struct dp_stats st;
+	size_t n;
+
+	sim_init(&s, &c);
+	for (size_t len = 0; len < DP_HDR_LEN; len++) /* truncated */
+		feed(&s, evil, b, len);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 7, 0, 10, 0, 10);
+	b[0] = 0;
+	feed(&s, evil, b, n); /* bad magic */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 7, 0, 10, 0, 10);
+	b[2] = 9;
+	feed(&s, evil, b, n); /* unknown version */
+	n = hdr(b, 9, 0, 7, 0, 10, 0, 10);
+	feed(&s, evil, b, n); /* unknown type */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 7, 0, 20, 0, 10);
+	feed(&s, evil, b, n); /* LAST but short of msg_len */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST, 7, 0, 5, 0, 10);
+	feed(&s, evil, b, n); /* payload beyond msg_len */
+	n = hdr(b, DP_T_DATA, DP_F_LAST, 7, 0, 10, 0, 10);
+	feed(&s, evil, b, n); /* offset 0 without FIRST */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST, 7, 0, 100u << 20, 0, 1000);
+	feed(&s, evil, b, n); /* above max_msg */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 0, 0, 10, 0, 10);
+	feed(&s, evil, b, n); /* stream id 0 */
+	n = hdr(b, DP_T_DATA, 0x80 | DP_F_FIRST | DP_F_LAST, 7, 0, 10, 0, 10);
+	feed(&s, evil, b, n); /* unknown flag */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST, 7, 0, 10, 0, 0);
+	feed(&s, evil, b, n); /* empty fragment of a non-empty message */
+	n = hdr(b, DP_T_ACK, 0, 7, 0, 0, 0, 3);
+	feed(&s, evil, b, n); /* ACK of the wrong length */
+	n = hdr(b, DP_T_ACK, 0, 7, 5, 0, 0, DP_ACK_LEN - DP_HDR_LEN);
+	feed(&s, evil, b, n); /* ACK from a stranger */
+	n = hdr(b, DP_T_DATA, 0, 7, 3, 5000, 1448, 100);
+	feed(&s, evil, b, n); /* middle of a stream never started */
+	dp_get_stats(s.n[1].p, &st);
+	assert_int_equal(st.delivered, 0);
+	assert_int_equal(st.reasm_bytes, 0);
+	assert_int_equal(st.early_frames, 0);
+	assert_true(st.peers <= 1);
+	assert_int_equal(s.n[1].nmsgs, 0);
+	sim_free(&s);
+}
+
+/* First fragments that never complete, from many senders: bounded by
+ * max_peers and reasm_cap, dropped after peer_timeout, peers forgotten. */
+static void t_fragments_never_complete(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	uint8_t b[4096];
+	struct dp_stats st;
+
+	c.reasm_cap = 512u << 10;
+	sim_init(&s, &c);
+	for (unsigned i = 0; i < 1000; i++) {
+		struct dp_addr evil = { 0x0b000000u + i, (uint16_t)(1000 + i) };
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, 100 + i, 0, 60u << 20, 0, 1448);
+
+		feed(&s, evil, b, n);
+		/* ...and early frames far ahead that will never be reached. */
+		for (uint32_t k = 2; k < 300; k += 3) {
+			n = hdr(b, DP_T_DATA, 0, 100 + i, k, 60u << 20, 1448 * k, 1448);
+			feed(&s, evil, b, n);
+		}
+		dp_get_stats(s.n[1].p, &st);
+		assert_true(st.peers <= c.max_peers);
+		assert_true(st.reasm_bytes <= c.reasm_cap);
+		assert_true(st.early_frames <= c.max_peers * DP_WIN_MAX);
+	}
+	dp_flush_acks(s.n[1].p);
+	s.now += c.peer_timeout_ns + 1;
+	dp_timers(s.n[1].p, s.now);
+	dp_get_stats(s.n[1].p, &st);
+	assert_int_equal(st.reasm_bytes, 0);
+	assert_int_equal(st.early_frames, 0);
+	s.now += 2 * c.peer_timeout_ns + 1;
+	dp_timers(s.n[1].p, s.now);
+	dp_get_stats(s.n[1].p, &st);
+	assert_int_equal(st.peers, 0);
+	assert_int_equal(s.n[1].nmsgs, 0);
+	while (s.nq) /* the ACKs to the strangers */
+		free(s.q[--s.nq].f);
+	/* A real sender still gets through afterwards. */
+	transfer(&s, 20, sz_mixed);
+	sim_free(&s);
+}
+
+/* A restarted sender (new stream id) is adopted at its first fragment; the
+ * old stream's partial message is dropped and its stragglers ignored. */
+static void t_restart(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_addr peer = { 0x0a000001u, 5000 };
+	uint8_t b[4096];
+	struct dp_stats st;
+	size_t n;
+
+	sim_init(&s, &c);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST, 11, 0, 5000, 0, 1448);
+	feed(&s, peer, b, n); /* old stream: half a message */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 22, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "new", 3);
+	feed(&s, peer, b, n); /* restarted sender */
+	n = hdr(b, DP_T_DATA, 0, 11, 1, 5000, 1448, 1448);
+	feed(&s, peer, b, n); /* old straggler */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 11, 2, 3, 0, 3);
+	feed(&s, peer, b, n); /* old stream may not come back */
+	dp_get_stats(s.n[1].p, &st);
+	assert_int_equal(s.n[1].nmsgs, 1);
+	assert_int_equal(s.n[1].msgs[0].len, 3);
+	assert_memory_equal(s.n[1].msgs[0].data, "new", 3);
+	free(s.n[1].msgs[0].data);
+	s.n[1].nmsgs = 0;
+	assert_int_equal(st.reasm_bytes, 0);
+	assert_int_equal(st.partials_dropped, 1);
+	while (s.nq)
+		free(s.q[--s.nq].f);
+	sim_free(&s);
+}
+
+/* ------------------------------------------------------------- framing */
+
+static const struct dp_local loc = { { 2, 0, 0, 0, 0, 1 }, 0x0a000001u, 5000 };
+static const uint8_t peer_mac[6] = { 2, 0, 0, 0, 0, 2 };
+
+static size_t good_frame(uint8_t *f, size_t payload)
+{
+	size_t n;
+
+	memset(f + DP_L2L4_HLEN, 0xab, payload);
+	n = dp_wire_udp(f, peer_mac, loc.mac, 0x0a000002u, loc.ip, 6000, loc.port, payload);
+	dp_wire_csum(f);
+	return n;
+}
+
+static enum dp_frame_kind parse(const uint8_t *f, size_t n, struct dp_frame_info *fi)
+{
+	return dp_wire_parse(f, n, &loc, 0, fi);
+}
+
+static enum dp_frame_kind dp_wire_dparse_trusting(const uint8_t *f, size_t n,
+						 struct dp_frame_info *fi)
+{
+	return dp_wire_parse(f, n, &loc, DP_TRUST_IP_CSUM | DP_TRUST_UDP_CSUM, fi);
+}
+
+static void t_wire(void **state)
+{
+	uint8_t f[2048], g[2048];
+	struct dp_frame_info fi;
+	size_t n = good_frame(f, 100);
+
+	assert_int_equal(parse(f, n, &fi), DP_FRAME_UDP);
+	assert_int_equal(fi.payload_len, 100);
+	assert_int_equal(fi.src_port, 6000);
+	assert_int_equal(fi.src_ip, 0x0a000002u);
+	/* Ethernet padding past the IPv4 total length is fine. */
+	assert_int_equal(parse(f, n + 20, &fi), DP_FRAME_UDP);
+	for (size_t len = 0; len < n; len++) /* every truncation */
+		assert_int_equal(parse(f, len, &fi), DP_FRAME_DROP);
+#define MUTATE(off, val, reason)                                      \
+	do {                                                       \
+		memcpy(g, f, n);                                   \
+		g[off] = (uint8_t)(val);                           \
+		assert_int_equal(parse(g, n, &fi), DP_FRAME_DROP); \
+		assert_non_null(strstr(fi.why, reason));           \
+	} while (0)
+	MUTATE(0, 0x04, "MAC");                 /* another host's frame */
+	MUTATE(12, 0x86, "not IPv4");           /* ethertype */
+	MUTATE(14, 0x46, "IPv4");               /* IHL 24: options that are not */
+	MUTATE(14, 0x44, "header length");      /* IHL 16 */
+	MUTATE(14, 0x65, "version");            /* IPv6 in an IPv4 frame */
+	MUTATE(16, 0xff, "total length");       /* longer than the frame */
+	MUTATE(17, 10, "total length");         /* shorter than its headers */
+	MUTATE(20, 0x20, "fragment");           /* MF */
+	MUTATE(23, 6, "not UDP");               /* TCP */
+	MUTATE(24, f[24] ^ 1, "IPv4 checksum"); /* header checksum */
+	MUTATE(22, f[22] ^ 1, "IPv4 checksum"); /* TTL changed */
+	MUTATE(33, f[33] ^ 1, "IPv4 checksum"); /* destination changed */
+	MUTATE(38, 1, "UDP length");            /* UDP length 256 too long */
+	MUTATE(39, f[39] + 1, "UDP length");    /* UDP length off by one */
+	MUTATE(40, f[40] ^ 1, "UDP checksum");  /* UDP checksum */
+	MUTATE(60, 0xcd, "UDP checksum");       /* payload corrupted */
+	memcpy(g, f, n);
+	g[40] = g[41] = 0;
+	assert_int_equal(parse(g, n, &fi), DP_FRAME_DROP);
+	assert_non_null(strstr(fi.why, "absent"));
+	/* Trusting the NIC skips only the checks it made. */
+	memcpy(g, f, n);
+	g[60] = 0xcd;
+	assert_int_equal(dp_wire_dparse_trusting(g, n, &fi), DP_FRAME_UDP);
+#undef MUTATE
+}
+
+static void t_wire_arp_and_addresses(void **state)
+{
+	uint8_t f[64];
+	struct dp_frame_info fi;
+	uint32_t ip;
+	uint16_t port;
+	uint8_t mac[6];
+	char s[32];
+
+	assert_int_equal(dp_wire_arp(f, DP_ARP_REQUEST, peer_mac, 0x0a000002u, NULL, loc.ip),
+			 DP_ARP_FRAME_LEN);
+	assert_int_equal(parse(f, DP_ARP_FRAME_LEN, &fi), DP_FRAME_ARP);
+	assert_int_equal(fi.arp_op, DP_ARP_REQUEST);
+	assert_int_equal(fi.arp_spa, 0x0a000002u);
+	assert_int_equal(fi.arp_tpa, loc.ip);
+	assert_memory_equal(fi.arp_sha, peer_mac, 6);
+	assert_int_equal(parse(f, 20, &fi), DP_FRAME_DROP); /* truncated */
+	f[21] = 9;                                          /* unknown op */
+	assert_int_equal(parse(f, DP_ARP_FRAME_LEN, &fi), DP_FRAME_DROP);
+	assert_int_equal(dp_parse_ip_port("10.1.2.3:80", &ip, &port), 0);
+	assert_int_equal(ip, 0x0a010203u);
+	assert_int_equal(port, 80);
+	dp_format_peer(s, sizeof(s), ip, port);
+	assert_string_equal(s, "10.1.2.3:80");
+	assert_int_equal(dp_parse_ip_port("10.1.2.3", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("10.1.2.300:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("10.1.2.3:65536", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("host:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("10.1.2.3:8x", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_mac("02:00:00:aa:bb:cc", mac), 0);
+	assert_int_equal(mac[3], 0xaa);
+	assert_int_equal(dp_parse_mac("02:00:00:aa:bb", mac), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(t_wire),
+		cmocka_unit_test(t_wire_arp_and_addresses),
+		cmocka_unit_test(t_clean_link),
+		cmocka_unit_test(t_loss_dup_reorder),
+		cmocka_unit_test(t_heavy_loss),
+		cmocka_unit_test(t_sender_gives_up),
+		cmocka_unit_test(t_hostile_headers),
+		cmocka_unit_test(t_fragments_never_complete),
+		cmocka_unit_test(t_restart),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -471,6 +471,45 @@ static void conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 		peer_pick_tx(w, c->peer);
 }
 
+/*
+ * A connection closes only once both directions are finished: the peer's
+ * FIN was read (rx_eof) and ours was sent after our last frame (tx_shut).
+ *
+ * The peer's FIN alone does not mean the peer is gone: it is also how the
+ * peer retires a connection that lost the tie-break, and it keeps reading
+ * it (WIRE.md, rule 2). When both ends dial at once, the end whose own
+ * dialed connection loses may already be writing a large frame on it when
+ * the peer's FIN arrives. Closing at that FIN (as this code once did) made
+ * that sender fail mid-frame with -ECONNRESET, the peer dropped the
+ * connection as "closed mid-message", and whoever waited for the rest of
+ * the data waited forever (test_bidirectional_large hung ~1 run in 5).
+ * So at EOF the connection is retired instead: no new frame starts on it,
+ * the frame in flight is finished, then we send our FIN and close. A peer
+ * that really went away fails that frame by itself (EPIPE/ECONNRESET).
+ */
+static void conn_rx_done(struct tcp_wire *w, struct tcp_conn *c)
+{
+	c->rx_eof = true;
+	retire(c);
+	if (c->tx_shut)
+		conn_kill(w, c);
+}
+
+/* The tx owner (a sender, or the handshake's HELLO) let go of @c (mu
+ * held): a retired connection gets its FIN now, and closes if the peer's
+ * FIN was already read. */
+static void conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
+{
+	if (c->dead)
+		return;
+	if (c->retiring && !c->tx_shut) {
+		shutdown(c->fd, SHUT_WR);
+		c->tx_shut = true;
+	}
+	if (c->rx_eof && c->tx_shut)
+		conn_kill(w, c);
+}
+
 static void conn_free(struct tcp_conn *c)
 {
 	if (c->fd >= 0)
@@ -733,9 +772,8 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 			     "dropping connection from %s: cannot answer HELLO: %s",
 			     c->raddr, k < 0 ? strerror(errno) : "short write");
 		conn_kill(w, c);
-	} else if (c->retiring && !c->tx_shut) {
-		shutdown(c->fd, SHUT_WR);
-		c->tx_shut = true;
+	} else {
+		conn_tx_done(w, c);
 	}
 	if (w->leader)
 		kick(w);
@@ -1230,11 +1268,11 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 			if (c->rx_res == RX_EOF) {
 				host->log(ZAP_LOG_DEBUG, w->dom,
 					  "%s closed the connection", c->raddr);
-				c->rx_eof = true;
-				/* Everything was read: closing now sends a
-				 * clean FIN, and the peer still reads what we
-				 * queued before. */
-				conn_kill(w, c);
+				/* Everything was read. Close now (a clean FIN:
+				 * the peer still reads what we queued before),
+				 * or, if a frame of ours is still going out,
+				 * right after it: see conn_rx_done(). */
+				conn_rx_done(w, c);
 				changed = true;
 			} else if (c->rx_res < 0) {
 				host->log(ZAP_LOG_WARN, w->dom,
@@ -1632,10 +1670,7 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		   err != -ESHUTDOWN) {
 		conn_kill(w, c);
 	}
-	if (c->retiring && !c->tx_shut && !c->dead) {
-		shutdown(c->fd, SHUT_WR);
-		c->tx_shut = true;
-	}
+	conn_tx_done(w, c);
 	if (!w->leader)
 		reap(w);
 	else if (c->dead)

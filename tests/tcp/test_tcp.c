@@ -1006,6 +1006,165 @@ static void test_hostile_idle_1000(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* A retired connection finishes the frame in flight                          */
+/* ------------------------------------------------------------------------ */
+
+/* An endpoint's instance id, from its answer to a raw HELLO. */
+static uint64_t instance_id(const char *addr)
+{
+	unsigned char p[256], r[256];
+	size_t n = hello(p), got = 0;
+	int fd = raw_connect(addr);
+	struct timeval tv = {.tv_sec = 10};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	write_all(fd, p, n);
+	/* Read the whole answer: closing with unread bytes would reset. */
+	while (got < 32 || got < 16 + (size_t)r[15]) {
+		ssize_t k = recv(fd, r + got, sizeof(r) - got, 0);
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
+	close(fd);
+	uint64_t id = 0;
+	for (int i = 0; i < 8; i++)
+		id = id << 8 | r[16 + i];
+	return id;
+}
+
+/* Bytes waiting unread on established sockets whose local port is @port. */
+static unsigned long rx_queued(unsigned port)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512];
+	unsigned long n = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned lp, st;
+		unsigned long txq, rxq;
+		if (sscanf(line, " %*d: %*x:%x %*x:%*x %x %lx:%lx", &lp, &st, &txq,
+			   &rxq) == 4 && st == 1 && lp == port)
+			n += rxq;
+	}
+	fclose(f);
+	return n;
+}
+
+struct late_arg {
+	struct zap_transport *t;
+	const char *peer;
+	size_t len;
+	int err;
+};
+
+/* One huge message, then a small one right behind it. */
+static void *huge_then_small(void *p)
+{
+	struct late_arg *a = p;
+	unsigned char *buf = malloc(a->len);
+	struct zap_ctx *ctx;
+	assert_non_null(buf);
+	fill(buf, a->len, 7);
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 30ull * 1000000000u);
+	a->err = zap_send(a->t, a->peer, buf, a->len, ctx);
+	if (!a->err)
+		a->err = zap_send(a->t, a->peer, "after", 5, ctx);
+	zap_ctx_free(ctx);
+	free(buf);
+	return NULL;
+}
+
+/*
+ * The simultaneous dial that hung test_bidirectional_large, made
+ * deterministic. Connections between two endpoints are ordered by
+ * (dialer id, nonce), so the connection dialed by the endpoint with the
+ * larger id (F) loses to one dialed by the other (S). F dials and starts
+ * a frame too big for the socket buffers; while it is still being written,
+ * S dials F under another name of the same address, which wins: S retires
+ * F's connection with a FIN and keeps reading it. F must finish the frame
+ * there (a FIN is a half-close, not a reset), then move to the winner; S
+ * must deliver F's frames in order. It used to close the connection at
+ * that FIN: F's send failed with -ECONNRESET and S never got the message.
+ */
+static void test_retired_mid_frame(void **state)
+{
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		struct zap_transport *a = ep_open_max(64u << 20);
+		struct zap_transport *b = ep_open_max(64u << 20);
+		char aa[ZAP_PEER_MAX], ab[ZAP_PEER_MAX], byname[ZAP_PEER_MAX];
+		ep_addr(a, aa);
+		ep_addr(b, ab);
+		uint64_t ia = instance_id(aa), ib = instance_id(ab);
+		assert_true(ia != ib);
+		bool a_first = ia > ib;
+		struct zap_transport *f = a_first ? a : b, *s = a_first ? b : a;
+		const char *af = a_first ? aa : ab, *as = a_first ? ab : aa;
+
+		log_clear();
+		struct late_arg la = {.t = f, .peer = as, .len = 48u << 20};
+		pthread_t th;
+		pthread_create(&th, NULL, huge_then_small, &la);
+		/* F's frame has started to arrive at S (nobody reads it). */
+		for (int i = 0; i < 1000 && !rx_queued(port_of(as)); i++)
+			usleep(10000);
+		assert_true(rx_queued(port_of(as)) > 0);
+
+		/* S dials back by name: a second connection, which wins. */
+		snprintf(byname, sizeof(byname), "localhost%s", strrchr(af, ':'));
+		send_ok(s, byname, "hi", 2);
+
+		struct zap_ctx *ctx;
+		struct zap_msg *m = NULL;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 30ull * 1000000000u);
+		int r = zap_recv(s, ctx, &m);
+		if (r)
+			fprintf(stderr, "round %d: recv: %s\nlog:\n%s", round,
+				zap_strerror(r), log_buf);
+		assert_int_equal(r, 0);
+		assert_int_equal(zap_msg_len(m), la.len);
+		assert_string_equal(zap_msg_peer(m), af);
+		unsigned char *want = malloc(la.len);
+		fill(want, la.len, 7);
+		assert_memory_equal(zap_msg_data(m), want, la.len);
+		free(want);
+		zap_msg_release(m);
+		pthread_join(th, NULL);
+		assert_int_equal(la.err, 0);
+		/* The small message went on the winner, and still comes second. */
+		assert_int_equal(zap_recv(s, ctx, &m), 0);
+		assert_int_equal(zap_msg_len(m), 5);
+		assert_memory_equal(zap_msg_data(m), "after", 5);
+		zap_msg_release(m);
+		assert_int_equal(zap_recv(f, ctx, &m), 0);
+		assert_int_equal(zap_msg_len(m), 2);
+		assert_memory_equal(zap_msg_data(m), "hi", 2);
+		zap_msg_release(m);
+		zap_ctx_free(ctx);
+		/* Both ends see the loser's end: one connection remains. */
+		int links = -1;
+		for (int i = 0; i < 400 && links != 1; i++) {
+			pump(a, 5);
+			pump(b, 5);
+			links = tcp_links(port_of(aa), port_of(ab));
+		}
+		assert_int_equal(links, 1);
+		pthread_mutex_lock(&log_mu);
+		log_buf[log_len] = '\0';
+		bool clean = log_len == 0;
+		if (!clean)
+			fprintf(stderr, "round %d: unexpected warnings:\n%s", round,
+				log_buf);
+		pthread_mutex_unlock(&log_mu);
+		assert_true(clean);
+		zap_close(a);
+		zap_close(b);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
 /* Environment (read once per process: each case runs in a child)            */
 /* ------------------------------------------------------------------------ */
 
@@ -1189,6 +1348,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_wildcard_reply),
 		cmocka_unit_test(test_simultaneous_dial),
 		cmocka_unit_test(test_bidirectional_large),
+		cmocka_unit_test(test_retired_mid_frame),
 		cmocka_unit_test(test_self_send),
 		cmocka_unit_test(test_deadline),
 		cmocka_unit_test(test_cancel_wakes_recv),

@@ -170,20 +170,32 @@ static void quiet_log(enum zap_log_level level, const char *domain,
 }
 
 /*
- * -v: the buffer pool figures of the transport a pick chooses. That needs
- * an open instance (pools belong to instances); opening binds a loopback
- * socket and allocates no pool memory, and is closed at once.
+ * -v: the buffer pool figures of the transport a pick chooses, when its
+ * pool is device memory (uma, gpudirect). That needs an open instance
+ * (pools belong to instances); opening one binds a loopback socket and
+ * allocates no pool memory, and is closed at once. Other transports are
+ * not opened: for dpdk that would start the EAL and take the port.
  */
 static void print_pool(const struct info *in, const struct opts *o)
 {
 	struct zap_attr attr = { .size = sizeof(attr), .listen = "127.0.0.1:0" };
 	struct zap_pool_stats st = { .size = sizeof(st) };
+	const struct zap_report_entry *e = NULL;
 	struct zap_transport *t;
 	char cap[32], owned[32], used[32], high[32];
 	int rc;
 
 	if (o->isolate || !in->choice.name[0])
 		return;
+	for (int i = 0; i < in->nrows; i++)
+		if (!strcmp(in->rows[i].name, in->choice.name) &&
+		    in->rows[i].state == ZAP_PLUGIN_LOADED)
+			e = &in->rows[i];
+	if (!e || !e->caps.device_buffers) {
+		printf("  pool:    %s has no device-memory pool (not opened)\n",
+		       in->choice.name);
+		return;
+	}
 	zap_set_log_handler(quiet_log, NULL);
 	rc = zap_pick(in->choice.name, ZAP_PICK_STRICT, &attr, &t);
 	zap_set_log_handler(NULL, NULL);
@@ -193,10 +205,7 @@ static void print_pool(const struct info *in, const struct opts *o)
 		return;
 	}
 	rc = zap_pool_stats(t, &st);
-	if (rc == ZAP_ENOTAVAIL) {
-		printf("  pool:    none (%s uses the caller's memory)\n",
-		       in->choice.name);
-	} else if (rc) {
+	if (rc) {
 		printf("  pool:    (%s)\n", zap_strerror(rc));
 	} else {
 		human_bytes(cap, sizeof(cap), st.cap);

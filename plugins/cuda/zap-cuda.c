@@ -47,6 +47,10 @@ static void load(void)
 		SYM(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
 		SYM(DeviceGetPCIBusId, "cuDeviceGetPCIBusId"),
 		SYM(PointerSetAttribute, "cuPointerSetAttribute"),
+		/* cuda.h maps these two names to their _v2 entry points. */
+		SYM(MemHostRegister, "cuMemHostRegister_v2"),
+		SYM(MemHostUnregister, "cuMemHostUnregister"),
+		SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
 	};
 #undef SYM
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

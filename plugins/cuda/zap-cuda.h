@@ -32,6 +32,8 @@ typedef struct zcu_ctx_st *zcu_ctx;  /* CUcontext */
 #define ZCU_ATTR_DMA_BUF_SUPPORTED 124
 #define ZCU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 0x1
 #define ZCU_POINTER_ATTRIBUTE_SYNC_MEMOPS 6
+#define ZCU_MEMHOSTREGISTER_PORTABLE 0x01
+#define ZCU_MEMHOSTREGISTER_DEVICEMAP 0x02
 
 struct zcu {
 	void *lib;
@@ -50,7 +52,7 @@ struct zcu {
 	zcu_result (*MemFree)(zcu_ptr p);
 
 	/*
-	 * Optional entry points, used by gpudirect only: resolved apart from
+	 * Optional entry points, used by gpudirect and dpdk: resolved apart from
 	 * the ones above and left NULL when the driver lacks them, so that an
 	 * older driver still passes uma's probe. Check before calling.
 	 */
@@ -63,6 +65,9 @@ struct zcu {
 						  unsigned long long flags);
 	zcu_result (*DeviceGetPCIBusId)(char *id, int len, zcu_device d);
 	zcu_result (*PointerSetAttribute)(const void *value, int attr, zcu_ptr p);
+	zcu_result (*MemHostRegister)(void *p, size_t len, unsigned flags);
+	zcu_result (*MemHostUnregister)(void *p);
+	zcu_result (*MemHostGetDevicePointer)(zcu_ptr *dev, void *p, unsigned flags);
 };
 
 /** What zcu_open_device() found out. */

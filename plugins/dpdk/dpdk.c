@@ -41,6 +41,7 @@
 
 #include "dp_proto.h"
 #include "dp_wire.h"
+#include "zap-cuda.h"
 
 #define DP_DOM "dpdk"
 #define DP_DEFAULT_UDP_PORT 47000
@@ -335,12 +336,29 @@ static char dp_log_err[2][256];
 /* Per port, for the life of the process: the mbuf pool outlives every
  * instance, so messages still held after zap_close() stay valid and a
  * later open reuses it. */
+#define DP_GPU_CHUNKS 64
+
+/* A memory chunk of an mbuf pool, registered with CUDA. */
+struct dp_gpu_chunk {
+	char *addr;
+	size_t len;
+	zcu_ptr dev;
+};
+
 static struct {
 	bool in_use;
 	struct rte_mempool *mp;
 	atomic_uint held; /* mbufs inside undelivered/unreleased messages */
 	unsigned nmbufs;
+	/* Where CUDA is present, the pool's memory is registered with the
+	 * GPU once, for the pool's (the process's) life. */
+	bool gpu;
+	unsigned nchunks;
+	struct dp_gpu_chunk chunk[DP_GPU_CHUNKS];
 } dp_ports[RTE_MAX_ETHPORTS];
+
+static void gpu_register(const struct zap_host *h, unsigned port);
+static void *gpu_addr(unsigned port, const void *p);
 
 static void log_line(const char *line)
 {
@@ -699,7 +717,8 @@ static void fr_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 	}
 	*m = (struct dp_msg){
 		.m = { .size = sizeof(m->m), .data = data, .len = len, .peer = m->peer,
-		       .release = msg_release },
+		       .release = msg_release,
+		       .device_ptr = frame ? gpu_addr(d->port, data) : NULL },
 		.mb = frame, .heap = heap, .held = &dp_ports[d->port].held,
 	};
 	if (frame)
@@ -969,6 +988,7 @@ static int port_start(struct dp *d)
 				       "bytes, socket %d): %s", (unsigned long long)d->conf.mbufs,
 				       room, d->socket, rte_strerror(rte_errno));
 		dp_ports[d->port].nmbufs = (unsigned)d->conf.mbufs;
+		gpu_register(h, d->port);
 	}
 	d->mp = dp_ports[d->port].mp;
 	memset(&conf, 0, sizeof(conf));
@@ -1007,23 +1027,147 @@ static int port_start(struct dp *d)
 	return 0;
 }
 
+/* ------------------------------------------------------- GPU mapping */
+
+struct gpu_reg {
+	const struct zcu *cu;
+	unsigned port;
+	char why[160];
+};
+
+static void gpu_chunk(struct rte_mempool *mp, void *opaque,
+		      struct rte_mempool_memhdr *memhdr, unsigned idx)
+{
+	struct gpu_reg *g = opaque;
+	struct dp_gpu_chunk *c;
+	char err[96];
+	zcu_result r;
+
+	if (g->why[0])
+		return;
+	if (dp_ports[g->port].nchunks == DP_GPU_CHUNKS) {
+		snprintf(g->why, sizeof(g->why), "more than %d memory chunks", DP_GPU_CHUNKS);
+		return;
+	}
+	c = &dp_ports[g->port].chunk[dp_ports[g->port].nchunks];
+	r = g->cu->MemHostRegister(memhdr->addr, memhdr->len,
+				   ZCU_MEMHOSTREGISTER_PORTABLE | ZCU_MEMHOSTREGISTER_DEVICEMAP);
+	if (r != ZCU_SUCCESS) {
+		snprintf(g->why, sizeof(g->why), "cuMemHostRegister(%zu bytes): %s",
+			 memhdr->len, zcu_error_name(g->cu, r, err, sizeof(err)));
+		return;
+	}
+	c->addr = memhdr->addr;
+	c->len = memhdr->len;
+	dp_ports[g->port].nchunks++;
+	r = g->cu->MemHostGetDevicePointer(&c->dev, memhdr->addr, 0);
+	if (r != ZCU_SUCCESS)
+		snprintf(g->why, sizeof(g->why), "cuMemHostGetDevicePointer: %s",
+			 zcu_error_name(g->cu, r, err, sizeof(err)));
+}
+
+/*
+ * Register a port's mbuf pool with the GPU, where CUDA is present, so that
+ * kernels read single-frame payloads where the NIC put them
+ * (zap_msg_device_ptr()). Failure is not fatal: messages then carry no
+ * device pointer, and the log says why.
+ */
+static void gpu_register(const struct zap_host *h, unsigned port)
+{
+	struct gpu_reg g = { .port = port };
+	struct zcu_device_info info;
+	zcu_ctx ctx, prev;
+	char err[96];
+	zcu_result r;
+
+	if (zcu_load(&g.cu, g.why, sizeof(g.why)) != ZAP_PROBE_OK ||
+	    zcu_open_device(h, g.cu, &info, g.why, sizeof(g.why)) != ZAP_PROBE_OK) {
+		h->log(ZAP_LOG_DEBUG, DP_DOM, "mbuf pool not mapped for a GPU: %s", g.why);
+		return;
+	}
+	if (!g.cu->MemHostRegister || !g.cu->MemHostUnregister ||
+	    !g.cu->MemHostGetDevicePointer) {
+		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: the CUDA "
+		       "driver lacks cuMemHostRegister/cuMemHostGetDevicePointer");
+		return;
+	}
+	r = g.cu->DevicePrimaryCtxRetain(&ctx, info.dev);
+	if (r != ZCU_SUCCESS) {
+		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: "
+		       "cuDevicePrimaryCtxRetain: %s", zcu_error_name(g.cu, r, err, sizeof(err)));
+		return;
+	}
+	g.cu->CtxPushCurrent(ctx);
+	rte_mempool_mem_iter(dp_ports[port].mp, gpu_chunk, &g);
+	if (g.why[0])
+		while (dp_ports[port].nchunks)
+			g.cu->MemHostUnregister(dp_ports[port].chunk[--dp_ports[port].nchunks].addr);
+	g.cu->CtxPopCurrent(&prev);
+	if (g.why[0]) {
+		g.cu->DevicePrimaryCtxRelease(info.dev);
+		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: %s", g.why);
+		return;
+	}
+	/* The context stays retained: the pool lives as long as the process. */
+	dp_ports[port].gpu = true;
+	h->log(ZAP_LOG_INFO, DP_DOM, "mbuf pool of port %u mapped for CUDA device %d (%s): "
+	       "%u chunks", port, info.ordinal, info.name, dp_ports[port].nchunks);
+}
+
+/* The device address of @p inside a registered mbuf pool, or NULL. */
+static void *gpu_addr(unsigned port, const void *p)
+{
+	const char *c = p;
+
+	if (!dp_ports[port].gpu)
+		return NULL;
+	for (unsigned i = 0; i < dp_ports[port].nchunks; i++) {
+		const struct dp_gpu_chunk *k = &dp_ports[port].chunk[i];
+
+		if (c >= k->addr && c < k->addr + k->len)
+			return (void *)(uintptr_t)(k->dev + (zcu_ptr)(c - k->addr));
+	}
+	return NULL;
+}
+
 /* ------------------------------------------------------------- ops */
 
 static void fill_caps(const struct dp *d, struct zap_caps *c)
 {
 	/* Single-frame messages reach zap_recv() in the mbuf they arrived
 	 * in, but larger ones are reassembled by copying, so zero_copy is
-	 * not claimed; no GPU registration is done (see README). */
+	 * not claimed. Where the mbuf pool is mapped for the GPU, single-frame
+	 * messages carry a device pointer; reassembled ones do not, so
+	 * neither gpu_resident nor device_buffers is claimed (see README). */
 	c->zero_copy = false;
 	c->gpu_resident = false;
 	c->device_buffers = false;
 	c->max_msg_size = d ? d->max_msg : UINT32_MAX;
 }
 
+/* What open will do about the GPU, for the probe's detail (cheap: cuInit
+ * and device queries only). */
+static const char *gpu_plan(const struct zap_host *h, char *buf, size_t len)
+{
+	struct zcu_device_info info;
+	const struct zcu *cu;
+	char why[160];
+
+	if (zcu_load(&cu, why, sizeof(why)) != ZAP_PROBE_OK ||
+	    zcu_open_device(h, cu, &info, why, sizeof(why)) != ZAP_PROBE_OK)
+		snprintf(buf, len, "no (%s)", why);
+	else if (!cu->MemHostRegister || !cu->MemHostGetDevicePointer)
+		snprintf(buf, len, "no (the CUDA driver lacks cuMemHostRegister)");
+	else
+		snprintf(buf, len, "at open, for CUDA device %d (%s)", info.ordinal,
+			 info.name);
+	return buf;
+}
+
 static enum zap_probe_result dp_probe(const struct zap_host *h, struct zap_probe_info *pi)
 {
 	struct dp_conf c;
-	char ipbuf[24];
+	char ipbuf[24], gpu[256];
 	int rc = dp_conf_load(h, &c, pi->reason, sizeof(pi->reason));
 
 	if (rc == 1)
@@ -1055,9 +1199,10 @@ static enum zap_probe_result dp_probe(const struct zap_host *h, struct zap_probe
 		 "EAL arguments: %.600s\nport: %u\nlocal address: %s (port 0: from the listen "
 		 "address, else %d)\nMTU: %llu, mbufs: %llu, window: %llu frames\n"
 		 "static neighbours: %u\nreceive drop injection: %g\n"
-		 "GPU registration of the mbuf pool: no (not implemented)",
+		 "GPU mapping of the mbuf pool: %.150s",
 		 c.eal, c.port, ipbuf, DP_DEFAULT_UDP_PORT, (unsigned long long)c.mtu,
-		 (unsigned long long)c.mbufs, (unsigned long long)c.window, c.n_nb, c.drop_rx);
+		 (unsigned long long)c.mbufs, (unsigned long long)c.window, c.n_nb, c.drop_rx,
+		 gpu_plan(h, gpu, sizeof(gpu)));
 	fill_caps(NULL, &pi->caps);
 	return ZAP_PROBE_OK;
 }

@@ -17,12 +17,18 @@
 static struct zap_config config;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 
-/* Trimmed copy of an env value into @buf; NULL when unset or blank. */
-static const char *env_trimmed(const char *name, char *buf, size_t len)
+/*
+ * Trimmed copy of an env value into @buf; NULL when unset or blank. A value
+ * that does not fit is never cut short (its head could be valid on its
+ * own): @buf gets "" and *@toolong its trimmed length.
+ */
+static const char *env_trimmed(const char *name, char *buf, size_t len,
+			       size_t *toolong)
 {
 	const char *v = getenv(name);
 	size_t n;
 
+	*toolong = 0;
 	if (!v)
 		return NULL;
 	while (isspace((unsigned char)*v))
@@ -32,23 +38,27 @@ static const char *env_trimmed(const char *name, char *buf, size_t len)
 		n--;
 	if (!n)
 		return NULL;
-	if (n >= len)
-		n = len - 1;
+	if (n >= len) {
+		*toolong = n;
+		buf[0] = '\0';
+		return buf;
+	}
 	memcpy(buf, v, n);
 	buf[n] = '\0';
 	return buf;
 }
 
-static void config_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void config_error(const char *fmt, ...)
+static void config_error(struct zap_config *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void config_error(struct zap_config *c, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (config.error) /* keep the first */
+	if (c->error) /* keep the first */
 		return;
-	config.error = -EINVAL;
+	c->error = -EINVAL;
 	va_start(ap, fmt);
-	vsnprintf(config.error_msg, sizeof(config.error_msg), fmt, ap);
+	vsnprintf(c->error_msg, sizeof(c->error_msg), fmt, ap);
 	va_end(ap);
 }
 
@@ -71,9 +81,12 @@ int zap__parse_bytes(const char *s, uint64_t *out)
 	if (!isdigit((unsigned char)*p))
 		return -EINVAL;
 	for (; isdigit((unsigned char)*p); p++) {
-		if (v > (UINT64_MAX - 9) / 10)
+		uint64_t d = (uint64_t)(*p - '0');
+
+		/* Exact: 18446744073709551615 is still a byte count. */
+		if (v > (UINT64_MAX - d) / 10)
 			return -ERANGE;
-		v = v * 10 + (uint64_t)(*p - '0');
+		v = v * 10 + d;
 	}
 	while (isspace((unsigned char)*p))
 		p++;
@@ -99,7 +112,8 @@ int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 		   uint64_t *out)
 {
 	char buf[64];
-	const char *v = env_trimmed(name, buf, sizeof(buf));
+	size_t toolong;
+	const char *v = env_trimmed(name, buf, sizeof(buf), &toolong);
 	uint64_t n;
 	int rc;
 
@@ -107,6 +121,9 @@ int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 		*out = def;
 		return 0;
 	}
+	if (toolong)
+		return zap__fail(-EINVAL, "%s is too long (%zu characters) for a byte count",
+				 name, toolong);
 	rc = zap__parse_bytes(v, &n);
 	if (rc)
 		return zap__fail(-EINVAL,
@@ -162,55 +179,83 @@ bad:
 			 what, addr);
 }
 
-static void config_load(void)
+int zap__parse_log_level(const char *s, enum zap_log_level *out)
 {
-	static char transport[256], listen[ZAP_PEER_MAX], quiet[16];
-	char buf[64];
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(names); i++)
+		if (!strcasecmp(s, names[i])) {
+			*out = (enum zap_log_level)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/*
+ * Read and check the core's variables into @c (zeroed here). Separate from
+ * the once-per-process zap__config() so that the fuzz harness can run it on
+ * any environment.
+ */
+void zap__config_read(struct zap_config *c)
+{
+	char buf[64], quiet[16];
+	size_t toolong;
 	const char *v;
 
-	config.log_level = ZAP_LOG_WARN;
-	v = env_trimmed("ZAP_LOG_LEVEL", buf, sizeof(buf));
-	if (v) {
-		static const char *const names[] = { "error", "warn", "info", "debug" };
-		size_t i;
-
-		for (i = 0; i < ZAP_ARRAY_SIZE(names); i++)
-			if (!strcasecmp(v, names[i]))
-				break;
-		if (i < ZAP_ARRAY_SIZE(names)) {
-			config.log_level = (enum zap_log_level)i;
-			config.log_level_set = true;
-		} else {
-			config_error("ZAP_LOG_LEVEL='%s' is not one of error, warn, info, debug",
+	memset(c, 0, sizeof(*c));
+	c->log_level = ZAP_LOG_WARN;
+	v = env_trimmed("ZAP_LOG_LEVEL", buf, sizeof(buf), &toolong);
+	if (toolong) {
+		config_error(c, "ZAP_LOG_LEVEL is too long (%zu characters)", toolong);
+	} else if (v) {
+		if (!zap__parse_log_level(v, &c->log_level))
+			c->log_level_set = true;
+		else
+			config_error(c, "ZAP_LOG_LEVEL='%s' is not one of error, warn, info, debug",
 				     v);
-		}
 	}
 
-	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet));
-	if (v) {
+	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet), &toolong);
+	if (toolong) {
+		config_error(c, "ZAP_TRANSPORT_QUIET is not 0 or 1 (%zu characters)",
+			     toolong);
+	} else if (v) {
 		if (!strcmp(v, "1"))
-			config.quiet = true;
+			c->quiet = true;
 		else if (strcmp(v, "0"))
-			config_error("ZAP_TRANSPORT_QUIET='%s' is not 0 or 1", v);
+			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not 0 or 1", v);
 	}
 
 	/* Syntax is checked by the pick parser, which names the variable. */
 	if (getenv("ZAP_TRANSPORT")) {
-		snprintf(transport, sizeof(transport), "%s", getenv("ZAP_TRANSPORT"));
-		config.transport = transport;
+		const char *t = getenv("ZAP_TRANSPORT");
+
+		if (strlen(t) >= sizeof(c->transport_buf))
+			config_error(c, "ZAP_TRANSPORT is too long (%zu characters)",
+				     strlen(t));
+		else
+			c->transport = strcpy(c->transport_buf, t);
 	}
 
-	v = env_trimmed("ZAP_LISTEN", listen, sizeof(listen));
-	if (v) {
+	v = env_trimmed("ZAP_LISTEN", c->listen_buf, sizeof(c->listen_buf),
+			&toolong);
+	if (toolong) {
+		config_error(c, "ZAP_LISTEN is too long (%zu characters)", toolong);
+	} else if (v) {
 		if (zap__check_address("ZAP_LISTEN", v))
-			config_error("%s", zap_last_error());
-		config.listen = v;
+			config_error(c, "%s", zap_last_error());
+		c->listen = v;
 	}
 
 	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, 1ull << 40,
-			   &config.max_msg_size))
-		config_error("%s", zap_last_error());
+			   &c->max_msg_size))
+		config_error(c, "%s", zap_last_error());
 	zap__clear_error();
+}
+
+static void config_load(void)
+{
+	zap__config_read(&config);
 }
 
 const struct zap_config *zap__config(void)

@@ -40,8 +40,14 @@ struct zap_config {
 	const char *transport;     /* ZAP_TRANSPORT, or NULL */
 	const char *listen;        /* ZAP_LISTEN, or NULL */
 	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
+	char transport_buf[256];   /* storage for @transport and @listen */
+	char listen_buf[ZAP_PEER_MAX];
 };
 const struct zap_config *zap__config(void);
+/* Read the environment into @c now (zap__config() does it once); for the
+ * fuzz harnesses. */
+void zap__config_read(struct zap_config *c);
+int zap__parse_log_level(const char *s, enum zap_log_level *out);
 int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 		   uint64_t *out);
 int zap__parse_bytes(const char *s, uint64_t *out);
@@ -92,6 +98,16 @@ void zap__pool_stats(struct zap_pool *pool, struct zap_pool_stats *stats);
 void zap__pool_close(struct zap_pool *pool);
 
 /* pick.c */
+#define ZAP_PREF_MAX_NAMES 16
+/* A parsed preference string (ZAP_TRANSPORT syntax). */
+struct zap_pref {
+	bool strict;
+	bool exclude;  /* "^a,b": everything but these */
+	size_t n;      /* 0: auto */
+	char names[ZAP_PREF_MAX_NAMES][ZAP_NAME_MAX];
+};
+/* Parse @src; @origin names it in the error ("ZAP_TRANSPORT"). 0 or -EINVAL. */
+int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p);
 int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
 	      struct zap_transport **out);
 

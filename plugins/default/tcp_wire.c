@@ -69,8 +69,14 @@
 #define TCP_HELLO_FIXED 16
 #define TCP_HELLO_MAX (TCP_HELLO_FIXED + ZAP_PEER_MAX - 1)
 #define TCP_RBUF (64 * 1024)
+/* Handshake limits (WIRE.md): defaults and their environment variables. */
 #define TCP_HS_TIMEOUT_MS 10000
+#define TCP_HS_ENV "ZAP_TCP_HANDSHAKE_MS"
+#define TCP_HS_MIN_MS 10u
+#define TCP_HS_MAX_MS 3600000u
 #define TCP_PENDING_MAX 4096
+#define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
+#define TCP_PENDING_LIMIT 1048576u
 #define TCP_ALLOC_RETRY_MS 5
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
 #define TCP_SPIN_MAX_US 1000000u
@@ -153,6 +159,8 @@ struct tcp_wire {
 	int stop_fd;             /* readable once shut down; never drained */
 	atomic_bool shut;
 	unsigned spin_us;        /* ZAP_TCP_SPIN_US, read at open; 0: never spin */
+	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
+	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
 	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
 
@@ -244,10 +252,8 @@ static void hdr_put(unsigned char *h, unsigned type, uint64_t len)
 	put_be64(h + 8, len);
 }
 
-/* Check a header; on error write the reason to @why. */
-static int hdr_check(const struct tcp_wire *w, const unsigned char *h,
-		     unsigned want, uint64_t max, uint64_t *len, char *why,
-		     size_t whylen)
+int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
+		     uint64_t *len, char *why, size_t whylen)
 {
 	uint32_t magic = get_be32(h);
 	if (magic != TCP_MAGIC) {
@@ -277,13 +283,10 @@ static int hdr_check(const struct tcp_wire *w, const unsigned char *h,
 			 want == TCP_T_DATA ? " (ZAP_MAX_MSG_BYTES)" : "");
 		return -EMSGSIZE;
 	}
-	(void)w;
 	return 0;
 }
 
-/* Split "host:port" or "[v6]:port"; the host may be empty. */
-static int addr_split(const char *s, char *host, size_t hl, char *port,
-		      size_t pl)
+int tcp_addr_split(const char *s, char *host, size_t hl, char *port, size_t pl)
 {
 	const char *colon, *h = s;
 	size_t n;
@@ -642,6 +645,49 @@ static size_t hello_build(const struct tcp_wire *w, uint64_t nonce,
 	return TCP_HDR + TCP_HELLO_FIXED + al;
 }
 
+int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
+		    char *why, size_t whylen)
+{
+	size_t al;
+
+	if (len < TCP_HELLO_FIXED + 3 || len > TCP_HELLO_MAX) {
+		snprintf(why, whylen, "HELLO too %s", len > TCP_HELLO_MAX ? "long" : "short");
+		return -EPROTO;
+	}
+	al = len - TCP_HELLO_FIXED;
+	memcpy(h->addr, p + TCP_HELLO_FIXED, al);
+	h->addr[al] = '\0';
+	h->id = get_be64(p);
+	h->nonce = get_be64(p + 8);
+	if (strlen(h->addr) != al ||
+	    tcp_addr_split(h->addr, h->host, sizeof(h->host), h->port,
+			   sizeof(h->port)) ||
+	    !strcmp(h->port, "0")) {
+		snprintf(why, whylen, "HELLO carries a malformed address");
+		return -EPROTO;
+	}
+	h->wildcard = host_is_wildcard(h->host);
+	return 0;
+}
+
+int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
+		   socklen_t sl, char *out, size_t len, char *why, size_t whylen)
+{
+	char s[ZAP_PEER_MAX], sh[ZAP_PEER_MAX], sp[8];
+
+	if (!h->wildcard) {
+		snprintf(out, len, "%s", h->addr);
+		return 0;
+	}
+	addr_format(src, sl, s, sizeof(s));
+	if (tcp_addr_split(s, sh, sizeof(sh), sp, sizeof(sp))) {
+		snprintf(why, whylen, "unusable source address %s", s);
+		return -EPROTO;
+	}
+	snprintf(out, len, strchr(sh, ':') ? "[%s]:%s" : "%s:%s", sh, h->port);
+	return 0;
+}
+
 /*
  * Read more of a HELLO into c->hs without blocking.
  * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
@@ -654,8 +700,8 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 		size_t need = TCP_HDR;
 		uint64_t len = 0;
 		if (c->hslen >= TCP_HDR) {
-			int r = hdr_check(w, c->hs, TCP_T_HELLO, TCP_HELLO_MAX,
-					  &len, why, whylen);
+			int r = tcp_parse_header(c->hs, TCP_T_HELLO, TCP_HELLO_MAX,
+						 &len, why, whylen);
 			if (r)
 				return r;
 			if (len < TCP_HELLO_FIXED + 3) {
@@ -683,35 +729,27 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 	}
 
 	/* Parse: id, nonce, address; substitute a wildcard host. */
-	size_t al = c->hslen - TCP_HDR - TCP_HELLO_FIXED;
-	char a[ZAP_PEER_MAX], h[ZAP_PEER_MAX], port[8];
-	memcpy(a, c->hs + TCP_HDR + TCP_HELLO_FIXED, al);
-	a[al] = '\0';
-	c->rid = get_be64(c->hs + TCP_HDR);
+	struct tcp_hello hl;
+	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why,
+				whylen);
+	if (r)
+		return r;
+	c->rid = hl.id;
 	if (!c->dialed)
-		c->nonce = get_be64(c->hs + TCP_HDR + 8);
-	if (strlen(a) != al || addr_split(a, h, sizeof(h), port, sizeof(port)) ||
-	    !strcmp(port, "0")) {
-		snprintf(why, whylen, "HELLO carries a malformed address");
-		return -EPROTO;
-	}
-	if (host_is_wildcard(h)) {
+		c->nonce = hl.nonce;
+	if (hl.wildcard) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		char src[ZAP_PEER_MAX], sh[ZAP_PEER_MAX], sp[8];
 		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0) {
 			snprintf(why, whylen, "getpeername: %s", strerror(errno));
 			return -errno;
 		}
-		addr_format((struct sockaddr *)&ss, sl, src, sizeof(src));
-		if (addr_split(src, sh, sizeof(sh), sp, sizeof(sp))) {
-			snprintf(why, whylen, "unusable source address %s", src);
-			return -EPROTO;
-		}
-		snprintf(c->raddr, sizeof(c->raddr),
-			 strchr(sh, ':') ? "[%s]:%s" : "%s:%s", sh, port);
+		r = tcp_hello_peer(&hl, (struct sockaddr *)&ss, sl, c->raddr,
+				   sizeof(c->raddr), why, whylen);
+		if (r)
+			return r;
 	} else {
-		snprintf(c->raddr, sizeof(c->raddr), "%s", a);
+		snprintf(c->raddr, sizeof(c->raddr), "%s", hl.addr);
 	}
 	return 1;
 }
@@ -810,9 +848,9 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			continue;
 		}
 		c->fd = fd;
-		c->hs_deadline_ms = now_ms() + TCP_HS_TIMEOUT_MS;
+		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
 		tune_socket(fd);
-		if (w->npending >= TCP_PENDING_MAX) {
+		if (w->npending >= w->pending_max) {
 			/* Too many half-open handshakes: shed the oldest so
 			 * that a flood cannot lock well-behaved peers out. */
 			struct tcp_conn *old = w->pending;
@@ -852,7 +890,7 @@ static void *accept_main(void *arg)
 			}
 			cap = nc;
 		}
-		uint64_t now = now_ms(), next = now + TCP_HS_TIMEOUT_MS;
+		uint64_t now = now_ms(), next = now + w->hs_timeout_ms;
 		pfd[n++] = (struct pollfd){.fd = w->stop_fd, .events = POLLIN};
 		pfd[n++] = (struct pollfd){.fd = backoff ? -1 : w->lfd,
 					   .events = POLLIN};
@@ -1000,8 +1038,8 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 		while (c->rlen - c->rhead >= TCP_HDR) {
 			unsigned char *h = c->rbuf + c->rhead;
 			uint64_t len;
-			int r = hdr_check(w, h, TCP_T_DATA, w->max_msg, &len,
-					  c->rx_why, sizeof(c->rx_why));
+			int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len,
+						 c->rx_why, sizeof(c->rx_why));
 			if (r)
 				return r;
 			size_t avail = c->rlen - c->rhead - TCP_HDR;
@@ -1451,7 +1489,7 @@ static int dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	struct tcp_conn *c = NULL;
 	int fd = -1, r;
 
-	if (addr_split(peer, host, sizeof(host), port, sizeof(port)) || !*host ||
+	if (tcp_addr_split(peer, host, sizeof(host), port, sizeof(port)) || !*host ||
 	    !strcmp(port, "0"))
 		return w->host->fail(-EINVAL,
 				     "%s: malformed peer address \"%s\" (want host:port or [v6]:port)",
@@ -1490,7 +1528,7 @@ static int dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 				  w->dom, peer, k < 0 ? strerror(errno) : "short write");
 		goto fail;
 	}
-	uint64_t deadline = now_ms() + TCP_HS_TIMEOUT_MS;
+	uint64_t deadline = now_ms() + w->hs_timeout_ms;
 	for (;;) {
 		char why[160];
 		int h = hello_read(w, c, why, sizeof(why));
@@ -1741,7 +1779,7 @@ static void wildcard_sendable(int family, const char *port, char *buf,
 		if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0) {
 			char a[ZAP_PEER_MAX], h[ZAP_PEER_MAX], p[8];
 			addr_format((struct sockaddr *)&me, ml, a, sizeof(a));
-			if (!addr_split(a, h, sizeof(h), p, sizeof(p)) &&
+			if (!tcp_addr_split(a, h, sizeof(h), p, sizeof(p)) &&
 			    !host_is_wildcard(h)) {
 				snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s",
 					 h, port);
@@ -1763,7 +1801,7 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	struct addrinfo *res = NULL;
 	int r, fd = -1, one = 1;
 
-	if (addr_split(listen_addr, host, sizeof(host), port, sizeof(port)))
+	if (tcp_addr_split(listen_addr, host, sizeof(host), port, sizeof(port)))
 		return w->host->fail(-EINVAL,
 				     "%s: malformed listen address \"%s\" (ZAP_LISTEN; want host:port)",
 				     w->dom, listen_addr);
@@ -1809,7 +1847,7 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	socklen_t sl = sizeof(ss);
 	getsockname(fd, (struct sockaddr *)&ss, &sl);
 	addr_format((struct sockaddr *)&ss, sl, w->bound, sizeof(w->bound));
-	addr_split(w->bound, host, sizeof(host), port, sizeof(port));
+	tcp_addr_split(w->bound, host, sizeof(host), port, sizeof(port));
 	if (host_is_wildcard(host))
 		wildcard_sendable(ss.ss_family, port, w->addr, sizeof(w->addr));
 	else
@@ -1844,6 +1882,44 @@ static int spin_setting(const struct zap_host *host, const char *dom,
 	return 0;
 }
 
+int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t n = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		uint64_t d = (uint64_t)(*s - '0');
+
+		if (*s < '0' || *s > '9' || n > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		n = n * 10 + d;
+	}
+	if (n < min || n > max)
+		return -EINVAL;
+	*out = n;
+	return 0;
+}
+
+/* A limit from the environment: plain decimal in [@min, @max]; unset or
+ * empty: @def. A bad value fails the open, naming the variable. */
+static int env_limit(const struct zap_host *host, const char *dom,
+		     const char *name, unsigned def, unsigned min, unsigned max,
+		     const char *unit, unsigned *out)
+{
+	const char *v = getenv(name);
+	uint64_t n;
+
+	*out = def;
+	if (!v || !*v)
+		return 0;
+	if (tcp_parse_uint(v, min, max, &n))
+		return host->fail(-EINVAL, "%s: %s=\"%.32s\" is not a number of %s from %u to %u",
+				  dom, name, v, unit, min, max);
+	*out = (unsigned)n;
+	return 0;
+}
+
 int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 {
 	const struct zap_host *host = args->host;
@@ -1867,6 +1943,13 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	pthread_condattr_destroy(&ca);
 
 	r = spin_setting(host, w->dom, &w->spin_us);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_HS_ENV, TCP_HS_TIMEOUT_MS,
+			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",
+			      &w->hs_timeout_ms);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_PENDING_ENV, TCP_PENDING_MAX, 1,
+			      TCP_PENDING_LIMIT, "connections", &w->pending_max);
 	if (r)
 		goto fail;
 

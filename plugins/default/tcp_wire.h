@@ -12,8 +12,10 @@
 #ifndef ZAP_TCP_WIRE_H
 #define ZAP_TCP_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <zap/zap-plugin.h>
 
@@ -82,5 +84,42 @@ uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
 
 /* Retry connections paused by an -EAGAIN allocation now. */
 void tcp_wire_kick(struct tcp_wire *w);
+
+/*
+ * The parsers of bytes a peer sends, pure (no socket, no wire), so that
+ * fuzz/fuzz-tcp-wire.c calls them directly. The wire uses exactly these.
+ */
+
+/* Check a 16-byte frame header: magic, version, type @want, reserved
+ * bytes, length <= @max. 0 and *@len; -EPROTO or -EMSGSIZE with @why. */
+int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
+		     uint64_t *len, char *why, size_t whylen);
+
+/* A HELLO payload, parsed. */
+struct tcp_hello {
+	uint64_t id, nonce;
+	char addr[ZAP_PEER_MAX]; /* the sender's listen address, as sent */
+	char host[ZAP_PEER_MAX]; /* its host part ("" allowed) */
+	char port[8];            /* its port, digits, not "0" */
+	bool wildcard;           /* host is "", 0.0.0.0, :: or * */
+};
+
+/* Parse the @len payload bytes after a HELLO header. 0, or -EPROTO with
+ * @why (too short or long, NUL in the address, malformed address, port 0). */
+int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
+		    char *why, size_t whylen);
+
+/* The replyable peer string for @h arriving from @src: the HELLO address,
+ * its wildcard host replaced by @src's address. 0, or -EPROTO with @why. */
+int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
+		   socklen_t sl, char *out, size_t len, char *why, size_t whylen);
+
+/* Split "host:port" or "[v6]:port" (the host may be empty; the port is
+ * 1-7 digits, at most 65535) into @host and @port. 0 or -EINVAL. */
+int tcp_addr_split(const char *s, char *host, size_t hl, char *port, size_t pl);
+
+/* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
+ * -EINVAL. */
+int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
 #endif /* ZAP_TCP_WIRE_H */

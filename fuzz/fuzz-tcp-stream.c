@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The default/uma wire's handshake and frame reader, end to end: one real
+ * endpoint (zap_pick "=default", max message 64 KiB) and, per input, one
+ * raw TCP connection that sends the input as its byte stream and then
+ * closes (FIN, or a reset). The endpoint's accept thread reads the HELLO,
+ * its progress engine the frames; this harness drives zap_recv() until the
+ * endpoint has closed the connection.
+ *
+ * Oracle: an independent reading of WIRE.md over the same bytes. The
+ * endpoint must answer with its own HELLO exactly when the HELLO is valid,
+ * and deliver exactly the complete, valid DATA frames before the first
+ * bad or truncated one, in order, byte for byte, each with the peer string
+ * the HELLO announced (its wildcard host replaced by 127.0.0.1). It must
+ * close every connection (protocol error, EOF) promptly: 5 s without that
+ * is a hang.
+ *
+ * First input byte: bit 0 prepend a valid HELLO (then bits 2-3 choose its
+ * address: a name, a literal, a wildcard, [::]); bit 1 write the stream in
+ * pieces of 1, 5, 17 or 200 bytes (bits 4-5), yielding between them, so
+ * that the endpoint reads partial headers, HELLOs and payloads.
+ */
+#include <sched.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zap/zap.h>
+
+#include "fuzz.h"
+
+#define HDR 16
+#define MAX_MSG (64u << 10)
+#define HELLO_MAX (16 + ZAP_PEER_MAX - 1)
+
+static struct zap_transport *ep;
+static struct sockaddr_in ep_sa;
+static struct zap_ctx *ctx;
+static uint64_t iter;
+
+static void quiet(enum zap_log_level l, const char *d, const char *m, void *u)
+{
+	(void)l;
+	(void)d;
+	(void)m;
+	(void)u;
+}
+
+static void setup(void)
+{
+	struct zap_attr a = {.size = sizeof(a), .listen = "127.0.0.1:0",
+			     .max_msg_size = MAX_MSG};
+	char addr[ZAP_PEER_MAX];
+
+	setenv("ZAP_PLUGIN_PATH", "", 1);
+	setenv("ZAP_TRANSPORT_QUIET", "1", 1);
+	zap_set_log_handler(quiet, NULL);
+	if (zap_pick("=default", 0, &a, &ep) || zap_transport_address(ep, addr, sizeof(addr)) ||
+	    zap_ctx_new(&ctx)) {
+		fprintf(stderr, "fuzz-tcp-stream: cannot open an endpoint\n");
+		abort();
+	}
+	char *colon = strrchr(addr, ':');
+	*colon = '\0';
+	ep_sa.sin_family = AF_INET;
+	ep_sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	inet_pton(AF_INET, addr, &ep_sa.sin_addr);
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void wr64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		p[i] = (uint8_t)v;
+		v >>= 8;
+	}
+}
+
+/* WIRE.md's header: magic, version 1, @type, reserved 0, length <= @max. */
+static bool hdr_ok(const uint8_t *h, unsigned type, uint64_t max, uint64_t *len)
+{
+	if (h[0] != 0x5a || h[1] != 0x41 || h[2] != 0x50 || h[3] != 0x57 || h[4] != 1 ||
+	    h[5] != type || h[6] || h[7])
+		return false;
+	*len = rd64(h + 8);
+	return *len <= max;
+}
+
+/* A HELLO address: host:port or [host]:port, port digits <= 65535 and not
+ * "0", printable host without ':' unless bracketed. Sets *@wild. */
+static bool hello_addr_ok(const char *a, size_t n, char *port, bool *wild)
+{
+	const char *colon, *h;
+	size_t hl;
+	char host[ZAP_PEER_MAX];
+
+	if (memchr(a, '\0', n) || !n)
+		return false;
+	if (a[0] == '[') {
+		const char *close = memchr(a, ']', n);
+		if (!close || close + 1 >= a + n || close[1] != ':')
+			return false;
+		h = a + 1;
+		hl = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = NULL;
+		for (size_t i = n; i-- > 0;)
+			if (a[i] == ':') {
+				colon = a + i;
+				break;
+			}
+		if (!colon)
+			return false;
+		h = a;
+		hl = (size_t)(colon - a);
+		if (memchr(h, ':', hl))
+			return false;
+	}
+	size_t pl = (size_t)(a + n - colon - 1);
+	if (!pl || pl >= 8)
+		return false;
+	unsigned long v = 0;
+	for (size_t i = 0; i < pl; i++) {
+		char c = colon[1 + i];
+		if (c < '0' || c > '9')
+			return false;
+		v = v * 10 + (unsigned long)(c - '0');
+	}
+	if (v > 65535 || (pl == 1 && colon[1] == '0'))
+		return false;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	for (size_t i = 0; i < hl; i++)
+		if (host[i] <= ' ' || host[i] > '~')
+			return false;
+	memcpy(port, colon + 1, pl);
+	port[pl] = '\0';
+	*wild = !hl || !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "*");
+	return true;
+}
+
+struct expect {
+	bool hello_ok;
+	char peer[ZAP_PEER_MAX];
+	size_t n;                /* complete valid DATA frames */
+	size_t off[64], len[64]; /* where their payloads lie in the stream */
+};
+
+static void reference(const uint8_t *s, size_t n, struct expect *e)
+{
+	uint64_t len;
+	size_t pos;
+
+	memset(e, 0, sizeof(*e));
+	if (n < HDR || !hdr_ok(s, 1, HELLO_MAX, &len) || len < 16 + 3 || HDR + len > n)
+		return;
+	char port[8];
+	bool wild;
+	if (!hello_addr_ok((const char *)s + HDR + 16, len - 16, port, &wild))
+		return;
+	e->hello_ok = true;
+	if (wild)
+		snprintf(e->peer, sizeof(e->peer), "127.0.0.1:%s", port);
+	else
+		snprintf(e->peer, sizeof(e->peer), "%.*s", (int)(len - 16),
+			 (const char *)s + HDR + 16);
+	pos = HDR + len;
+	while (n - pos >= HDR && e->n < 64) {
+		if (!hdr_ok(s + pos, 2, MAX_MSG, &len) || len > n - pos - HDR)
+			return;
+		e->off[e->n] = pos + HDR;
+		e->len[e->n] = len;
+		e->n++;
+		pos += HDR + len;
+	}
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const char *const addrs[4] = { "fuzz-peer.example:7", "10.1.2.3:65535",
+					      "0.0.0.0:4242", "[::]:9" };
+	if (!ep)
+		setup();
+	if (!size || size > 8192)
+		return 0;
+	unsigned mode = data[0];
+	data++;
+	size--;
+
+	/* The stream: optionally a valid HELLO, then the input. */
+	size_t n = size;
+	uint8_t *s = malloc(HELLO_MAX + HDR + size);
+	if (!s)
+		abort();
+	if (mode & 1) {
+		const char *a = addrs[(mode >> 2) & 3];
+		size_t al = strlen(a);
+		static const uint8_t h[8] = { 0x5a, 0x41, 0x50, 0x57, 1, 1, 0, 0 };
+		memcpy(s, h, 8);
+		wr64(s + 8, 16 + al);
+		wr64(s + HDR, 0x1000 + ++iter); /* a new instance each time */
+		wr64(s + HDR + 8, iter * 77);
+		memcpy(s + HDR + 16, a, al);
+		memcpy(s + HDR + 16 + al, data, size);
+		n = HDR + 16 + al + size;
+	} else {
+		memcpy(s, data, size);
+	}
+	struct expect e;
+	reference(s, n, &e);
+
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd < 0 || connect(fd, (struct sockaddr *)&ep_sa, sizeof(ep_sa))) {
+		perror("fuzz-tcp-stream: connect");
+		abort();
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* The stream goes out whole (a socket buffer holds it), then FIN. */
+	static const size_t pieces[4] = { 1, 5, 17, 200 };
+	size_t done = 0, piece = mode & 2 ? pieces[(mode >> 4) & 3] : n;
+	while (done < n) {
+		size_t want = n - done < piece ? n - done : piece;
+		ssize_t k = send(fd, s + done, want, MSG_NOSIGNAL);
+		if (k <= 0)
+			break; /* the endpoint may already have hung up */
+		done += (size_t)k;
+		if (mode & 2)
+			sched_yield();
+	}
+	shutdown(fd, SHUT_WR);
+
+	/* Drive the endpoint until it closes the connection; collect. */
+	uint8_t answer[HDR + HELLO_MAX];
+	size_t got_answer = 0, got = 0;
+	bool closed = false, extra = false;
+	uint64_t deadline = now_ms() + 5000;
+	for (;;) {
+		struct zap_msg *m;
+		/* Once the endpoint has closed the connection, every message
+		 * from it is queued already: take them without waiting. */
+		zap_ctx_set_timeout(ctx, closed ? 0 : 1000000ull);
+		int r = zap_recv(ep, ctx, &m);
+		if (!r) {
+			if (got >= e.n) {
+				extra = true;
+			} else {
+				FUZZ_CHECK(zap_msg_len(m) == e.len[got]);
+				FUZZ_CHECK(!memcmp(zap_msg_data(m), s + e.off[got], e.len[got]));
+				FUZZ_CHECK(!strcmp(zap_msg_peer(m), e.peer));
+			}
+			got++;
+			zap_msg_release(m);
+		} else {
+			FUZZ_CHECK(r == -ETIMEDOUT);
+			if (closed)
+				break;
+		}
+		if (!closed) {
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+			if (poll(&p, 1, 0) > 0) {
+				ssize_t k = recv(fd, answer + got_answer,
+						 sizeof(answer) - got_answer, MSG_DONTWAIT);
+				if (k > 0 && got_answer + (size_t)k <= sizeof(answer))
+					got_answer += (size_t)k;
+				else if (k <= 0 && !(k < 0 && errno == EAGAIN))
+					closed = true;
+			}
+		}
+		if (now_ms() > deadline) {
+			fprintf(stderr, "fuzz-tcp-stream: the endpoint did not close the "
+					"connection within 5 s (%zu of %zu messages)\n", got, e.n);
+			abort();
+		}
+	}
+	close(fd);
+	FUZZ_CHECK(!extra);
+	FUZZ_CHECK(got == e.n);
+	/* The endpoint answers a valid HELLO with its own, and only then. */
+	FUZZ_CHECK(!!got_answer == e.hello_ok);
+	if (got_answer) {
+		uint64_t len;
+		FUZZ_CHECK(got_answer >= HDR && hdr_ok(answer, 1, HELLO_MAX, &len) &&
+			   got_answer == HDR + len);
+	}
+	free(s);
+	return 0;
+}

@@ -464,6 +464,15 @@ static void peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
 			p->tx = c;
 }
 
+/* Whether a connection to @p is retired but still open for reading. */
+static bool peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
+{
+	for (const struct tcp_conn *c = w->conns; c; c = c->next)
+		if (c->peer == p && !c->dead)
+			return true;
+	return false;
+}
+
 static void conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 {
 	if (c->dead)
@@ -990,12 +999,14 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 }
 
 #define RX_EOF 1
+#define RX_EOF_PARTIAL 2 /* FIN after part of a frame: that frame is dropped */
 
 /*
  * Read what is available on @c without blocking and turn complete frames
  * into messages. Stops after the first batch of messages so the caller
  * gets one promptly (rx_ready says whether to come back without polling).
- * Return 0, RX_EOF, or a negative errno with c->rx_why set.
+ * Return 0, RX_EOF, RX_EOF_PARTIAL (c->rx_why says what was dropped), or a
+ * negative errno with c->rx_why set.
  */
 static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 		   struct tcp_rx_msg ***tail)
@@ -1020,10 +1031,15 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 				continue;
 			}
 			if (k == 0) {
+				/* Everything before this frame was delivered;
+				 * the peer abandoned this one (WIRE.md,
+				 * "Closing"). Drop it, and only it. */
 				snprintf(c->rx_why, sizeof(c->rx_why),
 					 "peer closed mid-message (%zu of %zu bytes)",
 					 c->rx_off, m->msg.len);
-				return -EPIPE;
+				c->rx_msg = NULL;
+				m->msg.release(&m->msg);
+				return RX_EOF_PARTIAL;
 			}
 			if (errno == EINTR)
 				continue;
@@ -1108,7 +1124,8 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 				snprintf(c->rx_why, sizeof(c->rx_why),
 					 "peer closed mid-frame (%zu bytes pending)",
 					 c->rlen);
-				return -EPIPE;
+				c->rhead = c->rlen = 0;
+				return RX_EOF_PARTIAL;
 			}
 			return RX_EOF;
 		}
@@ -1303,9 +1320,14 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 			break;
 		case SLOT_CONN: {
 			struct tcp_conn *c = sl[i].p;
-			if (c->rx_res == RX_EOF) {
-				host->log(ZAP_LOG_DEBUG, w->dom,
-					  "%s closed the connection", c->raddr);
+			if (c->rx_res == RX_EOF || c->rx_res == RX_EOF_PARTIAL) {
+				if (c->rx_res == RX_EOF_PARTIAL)
+					host->log(ZAP_LOG_WARN, w->dom,
+						  "dropping a partial message from %s: %s",
+						  c->raddr, c->rx_why);
+				else
+					host->log(ZAP_LOG_DEBUG, w->dom,
+						  "%s closed the connection", c->raddr);
 				/* Everything was read. Close now (a clean FIN:
 				 * the peer still reads what we queued before),
 				 * or, if a frame of ours is still going out,
@@ -1627,6 +1649,16 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		}
 		r->dialing = false;
 		c = r->peer ? r->peer->tx : NULL;
+		if (!c && r->peer && peer_draining(w, r->peer)) {
+			/* A connection to this peer is retired but still
+			 * being read (e.g. after a send abandoned mid-frame):
+			 * frames we wrote there must reach the peer before
+			 * any on a new connection, so dial once it closed. */
+			err = wait_step(w, &me, ctx);
+			if (err)
+				goto out_unlock;
+			continue;
+		}
 		if (!c) {
 			/* The peer's connections are gone: dial again. */
 			route_del(w, r);
@@ -1695,7 +1727,26 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		pthread_mutex_lock(&w->mu);
 	c->tx_busy = false;
 	c->tx_used = true;
-	if (err && done) {
+	if (err && done && (err == -ECANCELED || err == -ETIMEDOUT) &&
+	    !c->dead) {
+		/*
+		 * A partial frame cannot be taken back, so no new frame may
+		 * start on this connection. Closing it would discard what
+		 * the peer sent us and not yet read, and (unread data) make
+		 * the kernel reset it, so the peer would lose our earlier,
+		 * complete frames still in flight. Instead retire it: FIN
+		 * after the partial frame (the peer drops only that one),
+		 * keep reading to the peer's FIN, then close.
+		 */
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "retiring connection to %s: send interrupted mid-frame (%s)",
+			     c->raddr, strerror(-err));
+		retire(c);
+		if (c->peer && c->peer->tx == c)
+			peer_pick_tx(w, c->peer);
+		w->host->fail(err, "%s: send to %s interrupted mid-frame; connection retired",
+			      w->dom, c->raddr);
+	} else if (err && done) {
 		/* A partial frame cannot be taken back: the stream is lost. */
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection to %s: send interrupted mid-frame (%s)",

@@ -672,6 +672,120 @@ static void test_send_deadline(void **state)
 	zap_close(b);
 }
 
+/*
+ * A send abandoned mid-frame (its deadline fires while the peer is not
+ * reading) retires the connection instead of closing it: the peer still
+ * gets every complete message sent before (and drops only the partial
+ * one), we still get everything the peer sends on it until its FIN, and
+ * the next send goes out on a new connection, delivered after the old
+ * connection's messages. Closing (as this code once did) threw away the
+ * unread data on one side and reset the connection, losing the other
+ * side's completed messages as well.
+ */
+struct abandon_rx {
+	struct zap_transport *t;
+	unsigned want;      /* complete 'A' messages before the follow-up */
+	unsigned got;
+	bool follow_up;
+	bool bad;
+};
+
+static void *abandon_reader(void *p)
+{
+	struct abandon_rx *x = p;
+	while (!x->follow_up && !x->bad) {
+		struct zap_msg *m = NULL;
+		if (zap_recv(x->t, NULL, &m)) {
+			x->bad = true;
+			break;
+		}
+		char tag;
+		unsigned a, b;
+		if (zap_msg_len(m) >= 64) { /* the partial message, delivered */
+			x->bad = true;
+			zap_msg_release(m);
+			break;
+		}
+		parse_tagged(m, &tag, &a, &b);
+		zap_msg_release(m);
+		if (tag == 'A' && a == x->got && x->got < x->want)
+			x->got++;
+		else if (tag == 'F' && x->got == x->want)
+			x->follow_up = true;
+		else
+			x->bad = true;
+	}
+	return NULL;
+}
+
+static void test_send_abandoned_mid_frame(void **state)
+{
+	struct zap_transport *a = ep_open(), *b = ep_open();
+	char aa[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	const unsigned na = 8, nb = 6;
+	const size_t big = 16u << 20;
+	unsigned char *buf = calloc(1, big);
+	struct zap_ctx *ctx;
+	(void)state;
+
+	ep_addr(a, aa);
+	ep_addr(b, ab);
+	log_clear();
+	/* B -> A first (B dials), then A's complete messages on it. */
+	for (unsigned i = 0; i < nb / 2; i++)
+		send_tagged(b, aa, 'B', i, 0);
+	for (unsigned i = 0; i < na; i++)
+		send_tagged(a, ab, 'A', i, 0);
+	/* B reads nothing: the big one stops mid-frame at its deadline. */
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 200 * 1000000ull);
+	assert_int_equal(zap_send(a, ab, buf, big, ctx), -ETIMEDOUT);
+	zap_ctx_free(ctx);
+	assert_true(log_wait("interrupted mid-frame"));
+	/* B has not seen A's FIN yet and keeps sending on that connection. */
+	for (unsigned i = nb / 2; i < nb; i++)
+		send_tagged(b, aa, 'B', i, 0);
+
+	/* B starts reading; A's next send goes out once the old connection
+	 * is drained, on a new one, and must arrive after A's earlier ones. */
+	struct abandon_rx x = {.t = b, .want = na};
+	pthread_t th;
+	pthread_create(&th, NULL, abandon_reader, &x);
+	send_tagged(a, ab, 'F', 0, 0);
+	pthread_join(th, NULL);
+	assert_false(x.bad);
+	assert_int_equal(x.got, na);
+	assert_true(x.follow_up);
+	assert_true(log_wait("closed mid-message"));
+
+	/* A got all of B's, in order, including those sent after A retired. */
+	for (unsigned i = 0; i < nb; i++) {
+		struct zap_msg *m = recv_ok(a);
+		char tag;
+		unsigned u, v;
+		parse_tagged(m, &tag, &u, &v);
+		assert_int_equal(tag, 'B');
+		assert_int_equal(u, i);
+		zap_msg_release(m);
+	}
+	/* Both directions still work. */
+	send_tagged(b, aa, 'C', 1, 0);
+	struct zap_msg *m = recv_ok(a);
+	char tag;
+	unsigned u, v;
+	parse_tagged(m, &tag, &u, &v);
+	assert_int_equal(tag, 'C');
+	zap_msg_release(m);
+	send_tagged(a, ab, 'D', 2, 0);
+	m = recv_ok(b);
+	parse_tagged(m, &tag, &u, &v);
+	assert_int_equal(tag, 'D');
+	zap_msg_release(m);
+	free(buf);
+	zap_close(a);
+	zap_close(b);
+}
+
 static void test_oversize(void **state)
 {
 	struct zap_transport *a = ep_open_max(1024);
@@ -1354,6 +1468,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_wakes_recv),
 		cmocka_unit_test(test_close_while_blocked),
 		cmocka_unit_test(test_send_deadline),
+		cmocka_unit_test(test_send_abandoned_mid_frame),
 		cmocka_unit_test(test_oversize),
 		cmocka_unit_test(test_nothing_listens),
 		cmocka_unit_test(test_ipv6_and_names),

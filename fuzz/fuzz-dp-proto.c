@@ -135,16 +135,6 @@ static void f_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 		 * to a reset; never an earlier one (duplicate, reordered).
 		 * Empty messages all look alike: one is only checked to have
 		 * been sent, and they may be skipped. */
-		/* Known issue (fuzz/findings/dp_proto): a late frame of a
-		 * stream retired two or more restarts ago is adopted again and
-		 * its message delivered twice. FUZZ_DP_KNOWN=1 lets a run look
-		 * past it for other problems. */
-		if (getenv("FUZZ_DP_KNOWN"))
-			for (size_t j = 0; j < ndelivered; j++) {
-				fill(want, sent_len[j], j);
-				if (len == sent_len[j] && !memcmp(data, want, len))
-					goto out;
-			}
 		if (!len) {
 			for (; k < nsent && sent_len[k]; k++)
 				;
@@ -159,7 +149,6 @@ static void f_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 			FUZZ_CHECK(k < nsent);
 			ndelivered = k + 1;
 		}
-	out:;
 	} else {
 		/* The attacker's: read every byte (ASan checks the bounds). */
 		volatile uint8_t x = 0;
@@ -384,12 +373,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct dp_stats sa, sb;
 	dp_get_stats(A.p, &sa);
 	dp_get_stats(B.p, &sb);
-	/* Known issue (fuzz/findings/dp_proto): a sender that pauses in the
-	 * middle of a message longer than peer_timeout has the partial
-	 * dropped by the receiver, which then acknowledges the remaining
-	 * fragments: the message is lost and the sender told it went. */
-	bool known = getenv("FUZZ_DP_KNOWN") && sb.partials_dropped;
-	if (!sa.peers_reset && !sending && !known) {
+	if (!sa.peers_reset && !sending) {
 		/* Every non-empty message A finished went through. */
 		size_t last = ndone;
 		while (last && !sent_len[last - 1])

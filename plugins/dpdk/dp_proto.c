@@ -8,6 +8,9 @@
 
 #define DP_BUCKETS 256
 #define DP_REASM_MIN (64u << 10) /* first allocation of a partial message */
+#define DP_OLD_EPOCHS 8          /* earlier sender epochs remembered per peer */
+#define DP_GHOSTS 64             /* forgotten peers whose stream ids are kept */
+#define DP_GHOST_TTL 64          /* ... for this many peer timeouts */
 
 struct dp_txslot {
 	void *frame;
@@ -23,17 +26,39 @@ struct dp_rxslot {
 	uint32_t len;
 };
 
+/* Stream ids a receiver has seen from one peer. */
+struct dp_rxids {
+	/* The sender's current epoch, the newest counter of it adopted, and
+	 * the epochs it had before (a ring of the last rx_old_n). */
+	bool rx_epoch_known;
+	uint16_t rx_epoch, rx_ctr_hi;
+	uint16_t rx_old_epochs[DP_OLD_EPOCHS];
+	unsigned rx_old_next, rx_old_n;
+	/* A stream whose in-flight data was dropped (0: none): its frames are
+	 * answered with RST, never acknowledged. */
+	uint32_t rx_lost;
+};
+
+/* A forgotten peer's stream ids, so that its old frames, should they turn
+ * up after all, are not taken for a new stream. */
+struct dp_ghost {
+	struct dp_addr addr;
+	bool used;
+	struct dp_rxids ids;
+	uint64_t ns; /* when forgotten */
+};
+
 struct dp_peer {
 	struct dp_addr addr;
 	struct dp_peer *hnext;       /* hash chain */
 	struct dp_peer *prev, *next; /* all peers, for timers */
 	struct dp_peer *acknext;
-	bool ack_queued, ack_due;
+	bool ack_queued, ack_due, rst_due;
 	unsigned pins;
 	bool tx_owned;
 	uint64_t last_ns;            /* last activity either way */
 
-	/* send stream */
+	/* send stream (its id: see next_conn()) */
 	uint32_t tx_conn, snd_una, snd_nxt;
 	uint64_t progress_ns; /* last time snd_una moved (or the window filled) */
 	uint64_t srtt, rttvar, rto;
@@ -41,7 +66,8 @@ struct dp_peer {
 
 	/* receive stream */
 	bool rx_known;
-	uint32_t rx_conn, rx_retired, rcv_nxt, early;
+	uint32_t rx_conn, rcv_nxt, early;
+	struct dp_rxids ids;
 	uint64_t rx_ns; /* last in-window frame */
 	uint8_t *part;  /* partial message */
 	uint64_t part_cap, part_got, part_len;
@@ -56,6 +82,9 @@ struct dp_proto {
 	struct dp_peer *ackq;
 	bool rx_blocked;
 	uint64_t rng;
+	uint16_t epoch, ctr; /* stream ids: see next_conn() */
+	struct dp_ghost ghosts[DP_GHOSTS];
+	unsigned ghost_next;
 	struct dp_stats st;
 };
 
@@ -74,17 +103,55 @@ static void wr32(uint8_t *p, uint32_t v)
 /* Sequence arithmetic modulo 2^32. */
 static int32_t seq_diff(uint32_t a, uint32_t b) { return (int32_t)(a - b); }
 
-static uint32_t new_conn(struct dp_proto *p)
+static uint32_t rnd32(struct dp_proto *p)
 {
-	uint32_t c;
+	/* xorshift64*: stream ids need to differ, not to be secret */
+	p->rng ^= p->rng >> 12;
+	p->rng ^= p->rng << 25;
+	p->rng ^= p->rng >> 27;
+	return (uint32_t)((p->rng * 0x2545f4914f6cdd1dull) >> 32);
+}
 
-	do { /* xorshift64*: stream ids need to differ, not to be secret */
-		p->rng ^= p->rng >> 12;
-		p->rng ^= p->rng << 25;
-		p->rng ^= p->rng >> 27;
-		c = (uint32_t)((p->rng * 0x2545f4914f6cdd1dull) >> 32);
-	} while (!c); /* 0 means "no stream" */
-	return c;
+/*
+ * A new stream id: epoch << 16 | counter. The epoch (random, nonzero, so
+ * no id is 0, "no stream") is drawn once per instance (incarnation of this
+ * sender); the counter, of the instance too, starts at a random value and
+ * grows by one with each new stream toward any peer, so a receiver can
+ * tell a newer stream of the same incarnation from an older one, even one
+ * from before this instance forgot and re-met it.
+ */
+static uint32_t next_conn(struct dp_proto *p)
+{
+	return (uint32_t)p->epoch << 16 | ++p->ctr;
+}
+
+/* Whether @conn may be adopted: newer (modulo 2^16) than every stream of
+ * its epoch seen so far, and not of an epoch the sender left. */
+static bool rx_conn_fresh(const struct dp_rxids *r, uint32_t conn)
+{
+	uint16_t ep = (uint16_t)(conn >> 16), ctr = (uint16_t)conn;
+
+	if (r->rx_epoch_known && ep == r->rx_epoch)
+		return (int16_t)(uint16_t)(ctr - r->rx_ctr_hi) > 0;
+	for (unsigned i = 0; i < r->rx_old_n; i++)
+		if (r->rx_old_epochs[i] == ep)
+			return false;
+	return true;
+}
+
+static void rx_conn_adopt(struct dp_rxids *r, uint32_t conn)
+{
+	uint16_t ep = (uint16_t)(conn >> 16);
+
+	if (r->rx_epoch_known && ep != r->rx_epoch) {
+		r->rx_old_epochs[r->rx_old_next] = r->rx_epoch;
+		r->rx_old_next = (r->rx_old_next + 1) % DP_OLD_EPOCHS;
+		if (r->rx_old_n < DP_OLD_EPOCHS)
+			r->rx_old_n++;
+	}
+	r->rx_epoch_known = true;
+	r->rx_epoch = ep;
+	r->rx_ctr_hi = (uint16_t)conn;
 }
 
 static unsigned bucket(struct dp_addr a)
@@ -110,7 +177,7 @@ static void tx_reset(struct dp_proto *p, struct dp_peer *e)
 		memset(t, 0, sizeof(*t));
 	}
 	p->st.unacked_frames -= e->snd_nxt - e->snd_una;
-	e->tx_conn = new_conn(p);
+	e->tx_conn = next_conn(p);
 	e->snd_una = e->snd_nxt = 0;
 	e->srtt = e->rttvar = 0;
 	e->rto = p->cfg.rto_min_ns;
@@ -139,8 +206,6 @@ static void rx_retire(struct dp_proto *p, struct dp_peer *e)
 		p->st.early_frames--;
 	}
 	part_drop(p, e);
-	if (e->rx_known)
-		e->rx_retired = e->rx_conn;
 	e->rx_known = false;
 	e->ack_due = false;
 }
@@ -151,12 +216,17 @@ static bool peer_idle(const struct dp_peer *e)
 	       !e->ack_queued;
 }
 
-static void peer_remove(struct dp_proto *p, struct dp_peer *e)
+static void peer_remove(struct dp_proto *p, struct dp_peer *e, uint64_t now)
 {
 	struct dp_peer **pp = &p->buckets[bucket(e->addr)];
 
 	rx_retire(p, e);
 	tx_reset(p, e);
+	if (e->ids.rx_epoch_known || e->ids.rx_lost) {
+		/* Keep its stream ids a while (the last DP_GHOSTS forgotten). */
+		p->ghosts[p->ghost_next] = (struct dp_ghost){ e->addr, true, e->ids, now };
+		p->ghost_next = (p->ghost_next + 1) % DP_GHOSTS;
+	}
 	while (*pp != e)
 		pp = &(*pp)->hnext;
 	*pp = e->hnext;
@@ -189,13 +259,26 @@ static struct dp_peer *peer_get(struct dp_proto *p, struct dp_addr a, uint64_t n
 				old = e;
 		if (!old)
 			return NULL;
-		peer_remove(p, old);
+		peer_remove(p, old, now);
 	}
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return NULL;
 	e->addr = a;
-	e->tx_conn = new_conn(p);
+	for (unsigned i = 0; i < DP_GHOSTS; i++) {
+		/* The newest record of it, if it was forgotten before. */
+		struct dp_ghost *g = &p->ghosts[(p->ghost_next + DP_GHOSTS - 1 - i) % DP_GHOSTS];
+
+		if (g->used && g->addr.ip == a.ip && g->addr.port == a.port) {
+			/* Not for ever: a peer whose epoch clashes with an
+			 * old one is refused only this long. */
+			if (now - g->ns <= DP_GHOST_TTL * p->cfg.peer_timeout_ns)
+				e->ids = g->ids;
+			g->used = false;
+			break;
+		}
+	}
+	e->tx_conn = next_conn(p);
 	e->rto = p->cfg.rto_min_ns;
 	e->last_ns = now;
 	b = bucket(a);
@@ -224,6 +307,10 @@ int dp_proto_new(const struct dp_proto_cfg *cfg, const struct dp_proto_ops *ops,
 	p->cfg = *cfg;
 	p->ops = *ops;
 	p->rng = cfg->seed | 1;
+	do
+		p->epoch = (uint16_t)(rnd32(p) >> 16);
+	while (!p->epoch);
+	p->ctr = (uint16_t)rnd32(p);
 	*out = p;
 	return 0;
 }
@@ -235,7 +322,7 @@ void dp_proto_free(struct dp_proto *p)
 	while (p->all) {
 		p->all->pins = 0;
 		p->all->ack_queued = false;
-		peer_remove(p, p->all);
+		peer_remove(p, p->all, 0);
 	}
 	free(p);
 }
@@ -302,6 +389,24 @@ int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
 
 	if (s->conn != e->tx_conn)
 		return -ECONNRESET;
+	if (!s->started && e->snd_una == e->snd_nxt && e->snd_nxt &&
+	    now - e->last_ns > p->cfg.peer_timeout_ns) {
+		/* As in dp_send_begin(): begun, then a long silence before the
+		 * first fragment; the peer may have forgotten this stream. Nothing
+		 * of this message is out yet, so start it on a new stream. */
+		tx_reset(p, e);
+		s->conn = e->tx_conn;
+	}
+	if (s->started && s->off < s->len && e->snd_una == e->snd_nxt &&
+	    now - e->last_ns > p->cfg.peer_timeout_ns) {
+		/* Paused mid-message, everything acknowledged, for longer than
+		 * the receiver keeps a partial message: it has dropped (or
+		 * even forgotten) the start, so the rest could not complete
+		 * it. Give the stream up, as at peer_timeout. */
+		tx_reset(p, e);
+		p->st.peers_reset++;
+		return -ECONNRESET;
+	}
 	while (!s->started || s->off < s->len) {
 		uint64_t plen = s->len - s->off;
 		struct dp_txslot *t;
@@ -431,16 +536,52 @@ static void input_ack(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
 	}
 }
 
+/* The peer dropped data of our current stream that it had (partly)
+ * acknowledged: give the stream up, as at peer_timeout, so that a sender
+ * still on it gets -ECONNRESET and the next message starts a new stream. */
+static void input_rst(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
+		      uint64_t now)
+{
+	struct dp_peer *e = peer_find(p, from);
+
+	if (!e || rd32(b + 8) != e->tx_conn)
+		return; /* an old stream or a stranger */
+	e->last_ns = now;
+	tx_reset(p, e);
+	p->st.peers_reset++;
+}
+
 /* --------------------------------------------------------------- receive */
 
-static void ack_queue(struct dp_proto *p, struct dp_peer *e)
+static void ack_enqueue(struct dp_proto *p, struct dp_peer *e)
 {
-	e->ack_due = true;
 	if (e->ack_queued)
 		return;
 	e->ack_queued = true;
 	e->acknext = p->ackq;
 	p->ackq = e;
+}
+
+static void ack_queue(struct dp_proto *p, struct dp_peer *e)
+{
+	e->ack_due = true;
+	ack_enqueue(p, e);
+}
+
+static void rst_queue(struct dp_proto *p, struct dp_peer *e)
+{
+	e->rst_due = true;
+	ack_enqueue(p, e);
+}
+
+/* Forget the receive stream after dropping data of it that its sender may
+ * believe delivered (acknowledged fragments of a partial message, frames
+ * reported held): from now on its frames get RST, never an ACK. */
+static void rx_lose(struct dp_proto *p, struct dp_peer *e)
+{
+	if (e->rx_known)
+		e->ids.rx_lost = e->rx_conn;
+	rx_retire(p, e);
 }
 
 static void frame_drop(struct dp_proto *p, void *frame)
@@ -477,11 +618,13 @@ static bool part_reserve(struct dp_proto *p, struct dp_peer *e, uint64_t need)
 }
 
 /*
- * Take the next in-order frame into the message being rebuilt. Return
- * false, keeping the frame, when there is no memory for it now (it is then
- * neither consumed nor acknowledged, and the sender retries).
+ * Take the next in-order frame into the message being rebuilt. Return 1
+ * when consumed; 0, keeping the frame, when there is no memory for it now
+ * (it is then neither consumed nor acknowledged, and the sender retries);
+ * -1, the frame freed, when it continues no message held (the stream lost
+ * data: the caller calls rx_lose()).
  */
-static bool rx_consume(struct dp_proto *p, struct dp_peer *e, void *frame,
+static int rx_consume(struct dp_proto *p, struct dp_peer *e, void *frame,
 		       const uint8_t *b, uint32_t len)
 {
 	uint8_t flags = b[4];
@@ -496,20 +639,22 @@ static bool rx_consume(struct dp_proto *p, struct dp_peer *e, void *frame,
 		if (flags & DP_F_LAST) {
 			p->st.delivered++;
 			p->ops.deliver(p->ops.user, e->addr, frame, NULL, data, plen);
-			return true;
+			return 1;
 		}
 		e->part_len = msg_len;
 		if (!part_reserve(p, e, plen)) {
 			e->part_len = 0;
 			free(e->part);
 			e->part = NULL;
-			return false;
+			return 0;
 		}
 	} else if (!e->part || off != e->part_got || msg_len != e->part_len) {
-		frame_drop(p, frame); /* the rest of an abandoned message */
-		return true;
+		/* Not the continuation of the message held: acknowledging it
+		 * would tell the sender a message went through that did not. */
+		frame_drop(p, frame);
+		return -1;
 	} else if (!part_reserve(p, e, e->part_got + plen)) {
-		return false;
+		return 0;
 	}
 	memcpy(e->part + e->part_got, data, plen);
 	e->part_got += plen;
@@ -523,7 +668,7 @@ static bool rx_consume(struct dp_proto *p, struct dp_peer *e, void *frame,
 		p->st.delivered++;
 		p->ops.deliver(p->ops.user, e->addr, NULL, m, m, msg_len);
 	}
-	return true;
+	return 1;
 }
 
 /* Static checks of a DATA header against the bytes present. */
@@ -549,6 +694,7 @@ static void input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 	uint32_t conn = rd32(b + 8), seq = rd32(b + 12);
 	struct dp_peer *e;
 	int32_t d;
+	int c;
 
 	if (!data_valid(p, b, len) || p->rx_blocked) {
 		frame_drop(p, frame);
@@ -560,10 +706,17 @@ static void input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 		return;
 	}
 	if (!e->rx_known || conn != e->rx_conn) {
+		if (conn == e->ids.rx_lost) {
+			/* Data of it was dropped: tell its sender, never ACK. */
+			frame_drop(p, frame);
+			rst_queue(p, e);
+			return;
+		}
 		/* A stream is adopted at its first frame only (frames of it
-		 * may arrive in any order), and a retired one never again (its
+		 * may arrive in any order), and only if newer than every one
+		 * of the sender's seen so far: a retired one never again (its
 		 * late frames must not bring it back). */
-		if (!(b[4] & DP_F_FIRST) || seq != 0 || conn == e->rx_retired) {
+		if (!(b[4] & DP_F_FIRST) || seq != 0 || !rx_conn_fresh(&e->ids, conn)) {
 			frame_drop(p, frame);
 			return;
 		}
@@ -577,6 +730,7 @@ static void input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 				tx_reset(p, e);
 		}
 		rx_retire(p, e);
+		rx_conn_adopt(&e->ids, conn);
 		e->rx_known = true;
 		e->rx_conn = conn;
 		e->rcv_nxt = seq;
@@ -610,24 +764,36 @@ static void input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 			return;
 		}
 	} else {
-		if (!rx_consume(p, e, frame, b, (uint32_t)len)) {
+		c = rx_consume(p, e, frame, b, (uint32_t)len);
+		if (c == 0) {
 			frame_drop(p, frame);
 			return;
 		}
+		if (c < 0)
+			goto lost;
 		e->rcv_nxt++;
 	}
 	/* Drain frames that were waiting for this one. */
 	for (;;) {
 		struct dp_rxslot *r = &e->rx[e->rcv_nxt % DP_WIN_MAX];
 
-		if (!r->frame || !rx_consume(p, e, r->frame, r->b, r->len))
+		if (!r->frame)
+			break;
+		c = rx_consume(p, e, r->frame, r->b, r->len);
+		if (c == 0)
 			break;
 		r->frame = NULL;
 		e->early--;
 		p->st.early_frames--;
+		if (c < 0)
+			goto lost;
 		e->rcv_nxt++;
 	}
 	ack_queue(p, e);
+	return;
+lost:
+	rx_lose(p, e);
+	rst_queue(p, e);
 }
 
 void dp_input(struct dp_proto *p, struct dp_addr from, void *frame,
@@ -643,6 +809,8 @@ void dp_input(struct dp_proto *p, struct dp_addr from, void *frame,
 	}
 	if (b[3] == DP_T_ACK && len == DP_ACK_LEN)
 		input_ack(p, from, b, now);
+	else if (b[3] == DP_T_RST && len == DP_HDR_LEN)
+		input_rst(p, from, b, now);
 	else
 		p->st.dropped++;
 	p->ops.frame_free(p->ops.user, frame);
@@ -657,6 +825,19 @@ void dp_flush_acks(struct dp_proto *p)
 
 		p->ackq = e->acknext;
 		e->ack_queued = false;
+		if (e->rst_due && e->ids.rx_lost) {
+			f = p->ops.frame_alloc(p->ops.user, DP_HDR_LEN, &b);
+			if (f) { /* else the next frame of it asks again */
+				memset(b, 0, DP_HDR_LEN);
+				wr16(b, DP_MAGIC);
+				b[2] = DP_VERSION;
+				b[3] = DP_T_RST;
+				wr32(b + 8, e->ids.rx_lost);
+				p->ops.frame_xmit(p->ops.user, e->addr, f, DP_HDR_LEN);
+				p->ops.frame_free(p->ops.user, f);
+			}
+		}
+		e->rst_due = false;
 		if (!e->ack_due || !e->rx_known)
 			continue;
 		e->ack_due = false;
@@ -715,10 +896,13 @@ void dp_timers(struct dp_proto *p, uint64_t now)
 									 : e->rto * 2;
 		}
 		if ((e->part || e->early) && now - e->rx_ns > p->cfg.peer_timeout_ns) {
-			rx_retire(p, e); /* its sender vanished mid-message */
+			/* Its sender vanished or paused mid-message: the partial
+			 * message (whose fragments were acknowledged) is lost,
+			 * and the sender must hear so if it comes back. */
+			rx_lose(p, e);
 			continue;
 		}
 		if (peer_idle(e) && now - e->last_ns > 2 * p->cfg.peer_timeout_ns)
-			peer_remove(p, e);
+			peer_remove(p, e, now);
 	}
 }

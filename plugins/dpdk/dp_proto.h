@@ -19,21 +19,39 @@
  *   off size field
  *    0  2   magic 0x5a50 ("ZP")
  *    2  1   version (1)
- *    3  1   type: 1 DATA, 2 ACK
+ *    3  1   type: 1 DATA, 2 ACK, 3 RST
  *    4  1   flags (DATA): 1 FIRST fragment, 2 LAST fragment
  *    5  3   reserved, 0
  *    8  4   conn: the sender's stream id (DATA) / the acknowledged one (ACK)
+ *              / the one whose data the receiver dropped (RST)
  *   12  4   seq: the frame's number (DATA) / next expected (ACK)
  *   16  4   msg_len (DATA): the whole message's length
  *   20  4   offset  (DATA): this fragment's offset in the message
  *   16  32  sack    (ACK): bit i (byte i/8, bit i%8) set: frame seq+1+i is
  *                   held; an ACK frame is DP_ACK_LEN bytes
+ * An RST frame is the DP_HDR_LEN bytes of header alone (seq and the rest 0).
  *
- * A stream id is random and fresh whenever a sender (re)starts a stream
- * (first contact, after giving the peer up, or after peer_timeout of
- * silence, since receivers forget peers idle for twice that), and streams
- * start at seq 0. A receiver adopts a new stream only at its seq 0, so a
- * restarted or forgotten peer never has its frames mistaken for old ones.
+ * A stream id is fresh whenever a sender (re)starts a stream (first
+ * contact, after giving the peer up, or after peer_timeout of silence,
+ * since receivers forget peers idle for twice that), and streams start at
+ * seq 0. A stream id is epoch << 16 | counter: the epoch random and nonzero
+ * per sender instance (incarnation), the counter of the instance one higher
+ * for each new stream toward any peer. A receiver adopts a new stream
+ * only at its seq 0, and only if its counter is newer (modulo 2^16, serial
+ * number comparison) than every stream of that epoch seen, or its epoch is
+ * new and none of the last DP_OLD_EPOCHS (8) epochs the peer left; so a
+ * restarted or forgotten peer never has its frames mistaken for old ones,
+ * and a retired stream, however many restarts ago, never comes back. The
+ * stream ids of the last 64 peers forgotten (idle for twice peer_timeout)
+ * are kept, for 64 peer_timeouts, and given back to them if they return.
+ *
+ * A message is never acknowledged unless delivered: a receiver that drops
+ * data of a stream (a partial message after peer_timeout without progress,
+ * or a fragment that continues no message held) retires the stream and
+ * answers its later frames with RST, never ACK; a sender given RST for its
+ * current stream gives it up (as at peer_timeout). A sender resuming a
+ * message after more than peer_timeout with everything acknowledged gives
+ * it up at once (the receiver dropped the start, or forgot the peer).
  *
  * Memory a peer can make the receiver hold is bounded: at most max_peers
  * peers, DP_WIN_MAX early frames each, partial messages that grow only with
@@ -56,6 +74,7 @@
 #define DP_VERSION 1
 #define DP_T_DATA 1
 #define DP_T_ACK 2
+#define DP_T_RST 3
 #define DP_F_FIRST 0x1
 #define DP_F_LAST 0x2
 
@@ -129,7 +148,9 @@ int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len,
  * Send as many fragments of @buf as the window and frame supply allow.
  * Return 1 when the last fragment is out, 0 when it must wait (poll for
  * acknowledgements, then call again), -ECONNRESET when the peer was given
- * up meanwhile.
+ * up meanwhile: no progress for peer_timeout, an RST from the receiver (it
+ * dropped part of this message), or a pause of more than peer_timeout in
+ * the middle of the message (the receiver drops a partial message then).
  */
 int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
 		 uint64_t now);

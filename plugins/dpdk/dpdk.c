@@ -1488,8 +1488,9 @@ static int dp_send(void *tp, const char *peer, const void *buf, size_t len,
 	if (rc == 1)
 		rc = 0;
 	else if (rc == -ECONNRESET)
-		rc = d->host->fail(-ECONNRESET, "dpdk: %s acknowledged nothing for %llu ms "
-				   "(ZAP_DPDK_PEER_TIMEOUT_MS): gave it up", peer,
+		rc = d->host->fail(-ECONNRESET, "dpdk: the message to %s was lost: the "
+				   "peer reset the stream, or one side was silent for over "
+				   "%llu ms (ZAP_DPDK_PEER_TIMEOUT_MS)", peer,
 				   (unsigned long long)d->conf.peer_timeout_ms);
 out:
 	pthread_mutex_unlock(&d->lock);

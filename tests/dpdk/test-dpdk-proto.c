@@ -63,10 +63,19 @@ static uint64_t rnd(struct sim *s)
 	return s->rng;
 }
 
+/* When >= 0: frames node 0 (the sender) may still allocate (a pool running
+ * dry pauses a sender mid-message). */
+static long a_alloc_budget = -1;
+
 static void *f_alloc(void *user, size_t len, uint8_t **buf)
 {
 	struct node *n = user;
-	struct frame *f = malloc(sizeof(*f) + len);
+	struct frame *f;
+
+	*buf = NULL;
+	if (n == &n->sim->n[0] && a_alloc_budget >= 0 && !a_alloc_budget--)
+		return NULL;
+	f = malloc(sizeof(*f) + len);
 
 	f->len = len;
 	*buf = f->b;
@@ -499,6 +508,351 @@ static void t_restart(void **state)
 	sim_free(&s);
 }
 
+/* Frames queued from B toward @to of @type for stream @conn, with seq
+ * (ACK: next expected) at least @min_seq. */
+static unsigned queued(struct sim *s, struct dp_addr to, uint8_t type, uint32_t conn,
+		       uint32_t min_seq)
+{
+	unsigned k = 0;
+
+	for (size_t i = 0; i < s->nq; i++) {
+		const uint8_t *b = s->q[i].f->b;
+		uint32_t c = (uint32_t)b[8] << 24 | (uint32_t)b[9] << 16 | (uint32_t)b[10] << 8 | b[11];
+		uint32_t q = (uint32_t)b[12] << 24 | (uint32_t)b[13] << 16 | (uint32_t)b[14] << 8 | b[15];
+
+		if (s->q[i].to.ip == to.ip && s->q[i].to.port == to.port &&
+		    s->q[i].f->len >= DP_HDR_LEN && b[3] == type && c == conn && q >= min_seq)
+			k++;
+	}
+	return k;
+}
+
+/* A frame from B's address straight into A. */
+static void feed_a(struct sim *s, const uint8_t *b, size_t len)
+{
+	struct node *n = &s->n[0];
+	uint8_t *buf;
+	void *f = f_alloc(n, len, &buf);
+
+	assert_non_null(f);
+	memcpy(buf, b, len);
+	dp_input(n->p, s->n[1].addr, f, buf, len, s->now);
+}
+
+static uint32_t frame_conn(const struct frame *f)
+{
+	return (uint32_t)f->b[8] << 24 | (uint32_t)f->b[9] << 16 | (uint32_t)f->b[10] << 8 |
+	       f->b[11];
+}
+
+static void drop_queue(struct sim *s)
+{
+	while (s->nq)
+		free(s->q[--s->nq].f);
+}
+
+/*
+ * A late first frame of a stream retired two (or more) restarts ago is
+ * never adopted again: the receiver used to remember only the last retired
+ * stream id and delivered that message a second time. Stream ids are
+ * epoch << 16 | counter (per sender instance, see dp_proto.h).
+ */
+static void t_stale_stream_not_resurrected(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_addr peer = { 0x0a000001u, 5000 };
+	/* Counters across the 16-bit wrap; then a restarted incarnation. */
+	const uint32_t x1 = 0x1234fffeu, x2 = 0x1234ffffu, x3 = 0x12340000u, y1 = 0x56780007u;
+	uint8_t b[4096];
+	size_t n;
+
+	sim_init(&s, &c);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x1, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "one", 3);
+	feed(&s, peer, b, n);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x2, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "two", 3);
+	feed(&s, peer, b, n); /* restart 1 */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x3, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "thr", 3);
+	feed(&s, peer, b, n); /* restart 2, the counter wrapped */
+	assert_int_equal(s.n[1].nmsgs, 3);
+	/* Late copies of the first two streams' first frames. */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x1, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "one", 3);
+	feed(&s, peer, b, n);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x2, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "two", 3);
+	feed(&s, peer, b, n);
+	assert_int_equal(s.n[1].nmsgs, 3);
+	/* A restarted sender (new epoch) is adopted; then no stream of the
+	 * epoch it left comes back, not even one with a newer counter. */
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, y1, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "new", 3);
+	feed(&s, peer, b, n);
+	assert_int_equal(s.n[1].nmsgs, 4);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x3, 0, 3, 0, 3);
+	memcpy(b + DP_HDR_LEN, "thr", 3);
+	feed(&s, peer, b, n);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, x3 + 1, 0, 3, 0, 3);
+	feed(&s, peer, b, n);
+	assert_int_equal(s.n[1].nmsgs, 4);
+	assert_memory_equal(s.n[1].msgs[0].data, "one", 3);
+	assert_memory_equal(s.n[1].msgs[1].data, "two", 3);
+	assert_memory_equal(s.n[1].msgs[2].data, "thr", 3);
+	assert_memory_equal(s.n[1].msgs[3].data, "new", 3);
+	for (size_t i = 0; i < s.n[1].nmsgs; i++)
+		free(s.n[1].msgs[i].data);
+	s.n[1].nmsgs = 0;
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* The same with two real senders' restarts: a copy of the first stream's
+ * first frame, held back by the network, arrives after two give-ups. */
+static void t_stale_stream_real_sender(void **state)
+{
+	static struct sim s;
+	static uint8_t buf[100];
+	struct dp_proto_cfg c = cfg_default();
+	struct node *a = &s.n[0], *bn = &s.n[1];
+	struct frame *late = NULL;
+	struct dp_send snd;
+
+	sim_init(&s, &c);
+	fill(buf, sizeof(buf), 1);
+	for (int round = 0; round < 3; round++) {
+		assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+		assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
+		dp_send_end(a->p, &snd);
+		assert_int_equal(s.nq, 1);
+		if (!round) { /* keep a copy of the first message's frame */
+			late = malloc(sizeof(*late) + s.q[0].f->len);
+			late->len = s.q[0].f->len;
+			memcpy(late->b, s.q[0].f->b, late->len);
+		}
+		sim_step(&s); /* delivered, ACK queued toward A */
+		drop_queue(&s); /* ACK lost */
+		/* A gives the stream up (no ACK for peer_timeout) and the
+		 * next message starts a new one. */
+		s.now += c.peer_timeout_ns + 1000000;
+		dp_timers(a->p, s.now);
+		dp_timers(bn->p, s.now);
+	}
+	assert_int_equal(bn->nmsgs, 3);
+	struct frame *late2 = malloc(sizeof(*late2) + late->len);
+	late2->len = late->len;
+	memcpy(late2->b, late->b, late->len);
+	bn->frames_live++;
+	dp_input(bn->p, a->addr, late, late->b, late->len, s.now);
+	assert_int_equal(bn->nmsgs, 3); /* not a fourth time */
+	/* Nor after the receiver forgot the idle peer altogether. */
+	s.now += 3 * c.peer_timeout_ns;
+	dp_timers(a->p, s.now);
+	dp_timers(bn->p, s.now);
+	struct dp_stats st;
+	dp_get_stats(bn->p, &st);
+	assert_int_equal(st.peers, 0);
+	bn->frames_live++;
+	dp_input(bn->p, a->addr, late2, late2->b, late2->len, s.now);
+	assert_int_equal(bn->nmsgs, 3);
+	dp_get_stats(bn->p, &st);
+	assert_int_equal(st.delivered, 3);
+	for (size_t i = 0; i < bn->nmsgs; i++)
+		free(bn->msgs[i].data);
+	bn->nmsgs = 0;
+	drop_queue(&s);
+	/* The sender's next message (a new stream) still goes through. */
+	transfer(&s, 3, sz_small);
+	sim_free(&s);
+}
+
+/*
+ * A sender paused mid-message (everything it sent acknowledged) for longer
+ * than peer_timeout: the receiver drops the partial message, so the message
+ * cannot be delivered and the sender must hear so (-ECONNRESET), never be
+ * told it went. It used to get 1 while the rest was thrown away.
+ */
+static void t_paused_sender_told(void **state)
+{
+	static struct sim s;
+	static uint8_t buf[3 * 1448];
+	struct dp_proto_cfg c = cfg_default();
+	struct node *a = &s.n[0], *bn = &s.n[1];
+	struct dp_send snd;
+	struct dp_stats st;
+	int rc;
+
+	sim_init(&s, &c);
+	fill(buf, sizeof(buf), 7);
+	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+	a_alloc_budget = 1; /* the pool runs dry after the first fragment */
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
+	for (int i = 0; i < 10; i++)
+		sim_step(&s); /* first fragment delivered and acknowledged */
+	dp_get_stats(a->p, &st);
+	assert_int_equal(st.unacked_frames, 0);
+	s.now += c.peer_timeout_ns + 1000000; /* the pause */
+	dp_timers(a->p, s.now);
+	dp_timers(bn->p, s.now);
+	dp_get_stats(bn->p, &st);
+	assert_int_equal(st.partials_dropped, 1);
+	a_alloc_budget = -1;
+	rc = dp_send_step(a->p, &snd, buf, s.now);
+	for (int i = 0; i < 1000 && !rc; i++) {
+		sim_step(&s);
+		rc = dp_send_step(a->p, &snd, buf, s.now);
+	}
+	assert_int_equal(rc, -ECONNRESET);
+	dp_send_end(a->p, &snd);
+	for (int i = 0; i < 100; i++)
+		sim_step(&s);
+	assert_int_equal(bn->nmsgs, 0);
+	/* The next message goes through on a new stream. */
+	transfer(&s, 3, sz_small);
+	sim_free(&s);
+}
+
+/* The receiver side of the same rule: after dropping a partial message it
+ * answers the stream's later fragments with RST, never an ACK, and a
+ * sender given RST for its stream fails the message with -ECONNRESET. */
+static void t_dropped_partial_rst(void **state)
+{
+	static struct sim s;
+	static uint8_t buf[3 * 1448];
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_addr peer = { 0x0a000001u, 5000 };
+	const uint32_t x = 0x11110001u;
+	struct node *a = &s.n[0], *bn = &s.n[1];
+	struct dp_send snd;
+	uint8_t b[4096];
+	uint32_t conn;
+	size_t n;
+
+	sim_init(&s, &c);
+	n = hdr(b, DP_T_DATA, DP_F_FIRST, x, 0, 3000, 0, 1448);
+	feed(&s, peer, b, n);
+	dp_flush_acks(bn->p);
+	assert_int_equal(queued(&s, peer, DP_T_ACK, x, 1), 1);
+	drop_queue(&s);
+	s.now += c.peer_timeout_ns + 1000000;
+	dp_timers(bn->p, s.now); /* the partial message is dropped */
+	n = hdr(b, DP_T_DATA, 0, x, 1, 3000, 1448, 1448);
+	feed(&s, peer, b, n);
+	n = hdr(b, DP_T_DATA, DP_F_LAST, x, 2, 3000, 2896, 104);
+	feed(&s, peer, b, n);
+	dp_flush_acks(bn->p);
+	assert_int_equal(queued(&s, peer, DP_T_ACK, x, 0), 0);
+	assert_int_equal(queued(&s, peer, DP_T_RST, x, 0), 1);
+	assert_int_equal(bn->nmsgs, 0);
+	drop_queue(&s);
+
+	/* A sender told RST for its stream. */
+	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+	a_alloc_budget = 1;
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
+	a_alloc_budget = -1;
+	assert_int_equal(s.nq, 1);
+	conn = frame_conn(s.q[0].f);
+	drop_queue(&s);
+	n = hdr(b, DP_T_RST, 0, conn + 1, 0, 0, 0, 0); /* not its stream */
+	feed_a(&s, b, n);
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
+	dp_send_end(a->p, &snd);
+	drop_queue(&s);
+	/* Its next message, then RST for it. */
+	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+	a_alloc_budget = 1;
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
+	a_alloc_budget = -1;
+	conn = frame_conn(s.q[0].f);
+	drop_queue(&s);
+	n = hdr(b, DP_T_RST, 0, conn, 0, 0, 0, 0);
+	feed_a(&s, b, n);
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), -ECONNRESET);
+	dp_send_end(a->p, &snd);
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* A message begun, then a silence long enough for the receiver to forget
+ * the sender, before its first fragment: it goes out on a new stream (the
+ * receiver adopts only a new stream at seq 0), not on the forgotten one to
+ * be dropped while dp_send_step() says 1. */
+static void t_silence_before_first_fragment(void **state)
+{
+	static struct sim s;
+	static uint8_t buf[3000];
+	struct dp_proto_cfg c = cfg_default();
+	struct node *a = &s.n[0], *bn = &s.n[1];
+	struct dp_send snd;
+	struct dp_stats st;
+
+	sim_init(&s, &c);
+	transfer(&s, 2, sz_small);
+	fill(buf, sizeof(buf), 9);
+	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+	s.now += 3 * c.peer_timeout_ns;
+	dp_timers(a->p, s.now);
+	dp_timers(bn->p, s.now);
+	dp_get_stats(bn->p, &st);
+	assert_int_equal(st.peers, 0); /* B forgot A */
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
+	dp_send_end(a->p, &snd);
+	for (int i = 0; i < 100 && bn->nmsgs < 1; i++)
+		sim_step(&s);
+	assert_int_equal(bn->nmsgs, 1);
+	assert_int_equal(bn->msgs[0].len, sizeof(buf));
+	assert_memory_equal(bn->msgs[0].data, buf, sizeof(buf));
+	free(bn->msgs[0].data);
+	bn->nmsgs = 0;
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* A stream the receiver never saw (its frames held back by the network,
+ * its sender gave it up), from before the sender forgot and re-met the
+ * receiver, is older than the sender's current one: not adopted, so its
+ * message does not arrive after a later one. */
+static void t_unseen_old_stream_refused(void **state)
+{
+	static struct sim s;
+	static uint8_t buf[100];
+	struct dp_proto_cfg c = cfg_default();
+	struct node *a = &s.n[0], *bn = &s.n[1];
+	struct frame *late;
+	struct dp_send snd;
+	struct dp_stats st;
+
+	sim_init(&s, &c);
+	transfer(&s, 1, sz_small); /* B knows A's first stream */
+	fill(buf, sizeof(buf), 1);
+	s.now += 3 * c.peer_timeout_ns; /* both forget each other */
+	dp_timers(a->p, s.now);
+	dp_timers(bn->p, s.now);
+	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
+	dp_send_end(a->p, &snd);
+	assert_int_equal(s.nq, 1);
+	late = s.q[0].f; /* held back */
+	s.nq = 0;
+	s.now += c.peer_timeout_ns + 1000000;
+	dp_timers(a->p, s.now); /* A gives it up */
+	dp_timers(bn->p, s.now);
+	s.now += 3 * c.peer_timeout_ns; /* and forgets B again */
+	dp_timers(a->p, s.now);
+	dp_timers(bn->p, s.now);
+	dp_get_stats(a->p, &st);
+	assert_int_equal(st.peers, 0);
+	transfer(&s, 2, sz_small); /* a new stream, delivered */
+	bn->frames_live++;
+	dp_input(bn->p, a->addr, late, late->b, late->len, s.now);
+	assert_int_equal(bn->nmsgs, 0); /* the old message does not follow */
+	drop_queue(&s);
+	sim_free(&s);
+}
+
 /* ------------------------------------------------------------- framing */
 
 static const struct dp_local loc = { { 2, 0, 0, 0, 0, 1 }, 0x0a000001u, 5000 };
@@ -619,6 +973,12 @@ int main(void)
 		cmocka_unit_test(t_hostile_headers),
 		cmocka_unit_test(t_fragments_never_complete),
 		cmocka_unit_test(t_restart),
+		cmocka_unit_test(t_stale_stream_not_resurrected),
+		cmocka_unit_test(t_stale_stream_real_sender),
+		cmocka_unit_test(t_paused_sender_told),
+		cmocka_unit_test(t_dropped_partial_rst),
+		cmocka_unit_test(t_silence_before_first_fragment),
+		cmocka_unit_test(t_unseen_old_stream_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -211,16 +211,49 @@ size_t dp_wire_arp(uint8_t *f, uint16_t op, const uint8_t sha[6], uint32_t spa,
 	return DP_ARP_FRAME_LEN;
 }
 
+/*
+ * Exactly @n fields of 1..@width digits in @base, each <= @max, separated by
+ * @sep and nothing else: no blanks, signs or trailing bytes (sscanf would
+ * take "1. 2.3.4" or "1.+2.3.4").
+ */
+static int parse_fields(const char *s, int n, char sep, int base, int width,
+			unsigned max, unsigned *out)
+{
+	if (!s)
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		unsigned v = 0;
+		int digits = 0;
+
+		for (;; s++, digits++) {
+			int d;
+
+			if (*s >= '0' && *s <= '9')
+				d = *s - '0';
+			else if (base == 16 && *s >= 'a' && *s <= 'f')
+				d = *s - 'a' + 10;
+			else if (base == 16 && *s >= 'A' && *s <= 'F')
+				d = *s - 'A' + 10;
+			else
+				break;
+			if (digits == width)
+				return -EINVAL;
+			v = v * (unsigned)base + (unsigned)d;
+		}
+		if (!digits || v > max || *s != (i + 1 < n ? sep : '\0'))
+			return -EINVAL;
+		out[i] = v;
+		s++;
+	}
+	return 0;
+}
+
 int dp_parse_ip(const char *s, uint32_t *ip)
 {
 	unsigned a[4];
-	char tail;
 
-	if (!s || sscanf(s, "%3u.%3u.%3u.%3u%c", &a[0], &a[1], &a[2], &a[3], &tail) != 4)
+	if (parse_fields(s, 4, '.', 10, 3, 255, a))
 		return -EINVAL;
-	for (int i = 0; i < 4; i++)
-		if (a[i] > 255 || !(s[0] >= '0' && s[0] <= '9'))
-			return -EINVAL;
 	*ip = a[0] << 24 | a[1] << 16 | a[2] << 8 | a[3];
 	return 0;
 }
@@ -248,10 +281,8 @@ int dp_parse_ip_port(const char *s, uint32_t *ip, uint16_t *port)
 int dp_parse_mac(const char *s, uint8_t mac[6])
 {
 	unsigned m[6];
-	char tail;
 
-	if (!s || sscanf(s, "%2x:%2x:%2x:%2x:%2x:%2x%c", &m[0], &m[1], &m[2], &m[3],
-			 &m[4], &m[5], &tail) != 6)
+	if (parse_fields(s, 6, ':', 16, 2, 255, m))
 		return -EINVAL;
 	for (int i = 0; i < 6; i++)
 		mac[i] = (uint8_t)m[i];

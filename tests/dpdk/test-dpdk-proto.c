@@ -959,6 +959,15 @@ static void t_wire_arp_and_addresses(void **state)
 	assert_int_equal(dp_parse_mac("02:00:00:aa:bb:cc", mac), 0);
 	assert_int_equal(mac[3], 0xaa);
 	assert_int_equal(dp_parse_mac("02:00:00:aa:bb", mac), -EINVAL);
+	/* Strict spellings only: sscanf would have taken these. */
+	assert_int_equal(dp_parse_ip_port("1. 2.3.4:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("1.+2.3.4:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("1.-0.3.4:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("1.2.3.4.5:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_mac(" a:b:c:d:e:f", mac), -EINVAL);
+	assert_int_equal(dp_parse_mac("aaa:b:c:d:e:f", mac), -EINVAL);
+	assert_int_equal(dp_parse_mac("a:b:c:d:e:f", mac), 0);
+	assert_int_equal(mac[5], 0x0f);
 }
 
 int main(void)

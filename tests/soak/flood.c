@@ -50,6 +50,8 @@
 
 #include <zap/zap.h>
 
+#include "soak-common.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define SLOW 3
 #elif defined(__has_feature)
@@ -425,21 +427,6 @@ static void count_log(enum zap_log_level level, const char *domain, const char *
 		atomic_fetch_add(&warn_lines, 1);
 	if (level == ZAP_LOG_ERROR)
 		fprintf(stderr, "zap %s: %s\n", domain, msg);
-}
-
-/* valgrind (meson test --setup valgrind) cannot keep up with a flood. */
-static bool under_valgrind(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	bool v = false;
-
-	if (!f)
-		return false;
-	while (!v && fgets(line, sizeof(line), f))
-		v = strstr(line, "vgpreload") != NULL;
-	fclose(f);
-	return v;
 }
 
 int main(int argc, char **argv)

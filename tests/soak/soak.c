@@ -67,6 +67,8 @@
 
 #include <zap/zap.h>
 
+#include "soak-common.h"
+
 #define HDR 32
 #define MAGIC 0x4b414f53u /* "SOAK" */
 #define MAX_PROCS 32
@@ -827,21 +829,6 @@ static bool drained(bool report)
 			}
 		}
 	return ok;
-}
-
-/* valgrind (meson test --setup valgrind) is ~50x slower: a small run. */
-static bool under_valgrind(void)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	bool v = false;
-
-	if (!f)
-		return false;
-	while (!v && fgets(line, sizeof(line), f))
-		v = strstr(line, "vgpreload") != NULL;
-	fclose(f);
-	return v;
 }
 
 static void usage(void)

@@ -1596,6 +1596,7 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 {
 	struct tcp_waiter me = {.tx = true, .ctx_fd = -1, .out_fd = -1};
 	struct tcp_conn *c = NULL;
+	bool retried = false;
 	int err = 0;
 
 	if (len > w->max_msg)
@@ -1607,6 +1608,7 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
 
 	pthread_mutex_lock(&w->mu);
+again:
 	for (;;) {
 		err = wait_check(w, &me, ctx);
 		if (err)
@@ -1765,6 +1767,18 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 	else if (c->dead)
 		kick(w);
 	notify(w, true);
+	if (err && !done && !retried && (err == -EPIPE || err == -ECONNRESET)) {
+		/*
+		 * The connection was stale: its peer had gone (and may be back,
+		 * restarted at the same address) before we read its FIN or
+		 * reset. Nothing of this frame was written, so it cannot
+		 * arrive twice: send it once more, on a fresh connection.
+		 */
+		retried = true;
+		c = NULL;
+		err = 0;
+		goto again;
+	}
 out_unlock:
 	pthread_mutex_unlock(&w->mu);
 	return err;

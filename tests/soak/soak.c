@@ -449,6 +449,30 @@ static void verify(struct ep_local *e, struct zap_msg *m)
 	unsigned char h[HDR];
 	hdr_make(h, (unsigned)src, me, s->inc, s->next, (uint32_t)len,
 		 body(NULL, NULL, 0, 0, NULL));
+	if (memcmp(h, d, len) && sh->faults) {
+		/*
+		 * A killed sender's last messages can arrive after its next
+		 * incarnation's first ones (a different connection, still
+		 * buffered here). A short message carries no incarnation, so
+		 * it must be exactly the next expected one of an older
+		 * incarnation of that sender.
+		 */
+		for (unsigned i = 0; i < INC_SLOTS; i++) {
+			struct rx_state *o = &slots[i];
+
+			if (!o->used || o == s)
+				continue;
+			hdr_make(h, (unsigned)src, me, o->inc, o->next, (uint32_t)len,
+				 body(NULL, NULL, 0, 0, NULL));
+			if (!memcmp(h, d, len)) {
+				o->next++;
+				o->count++;
+				return;
+			}
+		}
+		hdr_make(h, (unsigned)src, me, s->inc, s->next, (uint32_t)len,
+			 body(NULL, NULL, 0, 0, NULL));
+	}
 	if (memcmp(h, d, len)) {
 		fail("ep %u: %zu-byte message from %d inc %u is not seq %" PRIu64
 		     " (lost, duplicated, reordered or corrupt)", me, len, src,

@@ -396,19 +396,6 @@ static double pct(uint64_t *v, size_t n, double q)
 	return (double)v[i] / 1e6;
 }
 
-static uint64_t fd_count(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
-	uint64_t n = 0;
-	if (!d)
-		return 0;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;
-}
 
 static uint64_t env_u64(const char *name, uint64_t def)
 {

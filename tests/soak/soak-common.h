@@ -3,7 +3,9 @@
 #ifndef ZAP_SOAK_COMMON_H
 #define ZAP_SOAK_COMMON_H
 
+#include <dirent.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,6 +23,22 @@ static inline bool under_valgrind(void)
 		v = strstr(line, "vgpreload") != NULL;
 	fclose(f);
 	return v;
+}
+
+/* Open descriptors of this process, from /proc/self/fd; 0 if unreadable. */
+static inline uint64_t fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	uint64_t n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* the directory's own descriptor */
 }
 
 #endif

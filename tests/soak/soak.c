@@ -635,20 +635,6 @@ static uint64_t rss_kb(void)
 	return v;
 }
 
-static uint64_t fd_count(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *de;
-	uint64_t n = 0;
-
-	if (!d)
-		return 0;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1; /* the directory's own descriptor */
-}
 
 static void quiet_log(enum zap_log_level level, const char *domain,
 		      const char *msg, void *user)

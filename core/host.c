@@ -17,4 +17,7 @@ const struct zap_host zap__host = {
 	.pool_alloc = zap__pool_alloc,
 	.pool_stats = zap__pool_stats,
 	.pool_close = zap__pool_close,
+	/* ABI 1.1 */
+	.pool_try_alloc = zap__pool_try_alloc,
+	.last_error = zap_last_error,
 };

@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "zap-private.h"
 
 #define DEFAULT_PROBE_TIMEOUT_MS 5000

@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -222,7 +223,8 @@ static int wait_for_room(struct zap_pool *p, struct zap_ctx *ctx)
 	return zap_ctx_err(ctx);
 }
 
-int zap__pool_alloc(struct zap_pool *p, size_t len, struct zap_ctx *ctx,
+/* @wait false: never block; a full pool answers -EAGAIN. */
+static int pool_get(struct zap_pool *p, size_t len, struct zap_ctx *ctx, bool wait,
 		    struct zap_buffer **out)
 {
 	unsigned cls = 0;
@@ -291,7 +293,7 @@ int zap__pool_alloc(struct zap_pool *p, size_t len, struct zap_ctx *ctx,
 			s->dev = dev;
 			break;
 		}
-		rc = wait_for_room(p, ctx);
+		rc = wait ? wait_for_room(p, ctx) : -EAGAIN;
 		if (rc)
 			goto fail;
 	}
@@ -312,6 +314,17 @@ int zap__pool_alloc(struct zap_pool *p, size_t len, struct zap_ctx *ctx,
 fail:
 	unuse(p);
 	return rc;
+}
+
+int zap__pool_alloc(struct zap_pool *p, size_t len, struct zap_ctx *ctx,
+		    struct zap_buffer **out)
+{
+	return pool_get(p, len, ctx, true, out);
+}
+
+int zap__pool_try_alloc(struct zap_pool *p, size_t len, struct zap_buffer **out)
+{
+	return pool_get(p, len, NULL, false, out);
 }
 
 void zap__pool_stats(struct zap_pool *p, struct zap_pool_stats *stats)

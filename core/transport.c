@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config.h"
 #include "zap-private.h"
 
 struct zap_transport {

@@ -94,6 +94,7 @@ int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap,
 		  uint64_t max_buf, struct zap_pool **out);
 int zap__pool_alloc(struct zap_pool *pool, size_t len, struct zap_ctx *ctx,
 		    struct zap_buffer **out);
+int zap__pool_try_alloc(struct zap_pool *pool, size_t len, struct zap_buffer **out);
 void zap__pool_stats(struct zap_pool *pool, struct zap_pool_stats *stats);
 void zap__pool_close(struct zap_pool *pool);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The default/uma wire's parsers of network bytes, called directly
- * (plugins/default/tcp_wire.c): the frame header (tcp_parse_header()),
+ * (util/tcp/tcp_wire.c): the frame header (tcp_parse_header()),
  * the HELLO payload (tcp_parse_hello()) and the replyable peer string made
  * from it and the connection's source address (tcp_hello_peer()), peer
  * address splitting (tcp_addr_split(), also used on every zap_send()

@@ -12,8 +12,11 @@
  *    no C++ static initialisers with side effects): the host cannot stop
  *    them from running at dlopen time, before any check.
  *  - Everything the plugin needs from the host (logging, cancellation,
- *    environment parsing, error reasons) comes through struct zap_host,
- *    handed to every op. Plugins never include core-private headers.
+ *    environment parsing, error reasons, the buffer pool) comes through
+ *    struct zap_host, handed to every op. A plugin needs these headers, not
+ *    the library: it does not link libzap.so (`pkg-config --cflags
+ *    zap-plugin`; there is nothing to add for --libs) and calls no zap_*()
+ *    function, and it never includes core-private headers.
  *
  * ABI rules:
  *  - ZAP_PLUGIN_ABI_MAJOR changes when an existing field or op changes
@@ -23,7 +26,9 @@
  *    struct starts with its size (descriptor: a uint32_t after the ABI
  *    numbers); readers check the size before touching an appended member.
  *    A plugin built for a newer minor must check host->size before using
- *    host members it knows and the host may lack.
+ *    host members it knows and the host may lack (ZAP_HOST_HAS()).
+ *  - History: 1.0 first release; 1.1 added zap_host.pool_try_alloc and
+ *    zap_host.last_error (so plugins need not link libzap.so).
  */
 #ifndef ZAP_ZAP_PLUGIN_H
 #define ZAP_ZAP_PLUGIN_H
@@ -39,7 +44,7 @@ extern "C" {
 #endif
 
 #define ZAP_PLUGIN_ABI_MAJOR 1
-#define ZAP_PLUGIN_ABI_MINOR 0
+#define ZAP_PLUGIN_ABI_MINOR 1
 
 #define ZAP_PLUGIN_CAT_(a, b) a##b
 #define ZAP_PLUGIN_CAT(a, b) ZAP_PLUGIN_CAT_(a, b)
@@ -207,7 +212,33 @@ struct zap_host {
 	 * and the pool (with backing->destroy) goes when the last one is.
 	 */
 	void (*pool_close)(struct zap_pool *pool);
+
+	/* -- ABI 1.1: check host->size before use (see ZAP_HOST_HAS) ------- */
+
+	/**
+	 * Like pool_alloc, but never blocks: a pool without room answers
+	 * -EAGAIN at once (a receive path then pauses that source and
+	 * retries). Also -EMSGSIZE, -ENOMEM, -ESHUTDOWN as pool_alloc.
+	 */
+	int (*pool_try_alloc)(struct zap_pool *pool, size_t len,
+			      struct zap_buffer **out);
+	/**
+	 * The reason recorded by the last failing host service (or fail())
+	 * on this thread, "" if none: what a plugin copies into a probe
+	 * reason after env_bytes() refused a value. Valid until the thread's
+	 * next libzap call.
+	 */
+	const char *(*last_error)(void);
 };
+
+/**
+ * ZAP_HOST_HAS - whether @host (a const struct zap_host *) provides
+ * @member: true when the host's table reaches past it. Plugins built for
+ * ABI 1.1 or later use it before calling a member added after 1.0.
+ */
+#define ZAP_HOST_HAS(host, member) \
+	((host)->size >= offsetof(struct zap_host, member) + sizeof((host)->member) && \
+	 (host)->member != NULL)
 
 /**
  * struct zap_plugin_ops - a transport's operations. @size first; the host

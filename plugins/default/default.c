@@ -12,11 +12,8 @@
 
 #include <zap/zap-plugin.h>
 
+#include "config.h"
 #include "tcp_wire.h"
-
-#ifndef ZAP_VERSION
-#define ZAP_VERSION "0"
-#endif
 
 #define TCP_DOMAIN "default"
 

@@ -39,6 +39,7 @@
 
 #include <zap/zap-plugin.h>
 
+#include "config.h"
 #include "dp_proto.h"
 #include "dp_wire.h"
 #include "zap-cuda.h"
@@ -193,7 +194,7 @@ static int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why,
 			 &c->rxq_bytes) ||
 	    h->env_bytes("ZAP_DPDK_POOL_BYTES", 64ull << 20, 4096, 1ull << 40,
 			 &c->pool_bytes)) {
-		snprintf(why, len, "%s", zap_last_error());
+		snprintf(why, len, "%s", h->last_error());
 		return -EINVAL;
 	}
 	return 0;
@@ -1168,8 +1169,14 @@ static enum zap_probe_result dp_probe(const struct zap_host *h, struct zap_probe
 {
 	struct dp_conf c;
 	char ipbuf[24], gpu[256];
-	int rc = dp_conf_load(h, &c, pi->reason, sizeof(pi->reason));
+	int rc;
 
+	if (!ZAP_HOST_HAS(h, last_error)) { /* host older than ABI 1.1 */
+		snprintf(pi->reason, sizeof(pi->reason),
+			 "libzap is too old for this plugin (needs plugin ABI 1.1)");
+		return ZAP_PROBE_ERROR;
+	}
+	rc = dp_conf_load(h, &c, pi->reason, sizeof(pi->reason));
 	if (rc == 1)
 		return ZAP_PROBE_NOT_PRESENT;
 	if (rc)

@@ -619,7 +619,6 @@ void gd_dev_backing(struct gd_dev *d, struct zap_pool_backing *b)
 struct gd_qp {
 	struct gd_dev *dev;
 	struct zap_pool *pool;
-	struct zap_ctx *nowait;  /* expired: reassembly never blocks */
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	uint32_t slots, slot_bytes, stages, stage_bytes, sq_depth;
@@ -659,10 +658,6 @@ int gd_qp_new(struct gd_dev *d, uint32_t slots, uint32_t slot_bytes,
 	q->slot_bytes = slot_bytes;
 	/* Room for a full window of data chunks plus the credit writes. */
 	q->sq_depth = 2 * slots + 8;
-	rc = zap_ctx_new(&q->nowait);
-	if (rc)
-		goto fail;
-	zap_ctx_set_deadline(q->nowait, 1); /* long past */
 	rc = gpu_alloc(d, (size_t)slots * slot_bytes, &q->slot_mem, &q->slot_mr);
 	if (rc)
 		goto fail;
@@ -806,7 +801,6 @@ void gd_qp_free(struct gd_qp *q)
 		ibv_dereg_mr(q->credit_mr);
 	free(q->credit);
 	gpu_free(q->dev, q->slot_mem, q->slot_mr);
-	zap_ctx_free(q->nowait);
 	gd_dev_put(q->dev);
 	free(q);
 }
@@ -991,10 +985,11 @@ static int gd_alloc_msg(void *qp, size_t len, struct gd_rxbuf *out)
 {
 	struct gd_qp *q = qp;
 	struct zap_buffer *b;
-	int rc = q->dev->host->pool_alloc(q->pool, len, q->nowait, &b);
+	/* Never blocks: a full pool (-EAGAIN) holds the message back. */
+	int rc = q->dev->host->pool_try_alloc(q->pool, len, &b);
 
 	if (rc)
-		return rc == -ETIMEDOUT ? -EAGAIN : rc;
+		return rc;
 	out->data = b->bytes;
 	out->handle = b;
 	return 0;

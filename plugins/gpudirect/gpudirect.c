@@ -26,6 +26,7 @@
 
 #include <zap/zap-plugin.h>
 
+#include "config.h"
 #include "gd_proto.h"
 #include "gd_verbs.h"
 
@@ -495,7 +496,7 @@ static void *accept_main(void *arg)
 			continue;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		if (handshake(t, fd, NULL, NULL, &peer))
-			t->host->log(ZAP_LOG_WARN, "gpudirect", "%s", zap_last_error());
+			t->host->log(ZAP_LOG_WARN, "gpudirect", "%s", t->host->last_error());
 		else
 			add_peer(t, peer);
 		close(fd);
@@ -626,11 +627,16 @@ static enum zap_probe_result gd_probe(const struct zap_host *host,
 	struct gd_sel s;
 	uint64_t chunk, slots, pool;
 
+	if (!ZAP_HOST_HAS(host, last_error)) { /* host older than ABI 1.1 */
+		snprintf(pi->reason, sizeof(pi->reason),
+			 "libzap is too old for this plugin (needs plugin ABI 1.1)");
+		return ZAP_PROBE_ERROR;
+	}
 	r = gd_select(&s, pi->reason, sizeof(pi->reason));
 	if (r != ZAP_PROBE_OK)
 		return r;
 	if (read_env(host, &chunk, &slots, &pool)) {
-		snprintf(pi->reason, sizeof(pi->reason), "%s", zap_last_error());
+		snprintf(pi->reason, sizeof(pi->reason), "%s", host->last_error());
 		return ZAP_PROBE_ERROR;
 	}
 	gd_sel_detail(&s, pi->detail, sizeof(pi->detail));

@@ -4,7 +4,7 @@
  * uma and default endpoints talk to each other), but every received
  * message lands directly in a buffer of CUDA managed memory from a core
  * buffer pool, so GPU kernels read it where it is. The plugin links no CUDA
- * library; plugins/cuda loads the driver at probe/open time.
+ * library; util/cuda loads the driver at probe/open time.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 
 #include <zap/zap-plugin.h>
 
+#include "config.h"
 #include "tcp_wire.h"
 #include "zap-cuda.h"
 
@@ -29,7 +30,6 @@ struct uma {
 	const struct zap_host *host;
 	struct zcu_device_info info;
 	struct zap_pool *pool;
-	struct zap_ctx *nowait; /* an expired ctx: pool allocations never block */
 	struct tcp_wire *wire;
 };
 
@@ -114,6 +114,11 @@ static enum zap_probe_result uma_probe(const struct zap_host *host,
 	enum zap_probe_result r;
 	uint64_t cap;
 
+	if (!ZAP_HOST_HAS(host, last_error)) { /* host older than ABI 1.1 */
+		snprintf(pi->reason, sizeof(pi->reason),
+			 "libzap is too old for this plugin (needs plugin ABI 1.1)");
+		return ZAP_PROBE_ERROR;
+	}
 	r = uma_check(host, &cu, &info, pi->reason, sizeof(pi->reason));
 	if (r != ZAP_PROBE_OK)
 		return r;
@@ -154,11 +159,11 @@ static int uma_rx_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 
 	if (!m)
 		return -EAGAIN;
-	rc = u->host->pool_alloc(u->pool, len, u->nowait, &m->buf);
+	/* Pool full (-EAGAIN): the wire pauses the connection and retries. */
+	rc = u->host->pool_try_alloc(u->pool, len, &m->buf);
 	if (rc) {
 		free(m);
-		/* Pool full: the wire pauses the connection and retries. */
-		return rc == -ETIMEDOUT ? -EAGAIN : rc;
+		return rc;
 	}
 	m->rx.msg.size = sizeof(m->rx.msg);
 	m->rx.msg.data = m->buf->bytes;
@@ -220,10 +225,6 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 		return rc;
 	}
 	/* From here the pool owns @mem (mem_destroy runs when it goes). */
-	rc = zap_ctx_new(&u->nowait);
-	if (rc)
-		goto fail;
-	zap_ctx_set_deadline(u->nowait, 1); /* long past */
 	wa.alloc.alloc = uma_rx_alloc;
 	wa.alloc.user = u;
 	rc = tcp_wire_open(&wa, &u->wire);
@@ -232,7 +233,6 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 	*tp = u;
 	return 0;
 fail:
-	zap_ctx_free(u->nowait);
 	host->pool_close(u->pool);
 	free(u);
 	return rc;
@@ -252,7 +252,6 @@ static void uma_destroy(void *tp)
 	tcp_wire_destroy(u->wire);
 	/* Messages and buffers still held free their memory when released. */
 	u->host->pool_close(u->pool);
-	zap_ctx_free(u->nowait);
 	free(u);
 }
 

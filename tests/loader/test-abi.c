@@ -7,14 +7,20 @@
  *  - zap.h and zap-plugin.h compile on their own, together and with a
  *    plugin descriptor, as C11 and as C++11 with -pedantic -Werror;
  *  - every fixture plugin and every plugin built from plugins/ exports its
- *    descriptor symbol and nothing else.
+ *    descriptor symbol and nothing else, and no built plugin has libzap.so
+ *    among its DT_NEEDED entries (plugins reach the core only through the
+ *    host table).
  */
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -403,6 +409,69 @@ static void test_plugin_exports(void **state)
 	       BUILD_ROOT);
 }
 
+/*
+ * A plugin needs zap-plugin.h, not the library: everything from the core
+ * comes through the host table. Read DT_NEEDED straight from the ELF file
+ * (64-bit, as built here) so that no tool's output format is involved.
+ */
+static int needs_libzap(const char *path)
+{
+	struct stat st;
+	const unsigned char *img;
+	const Elf64_Ehdr *eh;
+	const Elf64_Shdr *sh;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), found = 0;
+
+	if (fd < 0 || fstat(fd, &st) || (size_t)st.st_size < sizeof(*eh))
+		fail_msg("cannot read %s", path);
+	img = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (img == MAP_FAILED)
+		fail_msg("cannot map %s", path);
+	eh = (const Elf64_Ehdr *)img;
+	if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(*sh) > (uint64_t)st.st_size)
+		fail_msg("%s is not a 64-bit ELF file this test can read", path);
+	sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+	for (int i = 0; i < eh->e_shnum; i++) {
+		const Elf64_Dyn *d = (const Elf64_Dyn *)(img + sh[i].sh_offset);
+		const char *strtab;
+
+		if (sh[i].sh_type != SHT_DYNAMIC || sh[i].sh_link >= eh->e_shnum)
+			continue;
+		strtab = (const char *)img + sh[sh[i].sh_link].sh_offset;
+		for (; (const unsigned char *)(d + 1) <= img + sh[i].sh_offset + sh[i].sh_size &&
+		       d->d_tag != DT_NULL; d++)
+			if (d->d_tag == DT_NEEDED && !strncmp(strtab + d->d_un.d_val, "libzap.so", 9)) {
+				printf("# %s NEEDs %s\n", path, strtab + d->d_un.d_val);
+				found = 1;
+			}
+	}
+	munmap((void *)img, (size_t)st.st_size);
+	return found;
+}
+
+static void check_not_needed(const char *dir, const char *path, const char *name,
+			     void *arg)
+{
+	int *bad = arg;
+
+	(void)dir;
+	(void)name;
+	*bad += needs_libzap(path);
+}
+
+static void test_plugins_need_no_libzap(void **state)
+{
+	int bad = 0, n;
+
+	(void)state;
+	n = th_each_build_plugin(check_not_needed, &bad);
+	printf("# %d plugin module(s) checked for DT_NEEDED libzap.so\n", n);
+	if (bad)
+		fail_msg("%d plugin(s) link libzap.so; use the host table instead", bad);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -411,6 +480,7 @@ int main(void)
 		cmocka_unit_test(test_headers_cxx),
 		cmocka_unit_test(test_fixture_exports),
 		cmocka_unit_test(test_plugin_exports),
+		cmocka_unit_test(test_plugins_need_no_libzap),
 	};
 
 	return cmocka_run_group_tests_name("abi", tests, th_group_setup,

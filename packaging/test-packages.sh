@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build the Debian packages from a copy of this tree and check, as root on a
-# Debian 12 machine, that they do what DESIGN.md section 7 promises:
+# Debian 12 machine, that they do what packaging/README.md promises:
 #
 #  - libzap0 + zap-tools alone: zap-info lists `default` and no plugin;
 #  - each plugin package built: installing it makes zap-info list it (not
 #    present on a host without its hardware, loaded on one with it);
 #    removing it makes it disappear;
+#  - libzap-dev ships the documentation (docs/, the default wire's WIRE.md)
+#    under /usr/share/doc/libzap, and each plugin package its README there;
 #  - the example plugin (examples/plugin, as shipped in libzap-dev) builds
 #    against the installed libzap-dev alone, installs into pkg-config's
 #    plugindir, exports only its descriptor, shows up in zap-info, and
@@ -227,6 +229,8 @@ for p in "${expected[@]}"; do
 		test "$(dpkg -L "libzap-plugin-$p" | while read -r f; do
 			[ -d "$f" ] || echo "$f"; done | grep -v '^/usr/share/doc/')" = \
 		"$plugindir/libzap-$p.so"
+	check "libzap-plugin-$p ships its README in /usr/share/doc/libzap/plugins/$p" \
+		test -f "/usr/share/doc/libzap/plugins/$p/README.md"
 	zap_info "with-$p"
 	check "zap-info lists $p (not present, or loaded where the hardware is)" \
 		jq_py "with-$p" "names == ['default', '$p'] and
@@ -244,6 +248,14 @@ done
 step "example plugin against the installed libzap-dev"
 check "install libzap-dev" run install-dev.log \
 	apt-get install -y --no-install-recommends "$(deb libzap-dev)"
+docs=/usr/share/doc/libzap
+for f in docs/README.md docs/architecture.md docs/plugin-abi.md docs/loader.md \
+	docs/wires.md docs/environment.md plugins/default/WIRE.md; do
+	check "libzap-dev ships $docs/$f (uncompressed: the pages link to each other)" \
+		test -f "$docs/$f"
+done
+check "no installed document points outside the installed tree (DESIGN.md, ../shared)" \
+	sh -c "! grep -rlE 'DESIGN\.md|\.\./shared' $docs"
 check "pkg-config plugindir is $plugindir" \
 	test "$(pkg-config --variable=plugindir zap-plugin)" = "$plugindir"
 ex_src=/usr/share/doc/libzap-dev/examples/plugin

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The dpdk transport's reliability protocol (plugins/dpdk/dp_proto.c):
+ * The dpdk transport's reliability protocol (plugins/dpdk/dp_proto*.c):
  * fragments, reassembly, acknowledgements, retransmission, stream restarts.
  *
  * Two instances, A sending messages to B, over a link the input drives

@@ -144,10 +144,17 @@ void dp_proto_free(struct dp_proto *p);
  */
 int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len,
 		  struct dp_send *s, uint64_t now);
+/* What dp_send_step() returns when it does not fail. */
+enum dp_send_status {
+	DP_SEND_WAIT = 0, /* window or frames exhausted: poll, call again */
+	DP_SEND_DONE = 1, /* the last fragment is out (not yet acknowledged) */
+};
+
 /*
  * Send as many fragments of @buf as the window and frame supply allow.
- * Return 1 when the last fragment is out, 0 when it must wait (poll for
- * acknowledgements, then call again), -ECONNRESET when the peer was given
+ * Return DP_SEND_DONE when the last fragment is out, DP_SEND_WAIT when it
+ * must wait (poll for acknowledgements, then call again), -ECONNRESET when
+ * the peer was given
  * up meanwhile: no progress for peer_timeout, an RST from the receiver (it
  * dropped part of this message), or a pause of more than peer_timeout in
  * the middle of the message (the receiver drops a partial message then).

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The dpdk transport's protocol (dp_proto.c) and framing (dp_wire.c)
+ * The dpdk transport's protocol (dp_proto*.c) and framing (dp_wire.c)
  * without DPDK: two protocol instances over a simulated link that loses,
  * duplicates and reorders frames, on a simulated clock; and hostile input
  * fed straight to the parser and the protocol.

@@ -23,17 +23,19 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-ip netns add "$ns1" && ip netns add "$ns2" ||
-	{ echo "SKIP: cannot create network namespaces here"; exit 77; }
-ip link add "$va" netns "$ns1" type veth peer name "$vb" netns "$ns2" ||
-	{ echo "SKIP: cannot create a veth pair here"; exit 77; }
+# Only a missing capability is a reason to skip, and it is printed: ip's
+# own error (no CAP_SYS_ADMIN, no veth module, a read-only /run/netns).
+ip netns add "$ns1" 2>"$tmp/ip.err" && ip netns add "$ns2" 2>>"$tmp/ip.err" ||
+	{ echo "SKIP: cannot create network namespaces here: $(cat "$tmp/ip.err")"; exit 77; }
+ip link add "$va" netns "$ns1" type veth peer name "$vb" netns "$ns2" 2>"$tmp/ip.err" ||
+	{ echo "SKIP: cannot create a veth pair here: $(cat "$tmp/ip.err")"; exit 77; }
 for ns in "$ns1" "$ns2"; do
 	# No kernel addresses: the kernel must not answer for the DPDK side.
 	ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null
 	ip -n "$ns" link set lo up
 done
-ip -n "$ns1" link set "$va" up
-ip -n "$ns2" link set "$vb" up
+ip -n "$ns1" link set "$va" up && ip -n "$ns2" link set "$vb" up ||
+	{ echo "FAIL: cannot bring the veth pair up"; exit 1; }
 
 # net_af_packet sends with PACKET_QDISC_BYPASS, which taps do not see:
 # capture each side's received frames, which together are all of them.

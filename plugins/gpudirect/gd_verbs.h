@@ -5,6 +5,12 @@
  * struct gd_qp_ops. Everything verbs- or CUDA-specific lives here; native
  * errors (verbs' positive errno, CUresult) become negative errno here and
  * their text is logged once.
+ *
+ * Implemented, one concern per file, behind gd_verbs_int.h: gd_select.c
+ * (port and GPU choice, the probe), gd_dev.c (the opened device), gd_mem.c
+ * (GPU memory registered with the NIC, the pool backing), gd_qp.c (queue
+ * pair setup and teardown), gd_datapath.c (gd_verbs_ops: posts and
+ * completions).
  */
 #ifndef ZAP_GD_VERBS_H
 #define ZAP_GD_VERBS_H

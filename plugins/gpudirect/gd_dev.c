@@ -96,11 +96,6 @@ void gd_dev_put(struct gd_dev *d)
 	free(d);
 }
 
-const struct gd_sel *gd_dev_sel(const struct gd_dev *d)
-{
-	return &d->sel;
-}
-
 int gd_dev_chan_fd(const struct gd_dev *d)
 {
 	return d->chan->fd;

@@ -212,13 +212,6 @@ static void fail_locked(struct gd_conn *c, int err, const char *why)
 	pthread_cond_broadcast(&c->cv);
 }
 
-void gd_conn_fail(struct gd_conn *c, int err, const char *why)
-{
-	pthread_mutex_lock(&c->mx);
-	fail_locked(c, err, why);
-	pthread_mutex_unlock(&c->mx);
-}
-
 static uint32_t credits_locked(struct gd_conn *c)
 {
 	uint64_t pc = c->cfg.ops->peer_consumed(c->cfg.qp);

@@ -60,7 +60,6 @@ struct gd_dev;
 
 int gd_dev_open(const struct zap_host *host, struct gd_dev **out);
 void gd_dev_put(struct gd_dev *d);
-const struct gd_sel *gd_dev_sel(const struct gd_dev *d);
 int gd_dev_chan_fd(const struct gd_dev *d);
 /* Take and acknowledge one completion event (after the fd polled in). */
 void gd_dev_ack_event(struct gd_dev *d);

@@ -45,9 +45,10 @@ int gd_dev_open(const struct zap_host *host, struct gd_dev **out)
 	if (list)
 		ibv_free_device_list(list);
 	if (!d->ctx) {
+		rc = host->fail(rc ? rc : -ENODEV, "gpudirect: cannot open %s: %s",
+				d->sel.dev, strerror(rc ? -rc : ENODEV));
 		free(d);
-		return host->fail(rc ? rc : -ENODEV, "gpudirect: cannot open %s: %s",
-				  d->sel.dev, strerror(rc ? -rc : ENODEV));
+		return rc;
 	}
 	d->pd = ibv_alloc_pd(d->ctx);
 	d->chan = d->pd ? ibv_create_comp_channel(d->ctx) : NULL;

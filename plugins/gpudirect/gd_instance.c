@@ -5,9 +5,9 @@
  * and the queue of received messages. The listen socket, the bootstrap and
  * the accept thread are in gpudirect.c.
  *
- * Shared state: the peer table, the receive queue and the shutdown flag,
- * under gd_tp.mx; dials serialised by gd_tp.dial_mx. gd_instance.h lists
- * the threads and the lock order.
+ * Shared state: the peer table under gd_tp.mx, the receive queue under
+ * gd_tp.rx_mx, the shutdown flag under both; dials serialised by
+ * gd_tp.dial_mx. gd_instance.h lists the threads and the lock order.
  */
 #include <errno.h>
 #include <poll.h>
@@ -180,11 +180,11 @@ void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
 		r->conn = c;
 		gd_conn_get(c);
 	}
-	pthread_mutex_lock(&t->mx);
+	pthread_mutex_lock(&t->rx_mx);
 	*t->rx_tail = r;
 	t->rx_tail = &r->next;
 	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mx);
+	pthread_mutex_unlock(&t->rx_mx);
 }
 
 /* ---- plugin ops --------------------------------------------------------- */
@@ -265,6 +265,7 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	t->max_msg = args->max_msg_size;
 	t->rx_tail = &t->rx_head;
 	pthread_mutex_init(&t->mx, NULL);
+	pthread_mutex_init(&t->rx_mx, NULL);
 	pthread_mutex_init(&t->dial_mx, NULL);
 	pthread_cond_init(&t->cv, NULL);
 	while (!t->instance)
@@ -315,10 +316,12 @@ static void gd_shutdown(void *tp)
 	uint64_t one = 1;
 
 	pthread_mutex_lock(&t->mx);
-	t->shut = true;
+	pthread_mutex_lock(&t->rx_mx);
+	__atomic_store_n(&t->shut, true, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&t->cv);
+	pthread_mutex_unlock(&t->rx_mx);
 	for (struct gd_peer *p = t->peers; p; p = p->next)
 		gd_conn_shutdown(p->conn);
-	pthread_cond_broadcast(&t->cv);
 	pthread_mutex_unlock(&t->mx);
 	if (t->wake >= 0)
 		(void)!write(t->wake, &one, sizeof(one));
@@ -354,6 +357,7 @@ static void gd_destroy(void *tp)
 		close(t->wake);
 	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mx);
+	pthread_mutex_destroy(&t->rx_mx);
 	pthread_mutex_destroy(&t->dial_mx);
 	free(t);
 }
@@ -392,7 +396,7 @@ static int gd_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
 	struct gd_tp *t = tp;
 	int rc = 0;
 
-	pthread_mutex_lock(&t->mx);
+	pthread_mutex_lock(&t->rx_mx);
 	while (!t->rx_head) {
 		struct timespec ts;
 		int ms;
@@ -414,7 +418,7 @@ static int gd_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&t->cv, &t->mx, &ts);
+		pthread_cond_timedwait(&t->cv, &t->rx_mx, &ts);
 	}
 	if (!rc) {
 		struct gd_rxmsg *r = t->rx_head;
@@ -424,7 +428,7 @@ static int gd_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
 			t->rx_tail = &t->rx_head;
 		*out = &r->msg;
 	}
-	pthread_mutex_unlock(&t->mx);
+	pthread_mutex_unlock(&t->rx_mx);
 	return rc;
 }
 

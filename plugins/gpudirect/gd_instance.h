@@ -10,19 +10,22 @@
  * every pair's engine; application threads send (driving their own pair
  * while they wait, and dialling a peer that has no live pair) and receive.
  *
- * Locks:
- *  - gd_tp.mx guards the peer list, the receive queue and @shut; @cv
- *    signals a queued message or shutdown to gd_recv().
- *  - gd_tp.dial_mx lets one dial run at a time, so two senders do not
- *    bootstrap two pairs to one peer. It is held across the bootstrap.
- *  - Each pair's engine (struct gd_conn, gd_proto.c) has its own lock.
- *    deliver() runs with that lock held and takes gd_tp.mx, while
- *    find_live() and gd_shutdown() call into engines (gd_conn_error(),
- *    gd_conn_shutdown()) with gd_tp.mx held: the two orders disagree, and
- *    a sender and the progress thread can deadlock on them.
- *  - Everything else in gd_tp is written in gd_open() before the threads
- *    start and only read afterwards. A gd_peer is immutable once in the
- *    list; its engine reference (@conn) is the table's.
+ * Locks, outermost first (a thread holding one may take those below it,
+ * never one above):
+ *  1. gd_tp.dial_mx lets one dial run at a time, so two senders do not
+ *     bootstrap two pairs to one peer. It is held across the bootstrap.
+ *  2. gd_tp.mx guards the peer list. find_live() and gd_shutdown() call
+ *     into engines (gd_conn_error(), gd_conn_shutdown()) while holding it.
+ *  3. Each pair's engine lock (struct gd_conn, gd_proto.c). The engine
+ *     calls gd_deliver() and the gd_verbs_ops with it held.
+ *  4. gd_tp.rx_mx guards the receive queue; @cv, waited on with it,
+ *     signals a queued message or shutdown to gd_recv(). gd_deliver()
+ *     takes it under an engine lock, so it must never be held while
+ *     taking 2 or 3 (rx_release() runs with no lock held).
+ *  @shut is written holding 2 and 4 (and read under 4, or atomically).
+ *  Everything else in gd_tp is written in gd_open() before the threads
+ *  start and only read afterwards. A gd_peer is immutable once in the
+ *  list; its engine reference (@conn) is the table's.
  */
 #ifndef ZAP_GD_INSTANCE_H
 #define ZAP_GD_INSTANCE_H
@@ -69,9 +72,10 @@ struct gd_tp {
 	char addr[ZAP_PEER_MAX];  /* sendable */
 	pthread_t accept_th, prog_th;
 	bool threads;
-	pthread_mutex_t mx;       /* peers, rx queue, shut */
-	pthread_cond_t cv;
 	pthread_mutex_t dial_mx;  /* one dial at a time */
+	pthread_mutex_t mx;       /* peers, shut */
+	pthread_mutex_t rx_mx;    /* rx queue, shut; inside engine locks */
+	pthread_cond_t cv;        /* with rx_mx */
 	struct gd_peer *peers;
 	struct gd_rxmsg *rx_head, **rx_tail;
 	bool shut;

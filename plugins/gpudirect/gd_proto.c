@@ -553,7 +553,8 @@ int gd_conn_send(struct gd_conn *c, const void *buf, size_t len,
 		rc = wait_room_locked(c, in_place, clen, ctx, &spins);
 		if (rc)
 			break;
-		rc = post_chunk_locked(c, (const char *)buf + off, clen, imm, in_place, key);
+		rc = post_chunk_locked(c, (const char *)buf + off, clen, imm,
+				       in_place, key);
 		if (rc)
 			break;
 		posted++;

@@ -477,14 +477,15 @@ static void print_json(const struct info *in, const struct opts *o)
 
 /* ---- gathering ---------------------------------------------------------- */
 
-static int gather(struct info *in, const struct opts *o)
+/* Scan, and copy the load report, the directories and the registered
+ * transports into @in. 0, or -1 with the reason on stderr. */
+static int gather_report(struct info *in, const struct opts *o)
 {
 	struct zap_scan_attr sa = {
 		.size = sizeof(sa),
 		.flags = o->isolate ? ZAP_SCAN_ISOLATE : 0,
 		.probe_timeout_ms = o->timeout_ms,
 	};
-	const char *env = getenv("ZAP_TRANSPORT");
 	int err, i;
 
 	err = zap_scan(&sa);
@@ -531,6 +532,14 @@ static int gather(struct info *in, const struct opts *o)
 			zap_strerror(in->nregistered));
 		return -1;
 	}
+	return 0;
+}
+
+/* What a pick would do now with the requested preference, and the exit
+ * status that follows from it. */
+static void gather_pick(struct info *in, const struct opts *o)
+{
+	const char *env = getenv("ZAP_TRANSPORT");
 
 	if (o->transport) {
 		in->request = o->transport;
@@ -561,6 +570,13 @@ static int gather(struct info *in, const struct opts *o)
 				 "%s", zap_strerror(in->pick_err));
 		fprintf(stderr, "zap-info: %s\n", in->choice.reason);
 	}
+}
+
+static int gather(struct info *in, const struct opts *o)
+{
+	if (gather_report(in, o))
+		return -1;
+	gather_pick(in, o);
 	return 0;
 }
 

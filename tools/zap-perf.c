@@ -406,18 +406,57 @@ static void print_results(const char *transport, const char *peer, bool json)
 }
 
 /* ------------------------------------------------------------------------ */
-/* main                                                                      */
+/* Options                                                                   */
 /* ------------------------------------------------------------------------ */
 
-int main(int argc, char **argv)
+#define GO_ON -1 /* parse_opts(): no exit status yet, run the mode */
+
+/* -s: a comma-separated size list. */
+static int parse_sizes(struct opts *o, const char *arg)
 {
-	struct opts o = {
-		.iters = 10000, .msgs = 100000, .bytes = 1ull << 30, .window = 64,
-		.warmup = 100, .do_lat = true, .do_rate = true, .do_bw = true,
-		.cpu_server = -1, .cpu_client = -1,
-	};
+	uint64_t v;
+
+	o->nsizes = 0;
+	char *dup = strdup(arg), *save = NULL;
+	for (char *tok = strtok_r(dup, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (o->nsizes == MAX_SIZES || parse_size(tok, &v)) {
+			fprintf(stderr, "zap-perf: bad size list \"%s\"\n", arg);
+			free(dup);
+			return 2;
+		}
+		o->sizes[o->nsizes++] = (size_t)v;
+	}
+	free(dup);
+	if (!o->nsizes) {
+		fprintf(stderr, "zap-perf: empty size list\n");
+		return 2;
+	}
+	return GO_ON;
+}
+
+/* -n, -m, -w, --warmup, -b: a count or a byte size. */
+static int parse_count(struct opts *o, int c, const char *arg)
+{
+	uint64_t v;
+
+	if (parse_size(arg, &v) || (c != 'W' && !v) ||
+	    v > (c == 'b' ? UINT64_MAX : (uint64_t)LONG_MAX)) {
+		fprintf(stderr, "zap-perf: bad number \"%s\"\n", arg);
+		return 2;
+	}
+	if (c == 'n') o->iters = (long)v;
+	else if (c == 'm') o->msgs = (long)v;
+	else if (c == 'w') o->window = (long)v;
+	else if (c == 'W') o->warmup = (long)v;
+	else o->bytes = v;
+	return GO_ON;
+}
+
+/* The command line into @o and @loopback: GO_ON, or the exit status. */
+static int parse_opts(int argc, char **argv, struct opts *o, bool *loopback)
+{
 	static const size_t def_sizes[] = {1, 64, 1024, 4096, 65536, 1u << 20};
-	bool loopback = false;
 	static const struct option lo[] = {
 		{"transport", required_argument, NULL, 't'},
 		{"listen", required_argument, NULL, 'l'},
@@ -434,67 +473,144 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	int c;
-	uint64_t v;
+	int c, r = GO_ON;
 
-	memcpy(o.sizes, def_sizes, sizeof(def_sizes));
-	o.nsizes = (int)(sizeof(def_sizes) / sizeof(def_sizes[0]));
-	while ((c = getopt_long(argc, argv, "t:l:s:T:n:m:b:w:jh", lo, NULL)) != -1) {
+	memcpy(o->sizes, def_sizes, sizeof(def_sizes));
+	o->nsizes = (int)(sizeof(def_sizes) / sizeof(def_sizes[0]));
+	while (r == GO_ON &&
+	       (c = getopt_long(argc, argv, "t:l:s:T:n:m:b:w:jh", lo, NULL)) != -1) {
 		switch (c) {
-		case 't': o.transport = optarg; break;
-		case 'l': o.listen = optarg; break;
-		case 's': {
-			o.nsizes = 0;
-			char *dup = strdup(optarg), *save = NULL;
-			for (char *tok = strtok_r(dup, ",", &save); tok;
-			     tok = strtok_r(NULL, ",", &save)) {
-				if (o.nsizes == MAX_SIZES || parse_size(tok, &v)) {
-					fprintf(stderr, "zap-perf: bad size list \"%s\"\n", optarg);
-					free(dup);
-					return 2;
-				}
-				o.sizes[o.nsizes++] = (size_t)v;
-			}
-			free(dup);
-			if (!o.nsizes) {
-				fprintf(stderr, "zap-perf: empty size list\n");
-				return 2;
-			}
-			break;
-		}
+		case 't': o->transport = optarg; break;
+		case 'l': o->listen = optarg; break;
+		case 's': r = parse_sizes(o, optarg); break;
 		case 'T':
-			o.do_lat = strstr(optarg, "lat") != NULL;
-			o.do_rate = strstr(optarg, "rate") != NULL;
-			o.do_bw = strstr(optarg, "bw") != NULL;
-			if (!o.do_lat && !o.do_rate && !o.do_bw) {
+			o->do_lat = strstr(optarg, "lat") != NULL;
+			o->do_rate = strstr(optarg, "rate") != NULL;
+			o->do_bw = strstr(optarg, "bw") != NULL;
+			if (!o->do_lat && !o->do_rate && !o->do_bw) {
 				fprintf(stderr, "zap-perf: --tests wants lat,rate,bw\n");
-				return 2;
+				r = 2;
 			}
 			break;
 		case 'n': case 'm': case 'w': case 'W': case 'b':
-			if (parse_size(optarg, &v) || (c != 'W' && !v) ||
-			    v > (c == 'b' ? UINT64_MAX : (uint64_t)LONG_MAX)) {
-				fprintf(stderr, "zap-perf: bad number \"%s\"\n", optarg);
-				return 2;
-			}
-			if (c == 'n') o.iters = (long)v;
-			else if (c == 'm') o.msgs = (long)v;
-			else if (c == 'w') o.window = (long)v;
-			else if (c == 'W') o.warmup = (long)v;
-			else o.bytes = v;
+			r = parse_count(o, c, optarg);
 			break;
 		case 'c':
-			if (sscanf(optarg, "%d,%d", &o.cpu_server, &o.cpu_client) != 2) {
+			if (sscanf(optarg, "%d,%d", &o->cpu_server, &o->cpu_client) != 2) {
 				fprintf(stderr, "zap-perf: --cpus wants S,C\n");
-				return 2;
+				r = 2;
 			}
 			break;
-		case 'j': o.json = true; break;
-		case 'L': loopback = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'j': o->json = true; break;
+		case 'L': *loopback = true; break;
+		case 'h': usage(stdout); r = 0; break;
+		default: usage(stderr); r = 2; break;
 		}
 	}
+	return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Modes                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The forked server of --loopback: tells the parent its address through
+ * @wfd, serves until the client says quit. Never returns. */
+static void loopback_server(const struct opts *o, int wfd)
+{
+	pin(o->cpu_server);
+	struct zap_transport *t =
+		open_transport(o, o->listen ? o->listen : "127.0.0.1:0");
+	char addr[ZAP_PEER_MAX];
+	int r = zap_transport_address(t, addr, sizeof(addr));
+	if (r)
+		die_zap("address", r);
+	if (write(wfd, addr, strlen(addr) + 1) < 0)
+		_exit(1);
+	close(wfd);
+	r = serve(t);
+	zap_close(t);
+	_exit(r);
+}
+
+static int run_loopback(const struct opts *o)
+{
+	int pfd[2];
+	if (pipe(pfd)) {
+		perror("zap-perf: pipe");
+		return 1;
+	}
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("zap-perf: fork");
+		return 1;
+	}
+	if (pid == 0) {
+		close(pfd[0]);
+		loopback_server(o, pfd[1]);
+	}
+	close(pfd[1]);
+	char addr[ZAP_PEER_MAX] = "";
+	ssize_t k = read(pfd[0], addr, sizeof(addr) - 1);
+	close(pfd[0]);
+	if (k <= 0) {
+		fprintf(stderr, "zap-perf: the server process did not start\n");
+		waitpid(pid, NULL, 0);
+		return 1;
+	}
+	pin(o->cpu_client);
+	struct zap_transport *t = open_transport(o, "127.0.0.1:0");
+	int r = client(o, t, addr, true);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	if (!r && (!WIFEXITED(st) || WEXITSTATUS(st)))
+		r = 1;
+	if (!r)
+		print_results(zap_transport_name(t), addr, o->json);
+	zap_close(t);
+	return r;
+}
+
+static int run_server(const struct opts *o)
+{
+	struct zap_transport *t =
+		open_transport(o, o->listen ? o->listen : "0.0.0.0:18515");
+	char addr[ZAP_PEER_MAX];
+	if (!zap_transport_address(t, addr, sizeof(addr)))
+		fprintf(stderr, "zap-perf: %s server on %s\n",
+			zap_transport_name(t), addr);
+	int r = serve(t);
+	zap_close(t);
+	return r;
+}
+
+static int run_client(const struct opts *o, const char *peer)
+{
+	struct zap_transport *t = open_transport(o, o->listen);
+	int r = client(o, t, peer, false);
+	if (!r)
+		print_results(zap_transport_name(t), peer, o->json);
+	zap_close(t);
+	return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* main                                                                      */
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+	struct opts o = {
+		.iters = 10000, .msgs = 100000, .bytes = 1ull << 30, .window = 64,
+		.warmup = 100, .do_lat = true, .do_rate = true, .do_bw = true,
+		.cpu_server = -1, .cpu_client = -1,
+	};
+	bool loopback = false;
+	int r = parse_opts(argc, argv, &o, &loopback);
+
+	if (r != GO_ON)
+		return r;
 	const char *mode = optind < argc ? argv[optind] : NULL;
 
 	if (loopback) {
@@ -502,74 +618,12 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
-		int pfd[2];
-		if (pipe(pfd)) {
-			perror("zap-perf: pipe");
-			return 1;
-		}
-		fflush(stdout);
-		pid_t pid = fork();
-		if (pid < 0) {
-			perror("zap-perf: fork");
-			return 1;
-		}
-		if (pid == 0) {
-			close(pfd[0]);
-			pin(o.cpu_server);
-			struct zap_transport *t =
-				open_transport(&o, o.listen ? o.listen : "127.0.0.1:0");
-			char addr[ZAP_PEER_MAX];
-			int r = zap_transport_address(t, addr, sizeof(addr));
-			if (r)
-				die_zap("address", r);
-			if (write(pfd[1], addr, strlen(addr) + 1) < 0)
-				_exit(1);
-			close(pfd[1]);
-			r = serve(t);
-			zap_close(t);
-			_exit(r);
-		}
-		close(pfd[1]);
-		char addr[ZAP_PEER_MAX] = "";
-		ssize_t k = read(pfd[0], addr, sizeof(addr) - 1);
-		close(pfd[0]);
-		if (k <= 0) {
-			fprintf(stderr, "zap-perf: the server process did not start\n");
-			waitpid(pid, NULL, 0);
-			return 1;
-		}
-		pin(o.cpu_client);
-		struct zap_transport *t = open_transport(&o, "127.0.0.1:0");
-		int r = client(&o, t, addr, true);
-		int st = 0;
-		waitpid(pid, &st, 0);
-		if (!r && (!WIFEXITED(st) || WEXITSTATUS(st)))
-			r = 1;
-		if (!r)
-			print_results(zap_transport_name(t), addr, o.json);
-		zap_close(t);
-		return r;
+		return run_loopback(&o);
 	}
-	if (mode && !strcmp(mode, "server") && optind + 1 == argc) {
-		struct zap_transport *t =
-			open_transport(&o, o.listen ? o.listen : "0.0.0.0:18515");
-		char addr[ZAP_PEER_MAX];
-		if (!zap_transport_address(t, addr, sizeof(addr)))
-			fprintf(stderr, "zap-perf: %s server on %s\n",
-				zap_transport_name(t), addr);
-		int r = serve(t);
-		zap_close(t);
-		return r;
-	}
-	if (mode && !strcmp(mode, "client") && optind + 2 == argc) {
-		const char *peer = argv[optind + 1];
-		struct zap_transport *t = open_transport(&o, o.listen);
-		int r = client(&o, t, peer, false);
-		if (!r)
-			print_results(zap_transport_name(t), peer, o.json);
-		zap_close(t);
-		return r;
-	}
+	if (mode && !strcmp(mode, "server") && optind + 1 == argc)
+		return run_server(&o);
+	if (mode && !strcmp(mode, "client") && optind + 2 == argc)
+		return run_client(&o, argv[optind + 1]);
 	usage(stderr);
 	return 2;
 }

@@ -1,5 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* The gpudirect protocol engine; see gd_proto.h for the rules. */
+/*
+ * The gpudirect protocol engine; see gd_proto.h for the rules.
+ *
+ * Shared state: one struct gd_conn per queue pair, used by the progress
+ * thread, senders and the threads releasing received messages. gd_conn.mx
+ * guards all of it but @refs (atomic); @cv, with mx, wakes senders waiting
+ * for credits or completions. gd_conn.send_mx, taken before mx, keeps one
+ * message at a time on the pair. The qp ops and cfg.deliver are called
+ * with mx held, so they may take only locks of their own that nest inside
+ * it, and never call back into the engine (but gd_conn_get()). The
+ * bootstrap codec above the engine is pure.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,13 +221,6 @@ static void fail_locked(struct gd_conn *c, int err, const char *why)
 		c->asm_on = false;
 	}
 	pthread_cond_broadcast(&c->cv);
-}
-
-void gd_conn_fail(struct gd_conn *c, int err, const char *why)
-{
-	pthread_mutex_lock(&c->mx);
-	fail_locked(c, err, why);
-	pthread_mutex_unlock(&c->mx);
 }
 
 static uint32_t credits_locked(struct gd_conn *c)
@@ -440,10 +444,95 @@ static void nap_locked(struct gd_conn *c, unsigned *spins)
 	pthread_cond_timedwait(&c->cv, &c->mx, &ts);
 }
 
+/*
+ * Wait until a chunk of @clen bytes may go: a credit, room in the send
+ * queue and, for a chunk to stage, a free staging slot. Return 0, or why
+ * not: the pair's error, -ESHUTDOWN, or @ctx's error.
+ */
+static int wait_room_locked(struct gd_conn *c, bool in_place, size_t clen,
+			    struct zap_ctx *ctx, unsigned *spins)
+{
+	int rc;
+
+	for (;;) {
+		progress_locked(c);
+		if (c->err || c->shut)
+			return c->err ? c->err : -ESHUTDOWN;
+		if (credits_locked(c) && c->sq_used < c->cfg.sq_depth &&
+		    (in_place || !clen || c->nstage_free))
+			return 0;
+		rc = c->cfg.host->ctx_err(ctx);
+		if (rc)
+			return rc;
+		nap_locked(c, spins);
+	}
+}
+
+/* Post one chunk, first copied into a staging slot unless it goes
+ * @in_place (registered under @key). A failure fails the pair. */
+static int post_chunk_locked(struct gd_conn *c, const void *src, size_t clen,
+			     uint32_t imm, bool in_place, uintptr_t key)
+{
+	const struct gd_qp_ops *ops = c->cfg.ops;
+	uint32_t stage = GD_NO_STAGE;
+	int rc;
+
+	if (!in_place && clen) {
+		stage = c->stage_free[--c->nstage_free];
+		memcpy(ops->stage_addr(c->cfg.qp, stage), src, clen);
+		src = ops->stage_addr(c->cfg.qp, stage);
+		rc = ops->lookup(c->cfg.qp, src, clen, &key);
+		if (rc) {
+			c->stage_free[c->nstage_free++] = stage;
+			fail_locked(c, -EIO, "staging memory is not registered");
+			return -EIO;
+		}
+	}
+	rc = ops->post_send(c->cfg.qp, GD_WR_DATA | stage, src, clen, imm, key);
+	if (rc) {
+		if (stage != GD_NO_STAGE)
+			c->stage_free[c->nstage_free++] = stage;
+		fail_locked(c, rc, "posting a send failed");
+		return rc;
+	}
+	c->sent++;
+	c->sq_used++;
+	c->inflight++;
+	return 0;
+}
+
+/* After the last chunk, or a failure @rc once @posted chunks went out:
+ * settle the pair's state and give the send's result. */
+static int finish_send_locked(struct gd_conn *c, int rc, uint64_t posted,
+			      unsigned *spins)
+{
+	/*
+	 * A message cut short cannot be taken back: the pair is failed (the
+	 * peer drops the partial message) and rebuilt on the next send. A
+	 * cancellation before the first chunk leaves the pair usable.
+	 */
+	if (rc && posted && !c->err && (rc == -ECANCELED || rc == -ETIMEDOUT))
+		fail_locked(c, -ECONNABORTED, "a send was cancelled mid-message");
+	/* Posted chunks may still read the buffer: wait for every completion
+	 * (they come, or flush once the pair is in error). Not cut short by
+	 * ctx. */
+	while (c->inflight && !c->shut) {
+		if (progress_locked(c) && !rc)
+			rc = c->err;
+		if (!c->inflight)
+			break;
+		nap_locked(c, spins);
+	}
+	if (!rc && c->err)
+		rc = c->err;
+	if (!rc && c->shut && c->inflight)
+		rc = -ESHUTDOWN;
+	return rc;
+}
+
 int gd_conn_send(struct gd_conn *c, const void *buf, size_t len,
 		 struct zap_ctx *ctx)
 {
-	const struct gd_qp_ops *ops = c->cfg.ops;
 	size_t sb = c->cfg.peer_slot_bytes, off = 0;
 	uint64_t n = len ? (len + sb - 1) / sb : 1;
 	uintptr_t key = 0;
@@ -454,76 +543,24 @@ int gd_conn_send(struct gd_conn *c, const void *buf, size_t len,
 
 	if (len > c->cfg.max_msg || n > GD_IMM_VALUE)
 		return -EMSGSIZE;
-	in_place = len && ops->lookup(c->cfg.qp, buf, len, &key) == 0;
+	in_place = len && c->cfg.ops->lookup(c->cfg.qp, buf, len, &key) == 0;
 	pthread_mutex_lock(&c->send_mx);
 	pthread_mutex_lock(&c->mx);
 	for (uint64_t i = 0; i < n; i++) {
 		size_t clen = len - off < sb ? len - off : sb;
-		uint32_t stage = GD_NO_STAGE;
-		const void *src = (const char *)buf + off;
 		uint32_t imm = i ? (uint32_t)i : GD_IMM_FIRST | (uint32_t)n;
 
-		for (;;) {
-			progress_locked(c);
-			if (c->err || c->shut) {
-				rc = c->err ? c->err : -ESHUTDOWN;
-				break;
-			}
-			if (credits_locked(c) && c->sq_used < c->cfg.sq_depth &&
-			    (in_place || !clen || c->nstage_free))
-				break;
-			rc = c->cfg.host->ctx_err(ctx);
-			if (rc)
-				break;
-			nap_locked(c, &spins);
-		}
+		rc = wait_room_locked(c, in_place, clen, ctx, &spins);
 		if (rc)
 			break;
-		if (!in_place && clen) {
-			stage = c->stage_free[--c->nstage_free];
-			memcpy(ops->stage_addr(c->cfg.qp, stage), src, clen);
-			src = ops->stage_addr(c->cfg.qp, stage);
-			rc = ops->lookup(c->cfg.qp, src, clen, &key);
-			if (rc) {
-				c->stage_free[c->nstage_free++] = stage;
-				fail_locked(c, -EIO, "staging memory is not registered");
-				rc = -EIO;
-				break;
-			}
-		}
-		rc = ops->post_send(c->cfg.qp, GD_WR_DATA | stage, src, clen, imm, key);
-		if (rc) {
-			if (stage != GD_NO_STAGE)
-				c->stage_free[c->nstage_free++] = stage;
-			fail_locked(c, rc, "posting a send failed");
+		rc = post_chunk_locked(c, (const char *)buf + off, clen, imm,
+				       in_place, key);
+		if (rc)
 			break;
-		}
-		c->sent++;
 		posted++;
-		c->sq_used++;
-		c->inflight++;
 		off += clen;
 	}
-	/*
-	 * A message cut short cannot be taken back: the pair is failed (the
-	 * peer drops the partial message) and rebuilt on the next send. A
-	 * cancellation before the first chunk leaves the pair usable.
-	 */
-	if (rc && posted && !c->err && (rc == -ECANCELED || rc == -ETIMEDOUT))
-		fail_locked(c, -ECONNABORTED, "a send was cancelled mid-message");
-	/* Posted chunks may still read @buf: wait for every completion (they
-	 * come, or flush once the pair is in error). Not cut short by ctx. */
-	while (c->inflight && !c->shut) {
-		if (progress_locked(c) && !rc)
-			rc = c->err;
-		if (!c->inflight)
-			break;
-		nap_locked(c, &spins);
-	}
-	if (!rc && c->err)
-		rc = c->err;
-	if (!rc && c->shut && c->inflight)
-		rc = -ESHUTDOWN;
+	rc = finish_send_locked(c, rc, posted, &spins);
 	pthread_mutex_unlock(&c->mx);
 	pthread_mutex_unlock(&c->send_mx);
 	return rc;

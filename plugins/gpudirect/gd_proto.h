@@ -183,9 +183,6 @@ int gd_conn_progress(struct gd_conn *c);
 /* Give receive slot @slot back (repost it and return its credit). */
 void gd_conn_slot_done(struct gd_conn *c, int32_t slot);
 
-/* Fail the pair with @err (first error wins) and wake every waiter. */
-void gd_conn_fail(struct gd_conn *c, int err, const char *why);
-
 /* Make blocked and later sends return -ESHUTDOWN. */
 void gd_conn_shutdown(struct gd_conn *c);
 

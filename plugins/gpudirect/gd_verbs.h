@@ -5,6 +5,12 @@
  * struct gd_qp_ops. Everything verbs- or CUDA-specific lives here; native
  * errors (verbs' positive errno, CUresult) become negative errno here and
  * their text is logged once.
+ *
+ * Implemented, one concern per file, behind gd_verbs_int.h: gd_select.c
+ * (port and GPU choice, the probe), gd_dev.c (the opened device), gd_mem.c
+ * (GPU memory registered with the NIC, the pool backing), gd_qp.c (queue
+ * pair setup and teardown), gd_datapath.c (gd_verbs_ops: posts and
+ * completions).
  */
 #ifndef ZAP_GD_VERBS_H
 #define ZAP_GD_VERBS_H
@@ -54,7 +60,6 @@ struct gd_dev;
 
 int gd_dev_open(const struct zap_host *host, struct gd_dev **out);
 void gd_dev_put(struct gd_dev *d);
-const struct gd_sel *gd_dev_sel(const struct gd_dev *d);
 int gd_dev_chan_fd(const struct gd_dev *d);
 /* Take and acknowledge one completion event (after the fd polled in). */
 void gd_dev_ack_event(struct gd_dev *d);

@@ -5,9 +5,15 @@
  * One RC queue pair per peer, bootstrapped over a TCP connection to the
  * peer's listen address (gd_proto.h: the bootstrap message); the protocol
  * engine (gd_proto.c) runs credits, chunking and reassembly over the
- * verbs/CUDA backend (gd_verbs.c). Two threads per instance: one accepts
- * bootstrap connections, one waits for completion events and drives the
- * engines of every pair (senders also drive their own pair while waiting).
+ * verbs/CUDA backend (gd_verbs.h). This file is the network side of an
+ * instance: the listen socket, the bootstrap handshake, dialling a peer on
+ * the first send, and the accept thread. The ops, the peer table and the
+ * progress thread are in gd_instance.c.
+ *
+ * Shared state: none of its own. A bootstrap runs on the accept thread or
+ * on a sender holding gd_tp.dial_mx, reads the instance's fixed fields,
+ * and hands the finished pair to gd_add_peer(), which takes gd_tp.mx.
+ * gd_shutdown() interrupts a bootstrap in progress through gd_tp.wake.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -18,63 +24,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <zap/zap-plugin.h>
 
-#include "config.h"
-#include "gd_proto.h"
-#include "gd_verbs.h"
+#include "gd_instance.h"
 
-#define GD_DEFAULT_POOL_BYTES (1ull << 30)
-#define GD_DEFAULT_CHUNK (1u << 20)
-#define GD_DEFAULT_SLOTS 16u
 #define GD_BOOT_TIMEOUT_MS 10000
-
-struct gd_tp;
-
-/* One queue pair to one peer; owned by its engine (freed with it). */
-struct gd_peer {
-	struct gd_peer *next;    /* in gd_tp.peers, under gd_tp.mx */
-	struct gd_tp *tp;
-	struct gd_conn *conn;    /* the table's reference */
-	struct gd_qp *qp;
-	char key[ZAP_PEER_MAX];  /* peer string sends name it by */
-	uint64_t instance;
-	bool dialed;
-};
-
-struct gd_rxmsg {
-	struct zap_msg msg;
-	struct gd_rxmsg *next;
-	struct gd_conn *conn;    /* reference while a slot is held */
-	int32_t slot;
-	struct zap_buffer *buf;
-	char peer[ZAP_PEER_MAX];
-};
-
-struct gd_tp {
-	const struct zap_host *host;
-	struct gd_dev *dev;
-	struct zap_pool *pool;
-	uint64_t instance, max_msg;
-	uint32_t slots, chunk;
-	int lfd, wake;
-	char bound[ZAP_PEER_MAX]; /* as bound (may be a wildcard) */
-	char addr[ZAP_PEER_MAX];  /* sendable */
-	pthread_t accept_th, prog_th;
-	bool threads;
-	pthread_mutex_t mx;       /* peers, rx queue, shut */
-	pthread_cond_t cv;
-	pthread_mutex_t dial_mx;  /* one dial at a time */
-	struct gd_peer *peers;
-	struct gd_rxmsg *rx_head, **rx_tail;
-	bool shut;
-};
 
 /* ---- addresses ---------------------------------------------------------- */
 
@@ -129,7 +87,7 @@ static void fmt_addr(const struct sockaddr *sa, socklen_t sl, const char *port,
 	snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port ? port : p);
 }
 
-static int gd_listen(struct gd_tp *t, const char *listen_addr)
+int gd_listen(struct gd_tp *t, const char *listen_addr)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
@@ -241,7 +199,28 @@ static void peer_destroy(void *user, void *qp)
 	free(user);
 }
 
-static void deliver(void *user, struct gd_conn *c, const struct gd_delivery *d);
+/* The protocol engine over @p's connected pair: on success it owns @p and
+ * the pair (peer_destroy() frees them with its last reference). */
+static int peer_engine(struct gd_tp *t, struct gd_peer *p, const struct gd_boot *peer)
+{
+	struct gd_conn_cfg cfg = { 0 };
+
+	cfg.host = t->host;
+	cfg.peer = p->key;
+	cfg.ops = &gd_verbs_ops;
+	cfg.qp = p->qp;
+	cfg.slots = t->slots;
+	cfg.slot_bytes = t->chunk;
+	cfg.peer_slots = peer->slots;
+	cfg.peer_slot_bytes = peer->slot_bytes;
+	cfg.stages = gd_qp_stages(p->qp);
+	cfg.sq_depth = gd_qp_sq_depth(p->qp);
+	cfg.max_msg = t->max_msg;
+	cfg.deliver = gd_deliver;
+	cfg.destroy = peer_destroy;
+	cfg.user = p;
+	return gd_conn_new(&cfg, &p->conn);
+}
 
 /*
  * Both ends write their bootstrap message, read the other's, connect their
@@ -253,7 +232,6 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 {
 	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
 	struct gd_boot me = { .instance = t->instance }, peer;
-	struct gd_conn_cfg cfg = { 0 };
 	struct gd_peer *p = calloc(1, sizeof(*p));
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
@@ -299,21 +277,7 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	p->tp = t;
 	p->instance = peer.instance;
 	p->dialed = dialed != NULL;
-	cfg.host = t->host;
-	cfg.peer = p->key;
-	cfg.ops = &gd_verbs_ops;
-	cfg.qp = p->qp;
-	cfg.slots = t->slots;
-	cfg.slot_bytes = t->chunk;
-	cfg.peer_slots = peer.slots;
-	cfg.peer_slot_bytes = peer.slot_bytes;
-	cfg.stages = gd_qp_stages(p->qp);
-	cfg.sq_depth = gd_qp_sq_depth(p->qp);
-	cfg.max_msg = t->max_msg;
-	cfg.deliver = deliver;
-	cfg.destroy = peer_destroy;
-	cfg.user = p;
-	rc = gd_conn_new(&cfg, &p->conn);
+	rc = peer_engine(t, p, &peer);
 	if (rc)
 		goto fail;
 	/* From here the engine owns p and the pair. */
@@ -337,76 +301,10 @@ fail:
 			     dialed ? dialed : "a peer", why);
 }
 
-/* ---- peers -------------------------------------------------------------- */
+/* ---- dialling ----------------------------------------------------------- */
 
-static void peer_drop(struct gd_peer *p)
-{
-	gd_conn_shutdown(p->conn);
-	gd_conn_put(p->conn);
-}
-
-/* A live pair to @key, referenced; failed pairs leave the table (they are
- * rebuilt by the caller). Dialled pairs first: a side sends on one pair. */
-static struct gd_conn *find_live(struct gd_tp *t, const char *key)
-{
-	struct gd_peer **pp = &t->peers, *dead = NULL, *best = NULL;
-
-	pthread_mutex_lock(&t->mx);
-	while (*pp) {
-		struct gd_peer *p = *pp;
-
-		if (gd_conn_error(p->conn)) {
-			*pp = p->next;
-			p->next = dead;
-			dead = p;
-			continue;
-		}
-		if (!strcmp(p->key, key) && (!best || (p->dialed && !best->dialed)))
-			best = p;
-		pp = &p->next;
-	}
-	if (best)
-		gd_conn_get(best->conn);
-	pthread_mutex_unlock(&t->mx);
-	while (dead) {
-		struct gd_peer *n = dead->next;
-
-		peer_drop(dead);
-		dead = n;
-	}
-	return best ? best->conn : NULL;
-}
-
-static void add_peer(struct gd_tp *t, struct gd_peer *p)
-{
-	struct gd_peer **pp, *old = NULL;
-
-	pthread_mutex_lock(&t->mx);
-	/* A peer dials again only when its side of the old pair broke. */
-	for (pp = &t->peers; *pp && !p->dialed;) {
-		struct gd_peer *q = *pp;
-
-		if (!q->dialed && q->instance == p->instance) {
-			*pp = q->next;
-			q->next = old;
-			old = q;
-			continue;
-		}
-		pp = &q->next;
-	}
-	p->next = t->peers;
-	t->peers = p;
-	pthread_mutex_unlock(&t->mx);
-	while (old) {
-		struct gd_peer *n = old->next;
-
-		peer_drop(old);
-		old = n;
-	}
-}
-
-static int dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
-		struct gd_conn **out)
+int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
+	    struct gd_conn **out)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
 	char host[ZAP_PEER_MAX], port[8];
@@ -468,14 +366,14 @@ static int dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 	if (rc)
 		return rc;
 	gd_conn_get(p->conn);
-	add_peer(t, p);
+	gd_add_peer(t, p);
 	*out = p->conn;
 	return 0;
 }
 
-/* ---- threads ------------------------------------------------------------ */
+/* ---- the accept thread -------------------------------------------------- */
 
-static void *accept_main(void *arg)
+void *gd_accept_main(void *arg)
 {
 	struct gd_tp *t = arg;
 
@@ -498,395 +396,8 @@ static void *accept_main(void *arg)
 		if (handshake(t, fd, NULL, NULL, &peer))
 			t->host->log(ZAP_LOG_WARN, "gpudirect", "%s", t->host->last_error());
 		else
-			add_peer(t, peer);
+			gd_add_peer(t, peer);
 		close(fd);
 	}
 	return NULL;
 }
-
-static void progress_all(struct gd_tp *t)
-{
-	struct gd_conn *cs[64];
-	int n = 0;
-
-	pthread_mutex_lock(&t->mx);
-	for (struct gd_peer *p = t->peers; p && n < 64; p = p->next) {
-		gd_conn_get(p->conn);
-		cs[n++] = p->conn;
-	}
-	pthread_mutex_unlock(&t->mx);
-	for (int i = 0; i < n; i++) {
-		gd_conn_progress(cs[i]);
-		gd_conn_put(cs[i]);
-	}
-}
-
-static void *progress_main(void *arg)
-{
-	struct gd_tp *t = arg;
-
-	for (;;) {
-		struct pollfd p[2] = { { .fd = gd_dev_chan_fd(t->dev), .events = POLLIN },
-				       { .fd = t->wake, .events = POLLIN } };
-
-		/* The timeout retries reassembly that waited for pool memory
-		 * and credit writes that waited for send-queue room. */
-		if (poll(p, 2, 10) < 0 && errno != EINTR)
-			break;
-		if (p[1].revents)
-			break;
-		if (p[0].revents)
-			gd_dev_ack_event(t->dev);
-		progress_all(t);
-	}
-	return NULL;
-}
-
-/* ---- messages ----------------------------------------------------------- */
-
-static void rx_release(struct zap_msg *m)
-{
-	struct gd_rxmsg *r = (struct gd_rxmsg *)m;
-
-	if (r->slot >= 0) {
-		gd_conn_slot_done(r->conn, r->slot);
-		gd_conn_put(r->conn);
-	} else if (r->buf) {
-		r->buf->release(r->buf);
-	}
-	free(r);
-}
-
-static void deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
-{
-	struct gd_peer *p = user;
-	struct gd_tp *t = p->tp;
-	struct gd_rxmsg *r = calloc(1, sizeof(*r));
-
-	if (!r) {
-		/* The slot stays taken (one credit less) rather than risk a
-		 * repost from inside the engine's lock. */
-		t->host->log(ZAP_LOG_ERROR, "gpudirect", "out of memory: dropped a "
-			     "message from %s", p->key);
-		if (d->slot < 0 && d->buf.handle)
-			((struct zap_buffer *)d->buf.handle)->release(d->buf.handle);
-		return;
-	}
-	r->msg.size = sizeof(r->msg);
-	r->msg.data = d->data;
-	r->msg.len = d->len;
-	r->msg.device_ptr = (void *)d->data;
-	r->msg.release = rx_release;
-	snprintf(r->peer, sizeof(r->peer), "%s", p->key);
-	r->msg.peer = r->peer;
-	r->slot = d->slot;
-	r->buf = d->buf.handle;
-	if (d->slot >= 0) {
-		r->conn = c;
-		gd_conn_get(c);
-	}
-	pthread_mutex_lock(&t->mx);
-	*t->rx_tail = r;
-	t->rx_tail = &r->next;
-	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mx);
-}
-
-/* ---- plugin ops --------------------------------------------------------- */
-
-static int read_env(const struct zap_host *host, uint64_t *chunk, uint64_t *slots,
-		    uint64_t *pool)
-{
-	if (host->env_bytes("ZAP_GPUDIRECT_CHUNK_BYTES", GD_DEFAULT_CHUNK, GD_SLOT_MIN,
-			    GD_SLOT_MAX, chunk) ||
-	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1,
-			    GD_SLOTS_MAX, slots) ||
-	    host->env_bytes("ZAP_GPUDIRECT_POOL_BYTES", GD_DEFAULT_POOL_BYTES, 1 << 20,
-			    1ull << 50, pool))
-		return -EINVAL;
-	if (*chunk & (*chunk - 1))
-		return host->fail(-EINVAL, "ZAP_GPUDIRECT_CHUNK_BYTES=%llu is not a "
-				  "power of two", (unsigned long long)*chunk);
-	return 0;
-}
-
-static void fill_caps(struct zap_caps *c, uint64_t max_msg, uint64_t chunk)
-{
-	c->gpu_resident = true;
-	c->device_buffers = true;
-	/* Messages of one chunk are handed out where the NIC wrote them;
-	 * longer ones are reassembled with a device-to-device copy. */
-	c->zero_copy = max_msg && max_msg <= chunk;
-	c->max_msg_size = max_msg;
-}
-
-static enum zap_probe_result gd_probe(const struct zap_host *host,
-				      struct zap_probe_info *pi)
-{
-	enum zap_probe_result r;
-	struct gd_sel s;
-	uint64_t chunk, slots, pool;
-
-	if (!ZAP_HOST_HAS(host, last_error)) { /* host older than ABI 1.1 */
-		snprintf(pi->reason, sizeof(pi->reason),
-			 "libzap is too old for this plugin (needs plugin ABI 1.1)");
-		return ZAP_PROBE_ERROR;
-	}
-	r = gd_select(&s, pi->reason, sizeof(pi->reason));
-	if (r != ZAP_PROBE_OK)
-		return r;
-	if (read_env(host, &chunk, &slots, &pool)) {
-		snprintf(pi->reason, sizeof(pi->reason), "%s", host->last_error());
-		return ZAP_PROBE_ERROR;
-	}
-	gd_sel_detail(&s, pi->detail, sizeof(pi->detail));
-	fill_caps(&pi->caps, 0, chunk);
-	return ZAP_PROBE_OK;
-}
-
-static void gd_destroy(void *tp);
-
-static int gd_open(const struct zap_host *host, const struct zap_open_args *args,
-		   void **tp)
-{
-	struct zap_pool_backing backing;
-	uint64_t chunk, slots, pool;
-	struct gd_tp *t;
-	int rc;
-
-	rc = read_env(host, &chunk, &slots, &pool);
-	if (rc)
-		return rc;
-	if (args->pool_bytes)
-		pool = args->pool_bytes;
-	t = calloc(1, sizeof(*t));
-	if (!t)
-		return -ENOMEM;
-	t->host = host;
-	t->lfd = -1;
-	t->wake = -1;
-	t->chunk = (uint32_t)chunk;
-	t->slots = (uint32_t)slots;
-	t->max_msg = args->max_msg_size;
-	t->rx_tail = &t->rx_head;
-	pthread_mutex_init(&t->mx, NULL);
-	pthread_mutex_init(&t->dial_mx, NULL);
-	pthread_cond_init(&t->cv, NULL);
-	while (!t->instance)
-		if (getrandom(&t->instance, sizeof(t->instance), 0) != sizeof(t->instance))
-			t->instance = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
-	rc = gd_dev_open(host, &t->dev);
-	if (rc)
-		goto fail;
-	gd_dev_backing(t->dev, &backing);
-	/* The largest reassembly target is the message rounded up to chunks. */
-	rc = host->pool_new(&backing, pool, (t->max_msg + chunk - 1) / chunk * chunk,
-			    &t->pool);
-	if (rc) {
-		gd_dev_put(t->dev); /* the backing's reference */
-		goto fail;
-	}
-	rc = gd_listen(t, args->listen);
-	if (rc)
-		goto fail;
-	t->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (t->wake < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	if (pthread_create(&t->accept_th, NULL, accept_main, t)) {
-		rc = -EAGAIN;
-		goto fail;
-	}
-	if (pthread_create(&t->prog_th, NULL, progress_main, t)) {
-		uint64_t one = 1;
-
-		(void)!write(t->wake, &one, sizeof(one));
-		pthread_join(t->accept_th, NULL);
-		rc = -EAGAIN;
-		goto fail;
-	}
-	t->threads = true;
-	*tp = t;
-	return 0;
-fail:
-	gd_destroy(t);
-	return rc;
-}
-
-static void gd_shutdown(void *tp)
-{
-	struct gd_tp *t = tp;
-	uint64_t one = 1;
-
-	pthread_mutex_lock(&t->mx);
-	t->shut = true;
-	for (struct gd_peer *p = t->peers; p; p = p->next)
-		gd_conn_shutdown(p->conn);
-	pthread_cond_broadcast(&t->cv);
-	pthread_mutex_unlock(&t->mx);
-	if (t->wake >= 0)
-		(void)!write(t->wake, &one, sizeof(one));
-}
-
-static void gd_destroy(void *tp)
-{
-	struct gd_tp *t = tp;
-
-	if (t->threads) {
-		gd_shutdown(t);
-		pthread_join(t->accept_th, NULL);
-		pthread_join(t->prog_th, NULL);
-	}
-	while (t->peers) {
-		struct gd_peer *p = t->peers;
-
-		t->peers = p->next;
-		peer_drop(p);
-	}
-	while (t->rx_head) {
-		struct gd_rxmsg *r = t->rx_head;
-
-		t->rx_head = r->next;
-		rx_release(&r->msg);
-	}
-	if (t->pool)
-		t->host->pool_close(t->pool);
-	gd_dev_put(t->dev);
-	if (t->lfd >= 0)
-		close(t->lfd);
-	if (t->wake >= 0)
-		close(t->wake);
-	pthread_cond_destroy(&t->cv);
-	pthread_mutex_destroy(&t->mx);
-	pthread_mutex_destroy(&t->dial_mx);
-	free(t);
-}
-
-static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
-		   struct zap_ctx *ctx)
-{
-	struct gd_tp *t = tp;
-	struct gd_conn *c;
-	int rc;
-
-	if (len > t->max_msg)
-		return -EMSGSIZE;
-	if (__atomic_load_n(&t->shut, __ATOMIC_ACQUIRE))
-		return -ESHUTDOWN;
-	c = find_live(t, peer);
-	if (!c) {
-		pthread_mutex_lock(&t->dial_mx);
-		c = find_live(t, peer);
-		rc = c ? 0 : dial(t, peer, ctx, &c);
-		pthread_mutex_unlock(&t->dial_mx);
-		if (rc)
-			return rc;
-	}
-	rc = gd_conn_send(c, buf, len, ctx);
-	gd_conn_put(c);
-	if (rc && rc != -ECANCELED && rc != -ETIMEDOUT && rc != -ESHUTDOWN &&
-	    rc != -EMSGSIZE)
-		return t->host->fail(rc, "gpudirect: send to %s failed: %s (the pair "
-				     "is rebuilt on the next send)", peer, strerror(-rc));
-	return rc;
-}
-
-static int gd_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
-{
-	struct gd_tp *t = tp;
-	int rc = 0;
-
-	pthread_mutex_lock(&t->mx);
-	while (!t->rx_head) {
-		struct timespec ts;
-		int ms;
-
-		if (t->shut) {
-			rc = -ESHUTDOWN;
-			break;
-		}
-		rc = t->host->ctx_err(ctx);
-		if (rc)
-			break;
-		/* Slices: a cancelled ctx is noticed within 10 ms. */
-		ms = t->host->ctx_timeout_ms(ctx);
-		if (ms < 0 || ms > 10)
-			ms = 10;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)(ms ? ms : 1) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&t->cv, &t->mx, &ts);
-	}
-	if (!rc) {
-		struct gd_rxmsg *r = t->rx_head;
-
-		t->rx_head = r->next;
-		if (!t->rx_head)
-			t->rx_tail = &t->rx_head;
-		*out = &r->msg;
-	}
-	pthread_mutex_unlock(&t->mx);
-	return rc;
-}
-
-static int gd_caps(void *tp, struct zap_caps *caps)
-{
-	struct gd_tp *t = tp;
-
-	fill_caps(caps, t->max_msg, t->chunk);
-	return 0;
-}
-
-static int gd_address(void *tp, char *buf, size_t len)
-{
-	struct gd_tp *t = tp;
-
-	if (strlen(t->addr) >= len)
-		return -ENOSPC;
-	memcpy(buf, t->addr, strlen(t->addr) + 1);
-	return 0;
-}
-
-static int gd_buffer_alloc(void *tp, size_t size, struct zap_ctx *ctx,
-			   struct zap_buffer **out)
-{
-	struct gd_tp *t = tp;
-
-	return t->host->pool_alloc(t->pool, size, ctx, out);
-}
-
-static int gd_pool_stats(void *tp, struct zap_pool_stats *stats)
-{
-	struct gd_tp *t = tp;
-
-	t->host->pool_stats(t->pool, stats);
-	return 0;
-}
-
-static const struct zap_plugin_ops gd_ops = {
-	.size = sizeof(gd_ops),
-	.probe = gd_probe,
-	.open = gd_open,
-	.shutdown = gd_shutdown,
-	.destroy = gd_destroy,
-	.send = gd_send,
-	.recv = gd_recv,
-	.caps = gd_caps,
-	.address = gd_address,
-	.buffer_alloc = gd_buffer_alloc,
-	.pool_stats = gd_pool_stats,
-};
-
-ZAP_PLUGIN_EXPORT = {
-	.abi_major = ZAP_PLUGIN_ABI_MAJOR,
-	.abi_minor = ZAP_PLUGIN_ABI_MINOR,
-	.size = sizeof(struct zap_plugin),
-	.rank = ZAP_RANK_GPUDIRECT,
-	.name = "gpudirect",
-	.version = ZAP_VERSION,
-	.ops = &gd_ops,
-};

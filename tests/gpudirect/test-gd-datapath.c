@@ -5,7 +5,10 @@
  * ZAP_CUDA_DEVICE choose others), bootstrapped over loopback TCP. Sends
  * from host memory and from a GPU pool buffer, sizes 0 B to 64 MiB, checks
  * every byte (copied back from GPU memory), replies to the peer string.
- * Exits 77 naming what is missing where there is no RDMA device or GPU.
+ * Exits 77, printing the probe's reason, only where the probe said NOT
+ * PRESENT (no RDMA device, no active port, no CUDA driver or GPU, no way
+ * to register GPU memory). A plugin that did not load, or whose probe said
+ * ERROR, is a failure, and so is any error once the probe said LOADED.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +31,35 @@ static void fill(unsigned char *b, size_t len, unsigned seed)
 {
 	for (size_t i = 0; i < len; i++)
 		b[i] = (unsigned char)(i * 7u + seed + (i >> 16));
+}
+
+/*
+ * What the probe said about this host, from the load report: -1 to run
+ * the test (LOADED), 77 to skip it (NOT_PRESENT: the reason is printed),
+ * 1 to fail it (no row: the plugin was not found; any other state).
+ */
+static int probe_verdict(void)
+{
+	struct zap_report_entry e = { .size = sizeof(e) };
+	int n = zap_report_count();
+
+	for (int i = 0; i < n; i++) {
+		if (zap_report_get((size_t)i, &e))
+			return fail("zap_report_get", 0);
+		if (strcmp(e.name, "gpudirect"))
+			continue;
+		if (e.state == ZAP_PLUGIN_LOADED)
+			return -1;
+		if (e.state == ZAP_PLUGIN_NOT_PRESENT) {
+			printf("SKIP: gpudirect: not present: %s\n", e.reason);
+			return 77;
+		}
+		fprintf(stderr, "FAIL: gpudirect: %s: %s (%s)\n",
+			zap_plugin_state_name(e.state), e.reason, e.path);
+		return 1;
+	}
+	fprintf(stderr, "FAIL: no gpudirect row in the load report (ZAP_PLUGIN_PATH?)\n");
+	return 1;
 }
 
 /* Receive one message on @t and compare it with @want (GPU memory). */
@@ -79,11 +111,10 @@ int main(void)
 	zcu_ctx ctx, prev;
 	int rc;
 
+	rc = probe_verdict();
+	if (rc >= 0)
+		return rc;
 	rc = zap_pick("=gpudirect", 0, &attr, &a);
-	if (rc == ZAP_ENOTAVAIL) {
-		printf("SKIP: %s\n", zap_last_error());
-		return 77;
-	}
 	if (rc)
 		return fail("open endpoint a", rc);
 	rc = zap_pick("=gpudirect", 0, &attr, &b);

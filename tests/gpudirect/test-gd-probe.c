@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The gpudirect probe on a host without RDMA hardware:
- *   absent:  NOT_PRESENT with the exact reason (here: the kernel has no RDMA
- *            support), auto pick moves on to default, a strict request
- *            fails with the reason, a plain one falls back.
- *   bad-env: a malformed ZAP_GPUDIRECT_DEVICE is an ERROR naming it.
- * The plugin is loaded from the build tree (ZAP_PLUGIN_PATH, set by meson).
- * Exits 77 where RDMA devices exist (test-gd-datapath covers those hosts).
+ * The gpudirect probe, with the plugin loaded from the build tree
+ * (ZAP_PLUGIN_PATH, set by meson). A plugin that does not load, or whose
+ * probe says ERROR where it should not, fails the test; nothing skips.
+ *   absent:  on a host without RDMA devices, NOT_PRESENT with the exact
+ *            reason (here: the kernel has no RDMA support), auto pick moves
+ *            on to default, a strict request fails with the reason, a
+ *            plain one falls back. On a host with RDMA devices the absent
+ *            case cannot be staged: the probe must find them (LOADED, or
+ *            NOT_PRESENT for another reason such as no GPU), and
+ *            test-gd-datapath covers the rest.
+ *   bad-env: a malformed ZAP_GPUDIRECT_DEVICE is an ERROR naming it, on
+ *            any host (it is checked before any device is looked at).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -35,6 +40,37 @@ static int row(struct zap_report_entry *e)
 	return -1;
 }
 
+/* A host with RDMA devices: the probe found them and did not fail. */
+static int devices_present(int n)
+{
+	struct zap_report_entry e = { .size = sizeof(e) };
+
+	if (row(&e))
+		return fail("no gpudirect row in the load report (ZAP_PLUGIN_PATH?)");
+	printf("this host has %d RDMA device(s); gpudirect: %s: %s\n", n,
+	       zap_plugin_state_name(e.state), e.reason);
+	if (e.state == ZAP_PLUGIN_LOADED)
+		return 0;
+	if (e.state != ZAP_PLUGIN_NOT_PRESENT)
+		return fail("gpudirect is neither 'loaded' nor 'not present'");
+	if (!strncmp(e.reason, "no RDMA device", 14))
+		return fail("the probe missed this host's RDMA devices");
+	return 0;
+}
+
+static int bad_env(void)
+{
+	struct zap_report_entry e = { .size = sizeof(e) };
+
+	setenv("ZAP_GPUDIRECT_DEVICE", "mlx5 0:x", 1);
+	if (row(&e))
+		return fail("no gpudirect row in the load report (ZAP_PLUGIN_PATH?)");
+	printf("gpudirect: %s: %s\n", zap_plugin_state_name(e.state), e.reason);
+	if (e.state != ZAP_PLUGIN_ERROR || !strstr(e.reason, "ZAP_GPUDIRECT_DEVICE"))
+		return fail("a bad ZAP_GPUDIRECT_DEVICE is not an error naming it");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "absent";
@@ -45,12 +81,13 @@ int main(int argc, char **argv)
 	struct ibv_device **list;
 	int n = 0, rc;
 
+	if (!strcmp(mode, "bad-env"))
+		return bad_env();
 	errno = 0;
 	list = ibv_get_device_list(&n);
 	if (list && n) {
 		ibv_free_device_list(list);
-		printf("SKIP: this host has %d RDMA device(s); test-gd-datapath covers it\n", n);
-		return 77;
+		return devices_present(n);
 	}
 	if (!list && errno == ENOSYS)
 		snprintf(expect, sizeof(expect), "no RDMA device: ibv_get_device_list "
@@ -64,15 +101,6 @@ int main(int argc, char **argv)
 	if (list)
 		ibv_free_device_list(list);
 
-	if (!strcmp(mode, "bad-env")) {
-		setenv("ZAP_GPUDIRECT_DEVICE", "mlx5 0:x", 1);
-		if (row(&e))
-			return fail("no gpudirect row in the load report (ZAP_PLUGIN_PATH?)");
-		printf("gpudirect: %s: %s\n", zap_plugin_state_name(e.state), e.reason);
-		if (e.state != ZAP_PLUGIN_ERROR || !strstr(e.reason, "ZAP_GPUDIRECT_DEVICE"))
-			return fail("a bad ZAP_GPUDIRECT_DEVICE is not an error naming it");
-		return 0;
-	}
 	if (row(&e))
 		return fail("no gpudirect row in the load report (ZAP_PLUGIN_PATH?)");
 	printf("gpudirect: %s: %s\n", zap_plugin_state_name(e.state), e.reason);

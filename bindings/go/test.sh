@@ -22,7 +22,8 @@ export CGO_CFLAGS="-I$src/include"
 export CGO_LDFLAGS="-L$build/core"
 export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The build tree's plugins, as `meson devenv` would set them.
-export ZAP_PLUGIN_PATH="$build/plugins/uma:$build/plugins/gpudirect:$build/plugins/dpdk"
+# plus bindings/go for the gopool test plugin.
+export ZAP_PLUGIN_PATH="$build/plugins/uma:$build/plugins/gpudirect:$build/plugins/dpdk:$build/bindings/go"
 export ZAP_GO_PEER="$build/bindings/go/zap-go-peer"
 export ZAP_LISTEN=127.0.0.1:0
 # Caches under the build dir, so root in CI and users share nothing;

@@ -57,12 +57,11 @@ func putCall(c *cCall) {
 
 // call is one blocking call on a transport, between begin and end.
 type call struct {
-	tr      *zapTransport
-	ctx     context.Context
-	c       *cCall
-	t       *cTransport
-	timeout uint64        // ns from now; 0: no deadline
-	stop    chan struct{} // nil: no watcher
+	tr   *zapTransport
+	ctx  context.Context
+	c    *cCall        // c.t and c.timeout_ns set by begin
+	stop chan struct{} // nil: no watcher
+	peer string        // for Send's error text, built only on error
 }
 
 // begin registers the call with tr (see zapTransport) and maps ctx onto
@@ -71,12 +70,13 @@ func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	var timeout uint64
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d)
 		if left <= 0 {
 			return context.DeadlineExceeded
 		}
-		cl.timeout = uint64(left)
+		timeout = uint64(left)
 	}
 	c, err := getCall()
 	if err != nil {
@@ -93,8 +93,9 @@ func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
 		tr.drained = sync.NewCond(&tr.mu)
 	}
 	tr.inflight[c] = struct{}{}
-	cl.t = tr.t
+	c.t = tr.t
 	tr.mu.Unlock()
+	c.timeout_ns = cUint64(timeout)
 	cl.tr, cl.ctx, cl.c = tr, ctx, c
 	if done := ctx.Done(); done != nil {
 		cl.stop = make(chan struct{})
@@ -155,6 +156,9 @@ func (cl *call) err(rc cInt, op string) error {
 		}
 	case eShutdown:
 		return closedErr(op)
+	}
+	if cl.peer != "" {
+		op += " " + cl.peer
 	}
 	return &zapError{op: op, code: code, text: whyOf(cl.c)}
 }

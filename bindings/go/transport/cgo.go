@@ -17,7 +17,14 @@ package transport
 // the failure text. The text is taken in the same cgo call that failed,
 // because zap_strerror() reads a per-thread reason and a goroutine may
 // change threads between two cgo calls.
+//
+// Pointers to libzap's opaque types travel inside it rather than as cgo
+// arguments: cgo gives incomplete C types no Go pointer semantics, so
+// each such argument is boxed for cgo's pointer check, an allocation per
+// call.
 struct gozap_call {
+	struct zap_transport *t;
+	uint64_t timeout_ns;  // 0: no deadline
 	struct zap_ctx *ctx;
 	struct zap_msg *msg;
 	const void *data;
@@ -60,14 +67,15 @@ static void gozap_call_free(struct gozap_call *c)
 static int gozap_call_reset(struct gozap_call *c)
 {
 	zap_ctx_set_deadline(c->ctx, 0);
+	c->t = NULL;
+	c->timeout_ns = 0;
 	c->msg = NULL;
 	c->data = NULL;
 	c->peer = NULL;
 	return zap_ctx_err(c->ctx) == 0;
 }
 
-static int gozap_send(struct gozap_call *c, struct zap_transport *t,
-		      uint64_t timeout_ns, _GoString_ peer, const void *buf,
+static int gozap_send(struct gozap_call *c, _GoString_ peer, const void *buf,
 		      size_t len)
 {
 	char p[ZAP_PEER_MAX];
@@ -81,19 +89,18 @@ static int gozap_send(struct gozap_call *c, struct zap_transport *t,
 	}
 	memcpy(p, _GoStringPtr(peer), n);
 	p[n] = '\0';
-	if (timeout_ns)
-		zap_ctx_set_timeout(c->ctx, timeout_ns);
-	return gozap_fail(c, zap_send(t, p, buf, len, c->ctx));
+	if (c->timeout_ns)
+		zap_ctx_set_timeout(c->ctx, c->timeout_ns);
+	return gozap_fail(c, zap_send(c->t, p, buf, len, c->ctx));
 }
 
-static int gozap_recv(struct gozap_call *c, struct zap_transport *t,
-		      uint64_t timeout_ns)
+static int gozap_recv(struct gozap_call *c)
 {
 	int rc;
 
-	if (timeout_ns)
-		zap_ctx_set_timeout(c->ctx, timeout_ns);
-	rc = zap_recv(t, c->ctx, &c->msg);
+	if (c->timeout_ns)
+		zap_ctx_set_timeout(c->ctx, c->timeout_ns);
+	rc = zap_recv(c->t, c->ctx, &c->msg);
 	if (rc)
 		return gozap_fail(c, rc);
 	c->data = zap_msg_data(c->msg);
@@ -102,10 +109,16 @@ static int gozap_recv(struct gozap_call *c, struct zap_transport *t,
 	return 0;
 }
 
-static int gozap_buffer_alloc(struct gozap_call *c, struct zap_transport *t,
-			      size_t size, struct zap_buffer **out)
+static void gozap_msg_release(struct gozap_call *c)
 {
-	return gozap_fail(c, zap_buffer_alloc(t, size, c->ctx, out));
+	zap_msg_release(c->msg);
+	c->msg = NULL;
+}
+
+static int gozap_buffer_alloc(struct gozap_call *c, size_t size,
+			      struct zap_buffer **out)
+{
+	return gozap_fail(c, zap_buffer_alloc(c->t, size, c->ctx, out));
 }
 
 static int gozap_pick(struct gozap_call *c, const char *pref,
@@ -187,6 +200,7 @@ func cancelCCall(c *cCall)     { C.zap_ctx_cancel(c.ctx) }
 func whyOf(c *cCall) string    { return C.GoString(&c.why[0]) }
 
 type cInt = C.int
+type cUint64 = C.uint64_t
 
 func errnoOf(rc C.int) syscall.Errno { return syscall.Errno(-rc) }
 
@@ -249,17 +263,15 @@ func addressOf(t *C.struct_zap_transport) (string, error) {
 // sendC runs zap_send() with c's ctx. msg may live in Go's heap: libzap
 // reads it during the call only (zap_send: "the caller may reuse @buf
 // once this returns"), which is what cgo's pointer rules allow.
-func sendC(c *cCall, t *C.struct_zap_transport, timeout uint64, peer string, msg []byte) C.int {
+func sendC(c *cCall, peer string, msg []byte) C.int {
 	var p unsafe.Pointer
 	if len(msg) > 0 {
 		p = unsafe.Pointer(&msg[0])
 	}
-	return C.gozap_send(c, t, C.uint64_t(timeout), peer, p, C.size_t(len(msg)))
+	return C.gozap_send(c, peer, p, C.size_t(len(msg)))
 }
 
-func recvC(c *cCall, t *C.struct_zap_transport, timeout uint64) C.int {
-	return C.gozap_recv(c, t, C.uint64_t(timeout))
-}
+func recvC(c *cCall) C.int { return C.gozap_recv(c) }
 
 // takeMsg copies the received message into Go memory and releases it, so
 // the slice Recv returns is the caller's to keep. The peer string is
@@ -277,14 +289,13 @@ func takeMsg(c *cCall, last string) (string, []byte) {
 	if string(pb) != peer { // compiles to a comparison, no allocation
 		peer = string(pb)
 	}
-	C.zap_msg_release(c.msg)
-	c.msg = nil
+	C.gozap_msg_release(c)
 	return peer, msg
 }
 
-func bufferAllocC(c *cCall, t *C.struct_zap_transport, size int) (*buffer, C.int) {
+func bufferAllocC(c *cCall, size int) (*buffer, C.int) {
 	var b *C.struct_zap_buffer
-	if rc := C.gozap_buffer_alloc(c, t, C.size_t(size), &b); rc != 0 {
+	if rc := C.gozap_buffer_alloc(c, C.size_t(size), &b); rc != 0 {
 		return nil, rc
 	}
 	buf := &buffer{b: b, dev: C.zap_buffer_device_ptr(b)}

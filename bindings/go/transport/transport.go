@@ -232,10 +232,9 @@ func (tr *zapTransport) Send(ctx context.Context, peer string, msg []byte) error
 	if err := cl.begin(tr, ctx); err != nil {
 		return err
 	}
-	rc := sendC(cl.c, cl.t, cl.timeout, peer, msg)
-	runtime.KeepAlive(msg)
-	err := cl.end(rc, "send "+peer)
-	return err
+	cl.peer = peer
+	rc := sendC(cl.c, peer, msg)
+	return cl.end(rc, "send")
 }
 
 // Recv waits for the next message from any peer. The slice is a copy in
@@ -246,7 +245,7 @@ func (tr *zapTransport) Recv(ctx context.Context) (string, []byte, error) {
 	if err := cl.begin(tr, ctx); err != nil {
 		return "", nil, err
 	}
-	rc := recvC(cl.c, cl.t, cl.timeout)
+	rc := recvC(cl.c)
 	if rc != 0 {
 		return "", nil, cl.end(rc, "recv")
 	}
@@ -299,7 +298,7 @@ func (tr *zapTransport) AllocBuffer(size int) (Buffer, error) {
 	if err := cl.begin(tr, context.Background()); err != nil {
 		return nil, err
 	}
-	b, rc := bufferAllocC(cl.c, cl.t, size)
+	b, rc := bufferAllocC(cl.c, size)
 	if err := cl.end(rc, "alloc buffer"); err != nil {
 		return nil, err
 	}

@@ -403,3 +403,25 @@ func TestSendBadPeer(t *testing.T) {
 		t.Fatalf("Send to an overlong peer: %v, want EINVAL", err)
 	}
 }
+
+// The fast path allocates nothing but Recv's copy: the binding's
+// per-call state lives in pooled C memory.
+func TestAllocsPerCall(t *testing.T) {
+	a := pickDefault(t)
+	b := pickDefault(t)
+	to := addrOf(t, b)
+	ctx := context.Background()
+	msg := make([]byte, 64)
+	a.Send(ctx, to, msg) // connect
+	b.Recv(ctx)
+	if n := testing.AllocsPerRun(200, func() {
+		if err := a.Send(ctx, to, msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.Recv(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 1 {
+		t.Fatalf("%.1f allocations per Send+Recv, want 1 (Recv's copy)", n)
+	}
+}

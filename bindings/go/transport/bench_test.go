@@ -1,0 +1,64 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// BenchmarkRoundTrip64 is one 64 B round trip per op: Send, then Recv of
+// the echo. The echo comes from a C program on libzap: the zap-perf
+// server at ZAP_BENCH_SERVER (bench/go-vs-c.sh starts one and runs
+// zap-perf's own client against it in the same run, for the C figure),
+// else zap-go-peer.
+//
+// "background" is the fast path (a context that cannot be cancelled);
+// "cancellable" pays for the watcher goroutine a cancellable context
+// needs (see call.go).
+func BenchmarkRoundTrip64(b *testing.B) {
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, bc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"background", context.Background()}, {"cancellable", cancellable}} {
+		b.Run(bc.name, func(b *testing.B) { roundTrips(b, bc.ctx, 64) })
+	}
+}
+
+func roundTrips(b *testing.B, ctx context.Context, size int) {
+	tr := pickDefault(b)
+	msg := make([]byte, size)
+	const warmup = 100
+	server := os.Getenv("ZAP_BENCH_SERVER")
+	if server == "" {
+		server = startPeer(b)
+	} else {
+		// zap-perf's protocol: announce a latency test of this many
+		// echoes; the server answers "ok", then echoes each message.
+		cmd := fmt.Sprintf("zperf lat %d %d 0", size, b.N+warmup)
+		if err := tr.Send(ctx, server, []byte(cmd)); err != nil {
+			b.Fatal(err)
+		}
+		if _, ok, err := tr.Recv(ctx); err != nil || string(ok) != "ok" {
+			b.Fatalf("zap-perf server at %s: %q, %v", server, ok, err)
+		}
+	}
+	rt := func() {
+		if err := tr.Send(ctx, server, msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, got, err := tr.Recv(ctx); err != nil || len(got) != size {
+			b.Fatalf("echo: %d B, %v", len(got), err)
+		}
+	}
+	for i := 0; i < warmup; i++ {
+		rt()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rt()
+	}
+}

@@ -15,7 +15,7 @@ build=$(cd "${1:-$src/build}" && pwd)
 
 command -v go >/dev/null || { echo "test.sh: go not found (apt-get install golang-go)" >&2; exit 1; }
 [ -e "$build/core/libzap.so" ] || { echo "test.sh: no $build/core/libzap.so: build first" >&2; exit 1; }
-[ -x "$build/bindings/go/zap-go-peer" ] || { echo "test.sh: no $build/bindings/go/zap-go-peer: build first" >&2; exit 1; }
+[ -x "$build/bindings/go/zap-go-peer" ] || { echo "test.sh: no $build/bindings/go/zap-go-peer: build first (with -Dtests=true)" >&2; exit 1; }
 
 export CGO_ENABLED=1
 export CGO_CFLAGS="-I$src/include"
@@ -37,3 +37,6 @@ go vet ./...
 go test -count=1 ${GO_TEST_ARGS:-} ./...
 go test -count=1 -race ${GO_TEST_ARGS:-} ./...
 GODEBUG=cgocheck=2 go test -count=1 ${GO_TEST_ARGS:-} ./transport
+# The example program builds and runs against this build's plugins.
+go build -o "$build/go/zap-info-go" ./cmd/zap-info-go
+"$build/go/zap-info-go"

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"zap/internal/cbench"
 )
 
 // BenchmarkRoundTrip64 is one 64 B round trip per op: Send, then Recv of
@@ -13,10 +15,23 @@ import (
 // zap-perf's own client against it in the same run, for the C figure),
 // else zap-go-peer.
 //
-// "background" is the fast path (a context that cannot be cancelled);
-// "cancellable" pays for the watcher goroutine a cancellable context
-// needs (see call.go).
+// "c" is the same loop in C, straight on libzap, in this process: the
+// baseline. "background" is the binding's fast path (a context that
+// cannot be cancelled); "cancellable" pays for the watcher goroutine a
+// cancellable context needs (see call.go).
 func BenchmarkRoundTrip64(b *testing.B) {
+	b.Run("c", func(b *testing.B) {
+		server := os.Getenv("ZAP_BENCH_SERVER")
+		if server == "" {
+			server = startPeer(b)
+		}
+		ns, err := cbench.RoundTrips(server, os.Getenv("ZAP_BENCH_SERVER") != "", 64, b.N)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The loop ran in C: report its own timing, not the harness's.
+		b.ReportMetric(ns, "ns/op")
+	})
 	cancellable, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, bc := range []struct {

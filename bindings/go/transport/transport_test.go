@@ -232,7 +232,9 @@ func TestRecvCancelAndDeadline(t *testing.T) {
 			t.Errorf("Recv: %v, want context.Canceled", err)
 		}
 	})
-	if d := time.Since(start); d < 100*time.Millisecond || d > time.Second {
+	// Upper bounds are loose: the point is that the call returns at all
+	// (libzap would block forever), and CI hosts are busy.
+	if d := time.Since(start); d < 100*time.Millisecond || d > 2*time.Second {
 		t.Errorf("cancelled Recv took %v, want about 100ms", d)
 	}
 
@@ -243,7 +245,7 @@ func TestRecvCancelAndDeadline(t *testing.T) {
 	if err != context.DeadlineExceeded {
 		t.Errorf("Recv: %v, want context.DeadlineExceeded", err)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond || d > 1200*time.Millisecond {
+	if d := time.Since(start); d < 200*time.Millisecond || d > 2200*time.Millisecond {
 		t.Errorf("Recv with 200ms deadline took %v", d)
 	}
 
@@ -271,7 +273,7 @@ func TestSendBlockedCancelAndDeadline(t *testing.T) {
 	if err != context.DeadlineExceeded {
 		t.Fatalf("Send to a peer that does not read: %v, want context.DeadlineExceeded", err)
 	}
-	if d := time.Since(start); d > 1300*time.Millisecond {
+	if d := time.Since(start); d > 2300*time.Millisecond {
 		t.Errorf("Send with a 300ms deadline took %v", d)
 	}
 
@@ -284,7 +286,7 @@ func TestSendBlockedCancelAndDeadline(t *testing.T) {
 	if err != context.Canceled {
 		t.Fatalf("Send: %v, want context.Canceled", err)
 	}
-	if d := time.Since(start); d > 1200*time.Millisecond {
+	if d := time.Since(start); d > 2200*time.Millisecond {
 		t.Errorf("cancelled Send took %v", d)
 	}
 }

@@ -37,9 +37,9 @@
 // A context's deadline and cancellation reach libzap as a zap ctx, so a
 // Send or Recv blocked in libzap returns ctx.Err() promptly when the
 // context ends. A context that can be cancelled costs one short-lived
-// goroutine per call, which exits before the call returns (Go 1.19 has no
-// context.AfterFunc); context.Background() costs neither goroutine nor
-// allocation.
+// goroutine per call (Go 1.19 has no context.AfterFunc), which is done
+// with the call when the call returns and exits then: none outlives its
+// call. context.Background() costs no goroutine and no allocation.
 //
 // # Memory rules
 //

@@ -2,70 +2,47 @@ package transport
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
 // How a Go context reaches libzap.
 //
-// Each blocking call borrows a C call state (struct gozap_call: a zap ctx
-// plus room for the result) from a free list: creating a zap ctx costs an
-// eventfd, too much per call. A deadline becomes the zap ctx's timeout.
+// Each blocking call borrows a slot, a C call state (struct gozap_call: a
+// zap ctx plus room for the result), from its transport's free list:
+// creating a zap ctx costs an eventfd, too much per call. A deadline
+// becomes the zap ctx's timeout, set by the C helper on entry.
+//
 // Cancellation needs someone to call zap_ctx_cancel() when ctx.Done()
-// closes; Go 1.19 has no context.AfterFunc, so a call whose ctx can be
-// cancelled starts one watcher goroutine, and stops it before returning:
-// the handoff on an unbuffered channel guarantees that, once end()
-// returns, the watcher has finished touching the zap ctx (so it can go
-// back to the free list) and is exiting. context.Background() and other
+// closes. Go 1.19 has no context.AfterFunc, so a call whose ctx can be
+// cancelled starts one watcher goroutine and stops it before returning:
+// the handoff on an unbuffered channel guarantees that once end() has it,
+// the watcher has finished touching the zap ctx and is exiting, and tells
+// whether it fired the ctx. A fired zap ctx cannot be re-armed, so its
+// slot is freed instead of reused. context.Background() and other
 // contexts that cannot be cancelled take neither the goroutine nor any
 // allocation.
 
-const maxFreeCalls = 128 // each holds an eventfd
+const maxFreeSlots = 64 // per transport; each holds an eventfd
 
-var freeCalls struct {
-	sync.Mutex
-	list []*cCall
-}
-
-func getCall() (*cCall, error) {
-	freeCalls.Lock()
-	if n := len(freeCalls.list); n > 0 {
-		c := freeCalls.list[n-1]
-		freeCalls.list = freeCalls.list[:n-1]
-		freeCalls.Unlock()
-		return c, nil
-	}
-	freeCalls.Unlock()
-	return newCCall()
-}
-
-func putCall(c *cCall) {
-	if !resetCCall(c) {
-		freeCCall(c) // its ctx fired; libzap cannot re-arm it
-		return
-	}
-	freeCalls.Lock()
-	if len(freeCalls.list) < maxFreeCalls {
-		freeCalls.list = append(freeCalls.list, c)
-		c = nil
-	}
-	freeCalls.Unlock()
-	if c != nil {
-		freeCCall(c)
-	}
+// slot is one C call state and its place in the transport's list of
+// calls in flight (see zapTransport).
+type slot struct {
+	c          *cCall
+	prev, next *slot
 }
 
 // call is one blocking call on a transport, between begin and end.
 type call struct {
 	tr   *zapTransport
 	ctx  context.Context
-	c    *cCall        // c.t and c.timeout_ns set by begin
-	stop chan struct{} // nil: no watcher
-	peer string        // for Send's error text, built only on error
+	s    *slot
+	c    *cCall    // s.c; c.t and c.timeout_ns set by begin
+	stop chan bool // nil: no watcher
+	peer string    // for Send's error text, built only on error
 }
 
-// begin registers the call with tr (see zapTransport) and maps ctx onto
-// the borrowed zap ctx. On error nothing is left to undo.
+// begin registers the call with tr and maps ctx onto the slot's zap ctx.
+// On error nothing is left to undo.
 func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -78,59 +55,91 @@ func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
 		}
 		timeout = uint64(left)
 	}
-	c, err := getCall()
-	if err != nil {
-		return err
-	}
 	tr.mu.Lock()
 	if tr.closing {
 		tr.mu.Unlock()
-		putCall(c)
 		return closedErr("call")
 	}
-	if tr.inflight == nil {
-		tr.inflight = make(map[*cCall]struct{})
-		tr.drained = sync.NewCond(&tr.mu)
+	s := tr.free
+	if s != nil {
+		tr.free = s.next
+		tr.nfree--
+	} else {
+		// Outside the lock: zap_ctx_new() is a system call.
+		tr.mu.Unlock()
+		c, err := newCCall()
+		if err != nil {
+			return err
+		}
+		s = &slot{c: c}
+		tr.mu.Lock()
+		if tr.closing {
+			tr.mu.Unlock()
+			freeCCall(c)
+			return closedErr("call")
+		}
 	}
-	tr.inflight[c] = struct{}{}
-	c.t = tr.t
+	s.prev, s.next = nil, tr.active
+	if tr.active != nil {
+		tr.active.prev = s
+	}
+	tr.active = s
+	s.c.t = tr.t
 	tr.mu.Unlock()
-	c.timeout_ns = cUint64(timeout)
-	cl.tr, cl.ctx, cl.c = tr, ctx, c
+	s.c.timeout_ns = cUint64(timeout)
+	cl.tr, cl.ctx, cl.s, cl.c = tr, ctx, s, s.c
 	if done := ctx.Done(); done != nil {
-		cl.stop = make(chan struct{})
-		go watch(done, c, cl.stop)
+		cl.stop = make(chan bool)
+		go watch(done, s.c, cl.stop)
 	}
 	return nil
 }
 
-func watch(done <-chan struct{}, c *cCall, stop chan struct{}) {
+func watch(done <-chan struct{}, c *cCall, stop chan<- bool) {
 	select {
 	case <-done:
 		cancelCCall(c)
-		<-stop // hold until the call is over, so end() knows we are done
-	case <-stop:
+		stop <- true // hold until end() takes it: c stays ours till then
+	case stop <- false:
 	}
 }
 
-// end stops the watcher, unregisters the call, returns the C state to the
-// free list and turns rc into the error the caller sees.
+// end stops the watcher, unregisters the call, returns the slot to the
+// free list (or frees it) and turns rc into the error the caller sees.
 func (cl *call) end(rc cInt, op string) error {
+	fired := false
 	if cl.stop != nil {
-		cl.stop <- struct{}{}
+		fired = <-cl.stop
 	}
 	var err error
 	if rc != 0 {
 		err = cl.err(rc, op)
 	}
-	tr := cl.tr
+	tr, s := cl.tr, cl.s
 	tr.mu.Lock()
-	delete(tr.inflight, cl.c)
-	if tr.closing && len(tr.inflight) == 0 {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else {
+		tr.active = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	}
+	// Close fires the ctx of every call in flight: none of those is
+	// reused either.
+	reuse := !fired && !tr.closing && tr.nfree < maxFreeSlots
+	if reuse {
+		s.prev, s.next = nil, tr.free
+		tr.free = s
+		tr.nfree++
+	}
+	if tr.closing && tr.active == nil {
 		tr.drained.Broadcast()
 	}
 	tr.mu.Unlock()
-	putCall(cl.c)
+	if !reuse {
+		freeCCall(s.c)
+	}
 	return err
 }
 

@@ -30,6 +30,7 @@ struct gozap_call {
 	const void *data;
 	size_t len;
 	const char *peer;
+	size_t peer_len;
 	char why[600];
 };
 
@@ -62,17 +63,14 @@ static void gozap_call_free(struct gozap_call *c)
 	free(c);
 }
 
-// Make @c ready for the next call; false when its ctx fired (libzap has no
-// way to un-cancel a ctx), and the caller must free it instead.
-static int gozap_call_reset(struct gozap_call *c)
+// Arm @c's ctx for one call: its deadline, or none (it may hold the
+// previous call's).
+static void gozap_arm(struct gozap_call *c)
 {
-	zap_ctx_set_deadline(c->ctx, 0);
-	c->t = NULL;
-	c->timeout_ns = 0;
-	c->msg = NULL;
-	c->data = NULL;
-	c->peer = NULL;
-	return zap_ctx_err(c->ctx) == 0;
+	if (c->timeout_ns)
+		zap_ctx_set_timeout(c->ctx, c->timeout_ns);
+	else
+		zap_ctx_set_deadline(c->ctx, 0);
 }
 
 static int gozap_send(struct gozap_call *c, _GoString_ peer, const void *buf,
@@ -89,8 +87,7 @@ static int gozap_send(struct gozap_call *c, _GoString_ peer, const void *buf,
 	}
 	memcpy(p, _GoStringPtr(peer), n);
 	p[n] = '\0';
-	if (c->timeout_ns)
-		zap_ctx_set_timeout(c->ctx, c->timeout_ns);
+	gozap_arm(c);
 	return gozap_fail(c, zap_send(c->t, p, buf, len, c->ctx));
 }
 
@@ -98,14 +95,14 @@ static int gozap_recv(struct gozap_call *c)
 {
 	int rc;
 
-	if (c->timeout_ns)
-		zap_ctx_set_timeout(c->ctx, c->timeout_ns);
+	gozap_arm(c);
 	rc = zap_recv(c->t, c->ctx, &c->msg);
 	if (rc)
 		return gozap_fail(c, rc);
 	c->data = zap_msg_data(c->msg);
 	c->len = zap_msg_len(c->msg);
 	c->peer = zap_msg_peer(c->msg);
+	c->peer_len = strlen(c->peer);
 	return 0;
 }
 
@@ -118,6 +115,7 @@ static void gozap_msg_release(struct gozap_call *c)
 static int gozap_buffer_alloc(struct gozap_call *c, size_t size,
 			      struct zap_buffer **out)
 {
+	gozap_arm(c);
 	return gozap_fail(c, zap_buffer_alloc(c->t, size, c->ctx, out));
 }
 
@@ -194,10 +192,9 @@ func newCCall() (*cCall, error) {
 	return c, nil
 }
 
-func freeCCall(c *cCall)       { C.gozap_call_free(c) }
-func resetCCall(c *cCall) bool { return C.gozap_call_reset(c) != 0 }
-func cancelCCall(c *cCall)     { C.zap_ctx_cancel(c.ctx) }
-func whyOf(c *cCall) string    { return C.GoString(&c.why[0]) }
+func freeCCall(c *cCall)    { C.gozap_call_free(c) }
+func cancelCCall(c *cCall)  { C.zap_ctx_cancel(c.ctx) }
+func whyOf(c *cCall) string { return C.GoString(&c.why[0]) }
 
 type cInt = C.int
 type cUint64 = C.uint64_t
@@ -206,11 +203,11 @@ func errnoOf(rc C.int) syscall.Errno { return syscall.Errno(-rc) }
 
 // pick opens a transport; "" lets libzap read ZAP_TRANSPORT.
 func pick(preference string) (*zapTransport, error) {
-	c, err := getCall()
+	c, err := newCCall()
 	if err != nil {
 		return nil, err
 	}
-	defer putCall(c)
+	defer freeCCall(c)
 	var cpref *C.char
 	if preference != "" {
 		cpref = C.CString(preference)
@@ -221,6 +218,7 @@ func pick(preference string) (*zapTransport, error) {
 		return nil, &zapError{op: opName("pick", preference), code: errnoOf(rc), text: whyOf(c)}
 	}
 	tr := &zapTransport{t: t, name: C.GoString(C.zap_transport_name(t))}
+	tr.drained.L = &tr.mu
 	tr.caps, _ = capsOf(t)
 	return tr, nil
 }
@@ -283,8 +281,7 @@ func takeMsg(c *cCall, last string) (string, []byte) {
 	if n > 0 {
 		copy(msg, unsafe.Slice((*byte)(c.data), n))
 	}
-	pn := int(C.strlen(c.peer))
-	pb := unsafe.Slice((*byte)(unsafe.Pointer(c.peer)), pn)
+	pb := unsafe.Slice((*byte)(unsafe.Pointer(c.peer)), int(c.peer_len))
 	peer := last
 	if string(pb) != peer { // compiles to a comparison, no allocation
 		peer = string(pb)
@@ -325,11 +322,11 @@ func registeredC() []string {
 }
 
 func explainC(preference string) (Choice, error) {
-	c, err := getCall()
+	c, err := newCCall()
 	if err != nil {
 		return Choice{}, err
 	}
-	defer putCall(c)
+	defer freeCCall(c)
 	var cpref *C.char
 	if preference != "" {
 		cpref = C.CString(preference)
@@ -349,11 +346,11 @@ func explainC(preference string) (Choice, error) {
 }
 
 func loadReportC() (Report, error) {
-	c, err := getCall()
+	c, err := newCCall()
 	if err != nil {
 		return Report{}, err
 	}
-	defer putCall(c)
+	defer freeCCall(c)
 	var r Report
 	n := C.gozap_dir_count(c)
 	if n < 0 {

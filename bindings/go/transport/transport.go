@@ -189,20 +189,22 @@ func closedErr(op string) error {
 //
 // Closing: zap_close() frees the C transport, so no call may enter libzap
 // with it afterwards, and a call blocked in libzap must be woken first.
-// Every call therefore registers its C call state in @inflight under @mu
-// before entering libzap (and backs out when @closing is set); Close sets
-// @closing, fires the ctx of every registered call, waits for @inflight
-// to empty and only then calls zap_close(). Calls woken that way return
-// an error matching net.ErrClosed.
+// Every call therefore puts its slot on @active under @mu before entering
+// libzap (and backs out when @closing is set); Close sets @closing, fires
+// the zap ctx of every active call, waits for @active to empty and only
+// then calls zap_close(). Calls woken that way return an error matching
+// net.ErrClosed.
 type zapTransport struct {
 	name string
 	caps Capabilities // as opened; returned once closed
 
-	mu       sync.Mutex
-	t        *cTransport // nil once closed
-	closing  bool
-	inflight map[*cCall]struct{}
-	drained  *sync.Cond // signalled when inflight empties while closing
+	mu      sync.Mutex
+	t       *cTransport // nil once closed
+	closing bool
+	active  *slot // calls in flight, a doubly linked list
+	free    *slot // idle slots (linked by next), at most maxFreeSlots
+	nfree   int
+	drained sync.Cond // on mu; signalled when active empties while closing
 
 	lastPeer atomic.Pointer[string] // see takeMsg
 }
@@ -273,12 +275,16 @@ func (tr *zapTransport) Close() error {
 		return nil
 	}
 	tr.closing = true
-	for c := range tr.inflight {
-		cancelCCall(c)
+	for s := tr.active; s != nil; s = s.next {
+		cancelCCall(s.c)
 	}
-	for len(tr.inflight) > 0 {
+	for tr.active != nil {
 		tr.drained.Wait()
 	}
+	for s := tr.free; s != nil; s = s.next {
+		freeCCall(s.c)
+	}
+	tr.free, tr.nfree = nil, 0
 	t := tr.t
 	tr.t = nil
 	tr.mu.Unlock()

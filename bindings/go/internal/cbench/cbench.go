@@ -62,6 +62,50 @@ out:
 	free(buf);
 	return rc;
 }
+
+// n one-way messages of size bytes from one endpoint to another in this
+// process, batch at a time: batch sends, then batch receives, so that no
+// call waits (the kernel holds a batch). What it measures is the cost of
+// the calls themselves, without the scheduler's wake-ups.
+static int cb_pipe(size_t size, long n, long batch, double *ns, char *why,
+		   size_t whylen)
+{
+	struct zap_transport *a = NULL, *b = NULL;
+	struct zap_msg *m;
+	char to[ZAP_PEER_MAX];
+	unsigned char *buf = calloc(1, size ? size : 1);
+	double t0;
+	int rc = -ENOMEM;
+
+	if (!buf ||
+	    (rc = zap_pick("default", 0, NULL, &a)) ||
+	    (rc = zap_pick("default", 0, NULL, &b)) ||
+	    (rc = zap_transport_address(b, to, sizeof(to))) ||
+	    (rc = zap_send(a, to, buf, size, NULL)) ||
+	    (rc = zap_recv(b, NULL, &m)))
+		goto out;
+	zap_msg_release(m);
+	t0 = cb_now_ns();
+	for (long done = 0; done < n; done += batch) {
+		long k = n - done < batch ? n - done : batch;
+		for (long i = 0; i < k; i++)
+			if ((rc = zap_send(a, to, buf, size, NULL)))
+				goto out;
+		for (long i = 0; i < k; i++) {
+			if ((rc = zap_recv(b, NULL, &m)))
+				goto out;
+			zap_msg_release(m);
+		}
+	}
+	*ns = (cb_now_ns() - t0) / (double)(n ? n : 1);
+out:
+	if (rc)
+		snprintf(why, whylen, "%s", zap_strerror(rc));
+	zap_close(a);
+	zap_close(b);
+	free(buf);
+	return rc;
+}
 */
 import "C"
 
@@ -83,6 +127,18 @@ func RoundTrips(server string, zperf bool, size, n int) (float64, error) {
 		z = 1
 	}
 	if rc := C.cb_run(cs, z, C.size_t(size), C.long(n), 100, &ns, &why[0], C.size_t(len(why))); rc != 0 {
+		return 0, errors.New("cbench: " + C.GoString(&why[0]))
+	}
+	return float64(ns), nil
+}
+
+// Pipeline sends n messages of size bytes between two endpoints in this
+// process, batch sends then batch receives, and returns the mean time
+// per message (one send and one receive) in nanoseconds.
+func Pipeline(size, n, batch int) (float64, error) {
+	var why [512]C.char
+	var ns C.double
+	if rc := C.cb_pipe(C.size_t(size), C.long(n), C.long(batch), &ns, &why[0], C.size_t(len(why))); rc != 0 {
 		return 0, errors.New("cbench: " + C.GoString(&why[0]))
 	}
 	return float64(ns), nil

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -115,5 +117,44 @@ func TestBufferPoolFull(t *testing.T) {
 	}
 	if n := ba.PoolBytes(); n != 0 {
 		t.Fatalf("PoolBytes after Close = %d", n)
+	}
+}
+
+// uma, where this host has it (a CUDA device with managed memory): its
+// pool hands out device-visible buffers, and messages from default land
+// in managed memory, which Recv copies out. Skips with the probe's reason
+// elsewhere.
+func TestUMA(t *testing.T) {
+	tr, err := Pick("=uma")
+	if err != nil {
+		if errors.Is(err, ErrNotAvailable) || errors.Is(err, syscall.EINVAL) {
+			t.Skipf("no uma here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if c := tr.Caps(); !c.DeviceBuffers {
+		t.Errorf("uma caps: %+v", c)
+	}
+	ba := tr.(BufferAllocator)
+	b, err := ba.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.DevicePtr() == nil {
+		t.Error("uma buffer has no device pointer")
+	}
+	b.Release()
+
+	src := pickDefault(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := pattern(1<<20, 9)
+	if err := src.Send(ctx, addrOf(t, tr), want); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := tr.Recv(ctx)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("uma Recv: %d B, %v", len(got), err)
 	}
 }

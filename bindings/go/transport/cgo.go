@@ -22,16 +22,22 @@ package transport
 // arguments: cgo gives incomplete C types no Go pointer semantics, so
 // each such argument is boxed for cgo's pointer check, an allocation per
 // call.
+//
+// A small message is copied into @small and released within zap_recv()'s
+// cgo call, which saves Recv a second cgo call; a larger one stays in
+// @msg until Go has copied it out.
 struct gozap_call {
 	struct zap_transport *t;
 	uint64_t timeout_ns;  // 0: no deadline
 	struct zap_ctx *ctx;
-	struct zap_msg *msg;
+	struct zap_msg *msg;  // NULL once released
 	const void *data;
 	size_t len;
 	const char *peer;
 	size_t peer_len;
 	char why[600];
+	char peer_buf[ZAP_PEER_MAX];
+	unsigned char small[4096];
 };
 
 static int gozap_fail(struct gozap_call *c, int rc)
@@ -103,6 +109,14 @@ static int gozap_recv(struct gozap_call *c)
 	c->len = zap_msg_len(c->msg);
 	c->peer = zap_msg_peer(c->msg);
 	c->peer_len = strlen(c->peer);
+	if (c->len <= sizeof(c->small) && c->peer_len < sizeof(c->peer_buf)) {
+		memcpy(c->small, c->data, c->len);
+		memcpy(c->peer_buf, c->peer, c->peer_len);
+		c->data = c->small;
+		c->peer = c->peer_buf;
+		zap_msg_release(c->msg);
+		c->msg = NULL;
+	}
 	return 0;
 }
 
@@ -271,8 +285,9 @@ func sendC(c *cCall, peer string, msg []byte) C.int {
 
 func recvC(c *cCall) C.int { return C.gozap_recv(c) }
 
-// takeMsg copies the received message into Go memory and releases it, so
-// the slice Recv returns is the caller's to keep. The peer string is
+// takeMsg copies the received message into Go memory and releases it
+// (unless gozap_recv already has), so the slice Recv returns is the
+// caller's to keep. The peer string is
 // reused from the previous message when the bytes match (the common case
 // of one conversation), which saves an allocation per call.
 func takeMsg(c *cCall, last string) (string, []byte) {
@@ -286,7 +301,9 @@ func takeMsg(c *cCall, last string) (string, []byte) {
 	if string(pb) != peer { // compiles to a comparison, no allocation
 		peer = string(pb)
 	}
-	C.gozap_msg_release(c)
+	if c.msg != nil { // a large message: see struct gozap_call
+		C.gozap_msg_release(c)
+	}
 	return peer, msg
 }
 

@@ -43,7 +43,7 @@ type call struct {
 
 // begin registers the call with tr and maps ctx onto the slot's zap ctx.
 // On error nothing is left to undo.
-func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
+func (cl *call) begin(tr *zapTransport, ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
 	tr.mu.Lock()
 	if tr.closing {
 		tr.mu.Unlock()
-		return closedErr("call")
+		return closedErr(op)
 	}
 	s := tr.free
 	if s != nil {
@@ -76,7 +76,7 @@ func (cl *call) begin(tr *zapTransport, ctx context.Context) error {
 		if tr.closing {
 			tr.mu.Unlock()
 			freeCCall(c)
-			return closedErr("call")
+			return closedErr(op)
 		}
 	}
 	s.prev, s.next = nil, tr.active

@@ -193,7 +193,8 @@ func closedErr(op string) error {
 // libzap (and backs out when @closing is set); Close sets @closing, fires
 // the zap ctx of every active call, waits for @active to empty and only
 // then calls zap_close(). Calls woken that way return an error matching
-// net.ErrClosed.
+// net.ErrClosed. This rests on libzap's contract that a blocked call
+// returns promptly once its ctx fires, whatever the transport.
 type zapTransport struct {
 	name string
 	caps Capabilities // as opened; returned once closed
@@ -231,7 +232,7 @@ func (tr *zapTransport) Caps() Capabilities {
 // reason in the text.
 func (tr *zapTransport) Send(ctx context.Context, peer string, msg []byte) error {
 	var cl call
-	if err := cl.begin(tr, ctx); err != nil {
+	if err := cl.begin(tr, ctx, "send"); err != nil {
 		return err
 	}
 	cl.peer = peer
@@ -244,7 +245,7 @@ func (tr *zapTransport) Send(ctx context.Context, peer string, msg []byte) error
 // accepts to reply.
 func (tr *zapTransport) Recv(ctx context.Context) (string, []byte, error) {
 	var cl call
-	if err := cl.begin(tr, ctx); err != nil {
+	if err := cl.begin(tr, ctx, "recv"); err != nil {
 		return "", nil, err
 	}
 	rc := recvC(cl.c)
@@ -301,7 +302,7 @@ func (tr *zapTransport) AllocBuffer(size int) (Buffer, error) {
 		return nil, fmt.Errorf("zap/transport: AllocBuffer: negative size %d", size)
 	}
 	var cl call
-	if err := cl.begin(tr, context.Background()); err != nil {
+	if err := cl.begin(tr, context.Background(), "alloc buffer"); err != nil {
 		return nil, err
 	}
 	b, rc := bufferAllocC(cl.c, size)

@@ -1,0 +1,3 @@
+module zap
+
+go 1.19

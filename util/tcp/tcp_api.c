@@ -25,101 +25,126 @@
 /* Send and receive                                                          */
 /* ------------------------------------------------------------------------ */
 
-int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
-		  size_t len, struct zap_ctx *ctx)
+/*
+ * Dial @peer for a sender (mu held, dropped during the dial): a
+ * placeholder route makes concurrent senders to the same new address wait
+ * for this dial instead of racing it.
+ */
+static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 {
-	struct tcp_waiter me = {.tx = true, .ctx_fd = -1, .out_fd = -1};
-	struct tcp_conn *c = NULL;
-	bool retried = false;
-	int err = 0;
+	struct tcp_route *r = calloc(1, sizeof(*r));
+	int err;
 
-	if (len > w->max_msg)
-		return w->host->fail(-EMSGSIZE,
-				     "%s: message of %zu bytes exceeds the maximum %" PRIu64
-				     " (ZAP_MAX_MSG_BYTES)",
-				     w->dom, len, w->max_msg);
-	if (strlen(peer) >= ZAP_PEER_MAX)
-		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
-
+	if (!r)
+		return -ENOMEM;
+	snprintf(r->addr, sizeof(r->addr), "%s", peer);
+	r->dialing = true;
+	r->next = w->routes;
+	w->routes = r;
+	pthread_mutex_unlock(&w->mu);
+	err = tw_dial(w, peer, ctx);
 	pthread_mutex_lock(&w->mu);
-again:
-	for (;;) {
-		err = tw_wait_check(w, &me, ctx);
+	/* tw_conn_register() turned the placeholder into a route; on failure
+	 * remove it. */
+	r = tw_route_find(w, peer);
+	if (r && r->dialing) {
 		if (err)
-			goto out_unlock;
+			tw_route_del(w, r);
+		else
+			r->dialing = false;
+	}
+	tw_notify(w, true);
+	return err;
+}
+
+/*
+ * Find (dial, or wait for) the connection to send to @peer on and take
+ * its tx side (mu held; dropped while dialing or waiting). 0 and *@out.
+ */
+static int send_claim(struct tcp_wire *w, const char *peer,
+		      struct tcp_waiter *me, struct zap_ctx *ctx,
+		      struct tcp_conn **out)
+{
+	for (;;) {
+		int err = tw_wait_check(w, me, ctx);
+		if (err)
+			return err;
 		struct tcp_route *r = tw_route_find(w, peer);
 		if (!r) {
-			r = calloc(1, sizeof(*r));
-			if (!r) {
-				err = -ENOMEM;
-				goto out_unlock;
+			err = send_dial(w, peer, ctx);
+			if (err)
+				return err;
+			continue;
+		}
+		if (!r->dialing || r->peer) {
+			r->dialing = false;
+			struct tcp_conn *c = r->peer ? r->peer->tx : NULL;
+			if (!c && !(r->peer && tw_peer_draining(w, r->peer))) {
+				/* The peer's connections are gone: dial again. */
+				tw_route_del(w, r);
+				continue;
 			}
-			/* Placeholder: concurrent senders to the same new
-			 * address wait for this dial instead of racing it. */
-			snprintf(r->addr, sizeof(r->addr), "%s", peer);
-			r->dialing = true;
-			r->next = w->routes;
-			w->routes = r;
-			pthread_mutex_unlock(&w->mu);
-			err = tw_dial(w, peer, ctx);
-			pthread_mutex_lock(&w->mu);
-			/* tw_conn_register() turned the placeholder into a
-			 * route; on failure remove it. */
-			r = tw_route_find(w, peer);
-			if (r && r->dialing) {
-				if (err)
-					tw_route_del(w, r);
-				else
-					r->dialing = false;
+			if (c && !c->tx_busy) {
+				c->tx_busy = true;
+				*out = c;
+				return 0;
 			}
-			tw_notify(w, true);
-			if (err)
-				goto out_unlock;
-			continue;
 		}
-		if (r->dialing && !r->peer) {
-			err = tw_wait_step(w, &me, ctx);
-			if (err)
-				goto out_unlock;
-			continue;
-		}
-		r->dialing = false;
-		c = r->peer ? r->peer->tx : NULL;
-		if (!c && r->peer && tw_peer_draining(w, r->peer)) {
-			/* A connection to this peer is retired but still
-			 * being read (e.g. after a send abandoned mid-frame):
-			 * frames we wrote there must reach the peer before
-			 * any on a new connection, so dial once it closed. */
-			err = tw_wait_step(w, &me, ctx);
-			if (err)
-				goto out_unlock;
-			continue;
-		}
-		if (!c) {
-			/* The peer's connections are gone: dial again. */
-			tw_route_del(w, r);
-			continue;
-		}
-		if (!c->tx_busy)
-			break;
-		err = tw_wait_step(w, &me, ctx);
+		/*
+		 * Wait: for the dial another sender is making, for the tx side
+		 * of the connection, or for a retired connection to this peer
+		 * still being read (e.g. after a send abandoned mid-frame) to
+		 * close: frames we wrote there must reach the peer before any
+		 * on a new connection, so dial only once it closed.
+		 */
+		err = tw_wait_step(w, me, ctx);
 		if (err)
-			goto out_unlock;
+			return err;
 	}
-	c->tx_busy = true;
-	pthread_mutex_unlock(&w->mu);
+}
 
+/* Wait for room on @c's full socket while (as leader, or through the
+ * leader) still draining inbound data. mu not held on entry; held on
+ * return only when the result is an error. */
+static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c,
+			  struct tcp_waiter *me, struct zap_ctx *ctx)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&w->mu);
+	me->out_fd = c->fd;
+	me->out_ready = false;
+	while (!me->out_ready && !err && !c->dead)
+		err = tw_wait_step(w, me, ctx);
+	me->out_fd = -1;
+	if (c->dead && !err)
+		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
+				    w->dom, c->raddr);
+	if (!err)
+		pthread_mutex_unlock(&w->mu);
+	return err;
+}
+
+/*
+ * Write one DATA frame on @c, whose tx side we own (mu not held; held on
+ * return). *@done: bytes of the frame written, also on failure.
+ */
+static int send_frame(struct tcp_wire *w, struct tcp_conn *c,
+		      struct tcp_waiter *me, const void *buf, size_t len,
+		      struct zap_ctx *ctx, size_t *done)
+{
 	unsigned char hdr[TCP_HDR];
 	tw_hdr_put(hdr, TCP_T_DATA, len);
 	struct iovec iov[2] = {{hdr, TCP_HDR}, {(void *)buf, len}};
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
-	size_t total = TCP_HDR + len, done = 0;
-	bool locked = false;
+	size_t total = TCP_HDR + len;
+	int err = 0;
 
-	while (done < total) {
+	*done = 0;
+	while (*done < total) {
 		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0) {
-			done += (size_t)k;
+			*done += (size_t)k;
 			while (mh.msg_iovlen && (size_t)k >= mh.msg_iov->iov_len) {
 				k -= (ssize_t)mh.msg_iov->iov_len;
 				mh.msg_iov++;
@@ -134,23 +159,9 @@ again:
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && errno == EAGAIN) {
-			/* Full socket: wait for room while (as leader, or
-			 * through the leader) still draining inbound data. */
-			pthread_mutex_lock(&w->mu);
-			me.out_fd = c->fd;
-			me.out_ready = false;
-			while (!me.out_ready && !err && !c->dead)
-				err = tw_wait_step(w, &me, ctx);
-			me.out_fd = -1;
-			if (c->dead && !err)
-				err = w->host->fail(-ECONNRESET,
-						    "%s: connection to %s was lost",
-						    w->dom, c->raddr);
-			if (err) {
-				locked = true;
-				break;
-			}
-			pthread_mutex_unlock(&w->mu);
+			err = send_wait_room(w, c, me, ctx);
+			if (err)
+				return err; /* mu held */
 			continue;
 		}
 		err = k < 0 ? -errno : -EPIPE;
@@ -158,13 +169,20 @@ again:
 				    strerror(-err));
 		break;
 	}
+	pthread_mutex_lock(&w->mu);
+	return err;
+}
 
-	if (!locked)
-		pthread_mutex_lock(&w->mu);
+/* Give @c's tx side back after a frame (mu held): what a failure after
+ * @done bytes does to the connection. */
+static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
+			 size_t done)
+{
+	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
+
 	c->tx_busy = false;
 	c->tx_used = true;
-	if (err && done && (err == -ECANCELED || err == -ETIMEDOUT) &&
-	    !c->dead) {
+	if (err && done && stopped && !c->dead) {
 		/*
 		 * A partial frame cannot be taken back, so no new frame may
 		 * start on this connection. Closing it would discard what
@@ -188,11 +206,10 @@ again:
 			     "dropping connection to %s: send interrupted mid-frame (%s)",
 			     c->raddr, strerror(-err));
 		tw_conn_kill(w, c);
-		if (err == -ECANCELED || err == -ETIMEDOUT)
+		if (stopped)
 			w->host->fail(err, "%s: send to %s interrupted mid-frame; connection closed",
 				      w->dom, c->raddr);
-	} else if (err && err != -ECANCELED && err != -ETIMEDOUT &&
-		   err != -ESHUTDOWN) {
+	} else if (err && !stopped && err != -ESHUTDOWN) {
 		tw_conn_kill(w, c);
 	}
 	tw_conn_tx_done(w, c);
@@ -201,19 +218,44 @@ again:
 	else if (c->dead)
 		tw_kick(w);
 	tw_notify(w, true);
-	if (err && !done && !retried && (err == -EPIPE || err == -ECONNRESET)) {
+}
+
+int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
+		  size_t len, struct zap_ctx *ctx)
+{
+	struct tcp_waiter me = {.tx = true, .ctx_fd = -1, .out_fd = -1};
+	int err;
+
+	if (len > w->max_msg)
+		return w->host->fail(-EMSGSIZE,
+				     "%s: message of %zu bytes exceeds the maximum %" PRIu64
+				     " (ZAP_MAX_MSG_BYTES)",
+				     w->dom, len, w->max_msg);
+	if (strlen(peer) >= ZAP_PEER_MAX)
+		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
+
+	pthread_mutex_lock(&w->mu);
+	for (int attempt = 0;; attempt++) {
+		struct tcp_conn *c = NULL;
+		size_t done = 0;
+
+		err = send_claim(w, peer, &me, ctx, &c);
+		if (err)
+			break;
+		pthread_mutex_unlock(&w->mu);
+		err = send_frame(w, c, &me, buf, len, ctx, &done);
+		send_release(w, c, err, done);
 		/*
-		 * The connection was stale: its peer had gone (and may be back,
-		 * restarted at the same address) before we read its FIN or
-		 * reset. Nothing of this frame was written, so it cannot
-		 * arrive twice: send it once more, on a fresh connection.
+		 * A connection that was stale (its peer had gone, and may be
+		 * back, restarted at the same address, before we read its FIN
+		 * or reset) fails before any byte of the frame is written, so
+		 * the frame cannot arrive twice: send it once more, on a
+		 * fresh connection.
 		 */
-		retried = true;
-		c = NULL;
-		err = 0;
-		goto again;
+		if (!err || done || attempt ||
+		    (err != -EPIPE && err != -ECONNRESET))
+			break;
 	}
-out_unlock:
 	pthread_mutex_unlock(&w->mu);
 	return err;
 }

@@ -362,19 +362,16 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 	return 0;
 }
 
-/*
- * Connect to @peer, exchange HELLOs, register. mu not held. The peer's
- * handshake thread answers independently of its application, so this
- * waits about one round trip, not for the peer to call zap_recv().
- */
-int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+/* Resolve @peer and connect to the first address that answers. 0 and
+ * *@fd, or a negative errno with a reason. */
+static int dial_connect(struct tcp_wire *w, const char *peer,
+			struct zap_ctx *ctx, int *fd)
 {
 	char host[ZAP_PEER_MAX], port[8];
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
-	struct tcp_conn *c = NULL;
-	int fd = -1, r;
+	int r;
 
 	if (tcp_addr_split(peer, host, sizeof(host), port, sizeof(port)) || !*host ||
 	    !strcmp(port, "0"))
@@ -390,11 +387,25 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 				     gai_strerror(r));
 	r = -EHOSTUNREACH;
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-		r = dial_one(w, peer, ai, ctx, &fd);
+		r = dial_one(w, peer, ai, ctx, fd);
 		if (!r || r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN)
 			break;
 	}
 	freeaddrinfo(res);
+	return r;
+}
+
+/*
+ * Connect to @peer, exchange HELLOs, register. mu not held. The peer's
+ * handshake thread answers independently of its application, so this
+ * waits about one round trip, not for the peer to call zap_recv().
+ */
+int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+{
+	struct tcp_conn *c = NULL;
+	int fd = -1, r;
+
+	r = dial_connect(w, peer, ctx, &fd);
 	if (r)
 		return r;
 

@@ -69,6 +69,138 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 
 #define RX_EOF 1
 #define RX_EOF_PARTIAL 2 /* FIN after part of a frame: that frame is dropped */
+#define RX_MORE 3        /* internal to conn_rx(): keep reading */
+
+/* Read more of the payload being read straight into place (c->rx_msg). */
+static int rx_payload(struct tcp_conn *c, struct tcp_rx_msg ***tail)
+{
+	struct tcp_rx_msg *m = c->rx_msg;
+	size_t want = m->msg.len - c->rx_off;
+	ssize_t k = read(c->fd, (char *)m->msg.data + c->rx_off, want);
+
+	if (k > 0) {
+		c->rx_off += (size_t)k;
+		if (c->rx_off < m->msg.len)
+			return RX_MORE;
+		c->rx_msg = NULL;
+		c->rx_big = m->msg.len >= TCP_RBUF;
+		deliver(c, m, m->msg.len, tail);
+		c->rx_ready = true;
+		return 0;
+	}
+	if (k == 0) {
+		/* Everything before this frame was delivered; the peer
+		 * abandoned this one (WIRE.md, "Closing"). Drop it, and only
+		 * it. */
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off,
+			 m->msg.len);
+		c->rx_msg = NULL;
+		m->msg.release(&m->msg);
+		return RX_EOF_PARTIAL;
+	}
+	if (errno == EINTR)
+		return RX_MORE;
+	if (errno == EAGAIN)
+		return 0;
+	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", strerror(errno));
+	return -errno;
+}
+
+/*
+ * Turn the complete frames in c->rbuf into messages (counted in *@got); a
+ * frame whose payload does not fit the buffer starts c->rx_msg. RX_MORE
+ * when the buffer has no complete frame left, else conn_rx()'s result.
+ */
+static int rx_frames(struct tcp_wire *w, struct tcp_conn *c,
+		     struct tcp_rx_msg ***tail, int *got)
+{
+	while (c->rlen - c->rhead >= TCP_HDR) {
+		unsigned char *h = c->rbuf + c->rhead;
+		uint64_t len;
+		int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len,
+					 c->rx_why, sizeof(c->rx_why));
+		if (r)
+			return r;
+		size_t avail = c->rlen - c->rhead - TCP_HDR;
+		if (len > avail && len - avail <= TCP_RBUF - c->rlen) {
+			/* The rest fits the buffer: wait for it there, small
+			 * frames cost one read each. */
+			return RX_MORE;
+		}
+		struct tcp_rx_msg *m = NULL;
+		r = w->alloc.alloc(w->alloc.user, (size_t)len, &m);
+		if (r == -EAGAIN) {
+			c->alloc_wait = true;
+			return 0;
+		}
+		if (r) {
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "cannot allocate %" PRIu64 " bytes: %s", len,
+				 strerror(-r));
+			return r;
+		}
+		m->msg.len = (size_t)len;
+		size_t take = avail < len ? avail : (size_t)len;
+		if (take)
+			memcpy((void *)m->msg.data, h + TCP_HDR, take);
+		c->rhead += TCP_HDR + take;
+		if (take < len) {
+			c->rx_msg = m;
+			c->rx_off = take;
+			return RX_MORE;
+		}
+		deliver(c, m, (size_t)len, tail);
+		c->rx_big = false;
+		(*got)++;
+	}
+	return RX_MORE;
+}
+
+/* Move unparsed bytes to the front of rbuf: always when @force, else when
+ * a payload is being read in place, a header would not fit, or more than
+ * half the buffer is consumed. */
+static void rx_compact(struct tcp_conn *c, bool force)
+{
+	if (c->rhead == c->rlen) {
+		c->rhead = c->rlen = 0;
+	} else if (c->rhead &&
+		   (force || c->rx_msg || TCP_RBUF - c->rlen < TCP_HDR ||
+		    c->rhead > TCP_RBUF / 2)) {
+		memmove(c->rbuf, c->rbuf + c->rhead, c->rlen - c->rhead);
+		c->rlen -= c->rhead;
+		c->rhead = 0;
+	}
+}
+
+/* Read into rbuf. RX_MORE after reading something, else a result. */
+static int rx_fill(struct tcp_conn *c)
+{
+	/* After a large message expect another: read just its header so
+	 * the payload lands in place instead of through rbuf. */
+	size_t room = TCP_RBUF - c->rlen;
+	if (c->rx_big && c->rlen < TCP_HDR)
+		room = TCP_HDR - c->rlen;
+	ssize_t k = read(c->fd, c->rbuf + c->rlen, room);
+	if (k > 0) {
+		c->rlen += (size_t)k;
+		return RX_MORE;
+	}
+	if (k == 0) {
+		if (!c->rlen)
+			return RX_EOF;
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "peer closed mid-frame (%zu bytes pending)", c->rlen);
+		c->rhead = c->rlen = 0;
+		return RX_EOF_PARTIAL;
+	}
+	if (errno == EINTR)
+		return RX_MORE;
+	if (errno == EAGAIN)
+		return 0;
+	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", strerror(errno));
+	return -errno;
+}
 
 /*
  * Read what is available on @c without blocking and turn complete frames
@@ -80,130 +212,30 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 		   struct tcp_rx_msg ***tail)
 {
-	int got = 0;
+	int got = 0, r;
 
 	c->rx_ready = false;
 	for (;;) {
 		if (c->rx_msg) {
-			struct tcp_rx_msg *m = c->rx_msg;
-			size_t want = m->msg.len - c->rx_off;
-			ssize_t k = read(c->fd, (char *)m->msg.data + c->rx_off, want);
-			if (k > 0) {
-				c->rx_off += (size_t)k;
-				if (c->rx_off == m->msg.len) {
-					c->rx_msg = NULL;
-					c->rx_big = m->msg.len >= TCP_RBUF;
-					deliver(c, m, m->msg.len, tail);
-					c->rx_ready = true;
-					return 0;
-				}
-				continue;
-			}
-			if (k == 0) {
-				/* Everything before this frame was delivered;
-				 * the peer abandoned this one (WIRE.md,
-				 * "Closing"). Drop it, and only it. */
-				snprintf(c->rx_why, sizeof(c->rx_why),
-					 "peer closed mid-message (%zu of %zu bytes)",
-					 c->rx_off, m->msg.len);
-				c->rx_msg = NULL;
-				m->msg.release(&m->msg);
-				return RX_EOF_PARTIAL;
-			}
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN)
-				return 0;
-			snprintf(c->rx_why, sizeof(c->rx_why), "read: %s",
-				 strerror(errno));
-			return -errno;
-		}
-
-		/* Parse complete frames from the buffer. */
-		while (c->rlen - c->rhead >= TCP_HDR) {
-			unsigned char *h = c->rbuf + c->rhead;
-			uint64_t len;
-			int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len,
-						 c->rx_why, sizeof(c->rx_why));
-			if (r)
+			r = rx_payload(c, tail);
+			if (r != RX_MORE)
 				return r;
-			size_t avail = c->rlen - c->rhead - TCP_HDR;
-			if (len > avail && len - avail <= TCP_RBUF - c->rlen) {
-				/* The rest fits the buffer: wait for it there,
-				 * small frames cost one read each. */
-				break;
-			}
-			struct tcp_rx_msg *m = NULL;
-			r = w->alloc.alloc(w->alloc.user, (size_t)len, &m);
-			if (r == -EAGAIN) {
-				c->alloc_wait = true;
-				return 0;
-			}
-			if (r) {
-				snprintf(c->rx_why, sizeof(c->rx_why),
-					 "cannot allocate %" PRIu64 " bytes: %s",
-					 len, strerror(-r));
-				return r;
-			}
-			m->msg.len = (size_t)len;
-			size_t take = avail < len ? avail : (size_t)len;
-			if (take)
-				memcpy((void *)m->msg.data, h + TCP_HDR, take);
-			c->rhead += TCP_HDR + take;
-			if (take < len) {
-				c->rx_msg = m;
-				c->rx_off = take;
-				break;
-			}
-			deliver(c, m, (size_t)len, tail);
-			c->rx_big = false;
-			got++;
+			continue;
 		}
-		if (c->rhead == c->rlen) {
-			c->rhead = c->rlen = 0;
-		} else if (c->rhead && (c->rx_msg || TCP_RBUF - c->rlen < TCP_HDR ||
-					c->rhead > TCP_RBUF / 2)) {
-			memmove(c->rbuf, c->rbuf + c->rhead, c->rlen - c->rhead);
-			c->rlen -= c->rhead;
-			c->rhead = 0;
-		}
+		r = rx_frames(w, c, tail, &got);
+		if (r != RX_MORE)
+			return r;
+		rx_compact(c, false);
 		if (c->rx_msg)
 			continue;
 		if (got) {
 			c->rx_ready = true;
 			return 0;
 		}
-		if (c->rhead) { /* make room for the rest of a frame */
-			memmove(c->rbuf, c->rbuf + c->rhead, c->rlen - c->rhead);
-			c->rlen -= c->rhead;
-			c->rhead = 0;
-		}
-		/* After a large message expect another: read just its header
-		 * so the payload lands in place instead of through rbuf. */
-		size_t room = TCP_RBUF - c->rlen;
-		if (c->rx_big && c->rlen < TCP_HDR)
-			room = TCP_HDR - c->rlen;
-		ssize_t k = read(c->fd, c->rbuf + c->rlen, room);
-		if (k > 0) {
-			c->rlen += (size_t)k;
-			continue;
-		}
-		if (k == 0) {
-			if (c->rlen) {
-				snprintf(c->rx_why, sizeof(c->rx_why),
-					 "peer closed mid-frame (%zu bytes pending)",
-					 c->rlen);
-				c->rhead = c->rlen = 0;
-				return RX_EOF_PARTIAL;
-			}
-			return RX_EOF;
-		}
-		if (errno == EINTR)
-			continue;
-		if (errno == EAGAIN)
-			return 0;
-		snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", strerror(errno));
-		return -errno;
+		rx_compact(c, true); /* make room for the rest of a frame */
+		r = rx_fill(c);
+		if (r != RX_MORE)
+			return r;
 	}
 }
 
@@ -256,58 +288,48 @@ static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n,
 	return poll(pfd, n, timeout);
 }
 
-/*
- * One round as leader: poll everything, read what is ready, queue the
- * messages. Called and returns with w->mu held; drops it around poll and
- * reads. @me->out_fd is our own POLLOUT interest (or -1).
- */
-static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
-			struct zap_ctx *ctx)
+static void pollset_add(struct tcp_wire *w, size_t *n, int fd, short events,
+			int kind, void *p)
 {
-	const struct zap_host *host = w->host;
-	size_t n = 0, want = 4;
-	int timeout = host->ctx_timeout_ms(ctx);
-	int cfd = host->ctx_fd(ctx);
-	struct tcp_rx_msg *mhead = NULL, **mtail = &mhead;
-	int err = 0;
+	w->pfd[*n] = (struct pollfd){.fd = fd, .events = events};
+	w->slot[(*n)++] = (struct tcp_slot){kind, p};
+}
 
-	tw_reap(w);
-	for (struct tcp_conn *c = w->conns; c; c = c->next)
-		want++;
-	want += 2u * w->nwaiters;
-	if (pollset_reserve(w, want))
-		return -ENOMEM;
-	struct pollfd *pfd = w->pfd;
-	struct tcp_slot *sl = w->slot;
+/* The eventfds, the ctx, our own and the followers' fds. Returns n. */
+static size_t pollset_fixed(struct tcp_wire *w, struct tcp_waiter *me, int cfd)
+{
+	size_t n = 0;
 
-	pfd[n] = (struct pollfd){.fd = w->kick_fd, .events = POLLIN};
-	sl[n++] = (struct tcp_slot){SLOT_KICK, NULL};
-	pfd[n] = (struct pollfd){.fd = w->stop_fd, .events = POLLIN};
-	sl[n++] = (struct tcp_slot){SLOT_STOP, NULL};
-	if (cfd >= 0) {
-		pfd[n] = (struct pollfd){.fd = cfd, .events = POLLIN};
-		sl[n++] = (struct tcp_slot){SLOT_CTX, NULL};
-	}
-	if (me->out_fd >= 0) {
-		pfd[n] = (struct pollfd){.fd = me->out_fd, .events = POLLOUT};
-		sl[n++] = (struct tcp_slot){SLOT_OUT, NULL};
-	}
+	pollset_add(w, &n, w->kick_fd, POLLIN, SLOT_KICK, NULL);
+	pollset_add(w, &n, w->stop_fd, POLLIN, SLOT_STOP, NULL);
+	if (cfd >= 0)
+		pollset_add(w, &n, cfd, POLLIN, SLOT_CTX, NULL);
+	if (me->out_fd >= 0)
+		pollset_add(w, &n, me->out_fd, POLLOUT, SLOT_OUT, NULL);
 	for (struct tcp_waiter *x = w->waiters; x; x = x->next) {
-		if (x->ctx_fd >= 0 && !x->ctx_fired) {
-			pfd[n] = (struct pollfd){.fd = x->ctx_fd, .events = POLLIN};
-			sl[n++] = (struct tcp_slot){SLOT_WCTX, x};
-		}
-		if (x->out_fd >= 0 && !x->out_ready) {
-			pfd[n] = (struct pollfd){.fd = x->out_fd, .events = POLLOUT};
-			sl[n++] = (struct tcp_slot){SLOT_WOUT, x};
-		}
+		if (x->ctx_fd >= 0 && !x->ctx_fired)
+			pollset_add(w, &n, x->ctx_fd, POLLIN, SLOT_WCTX, x);
+		if (x->out_fd >= 0 && !x->out_ready)
+			pollset_add(w, &n, x->out_fd, POLLOUT, SLOT_WOUT, x);
 	}
-	size_t first_conn = n;
+	return n;
+}
+
+/*
+ * The connections to read, from slot @n on. A connection whose allocation
+ * said -EAGAIN is retried this round (tcp_wire_kick() ended the wait) as
+ * an rx_ready slot without an fd. Lowers *@timeout to 0 when a connection
+ * may have buffered data. Returns the new n.
+ */
+static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
+{
+	size_t first = n;
+
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
 		if (c->rx_eof || c->dead)
 			continue;
 		if (c->alloc_wait) {
-			timeout = ms_min(timeout, TCP_ALLOC_RETRY_MS);
+			*timeout = ms_min(*timeout, TCP_ALLOC_RETRY_MS);
 			c->alloc_wait = false;
 			c->rx_ready = true; /* retry the allocation */
 			continue;
@@ -315,47 +337,64 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 		if (tw_conn_held(w, c))
 			continue;
 		if (c->rx_ready)
-			timeout = 0;
+			*timeout = 0;
 		c->rx_res = 0;
-		pfd[n] = (struct pollfd){.fd = c->fd, .events = POLLIN};
-		sl[n++] = (struct tcp_slot){SLOT_CONN, c};
+		pollset_add(w, &n, c->fd, POLLIN, SLOT_CONN, c);
 	}
-	/* alloc_wait conns were skipped from polling but must be retried; put
-	 * them in as rx_ready slots with no fd. */
-	for (struct tcp_conn *c = w->conns; c; c = c->next)
-		if (c->rx_ready && !c->rx_eof && !c->dead &&
-		    !tw_conn_held(w, c)) {
-			bool listed = false;
-			for (size_t i = first_conn; i < n; i++)
-				if (sl[i].p == c)
-					listed = true;
-			if (!listed) {
-				c->rx_res = 0;
-				pfd[n] = (struct pollfd){.fd = -1};
-				sl[n++] = (struct tcp_slot){SLOT_CONN, c};
-			}
+	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+		if (!c->rx_ready || c->rx_eof || c->dead || tw_conn_held(w, c))
+			continue;
+		bool listed = false;
+		for (size_t i = first; i < n; i++)
+			if (w->slot[i].p == c)
+				listed = true;
+		if (!listed) {
+			c->rx_res = 0;
+			pollset_add(w, &n, -1, 0, SLOT_CONN, c);
 		}
-
-	pthread_mutex_unlock(&w->mu);
-
-	int r = wire_poll(w, pfd, n, timeout, me->out_fd < 0, ctx);
-	if (r < 0 && errno != EINTR) {
-		err = -errno;
-		r = 0;
 	}
-	if (r < 0)
-		r = 0;
-	for (size_t i = first_conn; i < n; i++) {
-		struct tcp_conn *c = sl[i].p;
-		if (pfd[i].revents || c->rx_ready)
-			c->rx_res = conn_rx(w, c, &mtail);
-	}
+	return n;
+}
 
-	pthread_mutex_lock(&w->mu);
+/* A connection's read result, as the leader applies it (mu held).
+ * Whether anything a waiter may wait for changed. */
+static bool conn_rx_result(struct tcp_wire *w, struct tcp_conn *c)
+{
 	bool changed = false;
+
+	if (c->rx_res == RX_EOF || c->rx_res == RX_EOF_PARTIAL) {
+		if (c->rx_res == RX_EOF_PARTIAL)
+			w->host->log(ZAP_LOG_WARN, w->dom,
+				     "dropping a partial message from %s: %s",
+				     c->raddr, c->rx_why);
+		else
+			w->host->log(ZAP_LOG_DEBUG, w->dom,
+				     "%s closed the connection", c->raddr);
+		/* Everything was read. Close now (a clean FIN: the peer
+		 * still reads what we queued before), or, if a frame of ours
+		 * is still going out, right after it: see tw_conn_rx_done(). */
+		tw_conn_rx_done(w, c);
+		changed = true;
+	} else if (c->rx_res < 0) {
+		w->host->log(ZAP_LOG_WARN, w->dom, "dropping connection to %s: %s",
+			     c->raddr, c->rx_why);
+		tw_conn_kill(w, c);
+		changed = true;
+	}
+	c->rx_res = 0;
+	return changed;
+}
+
+/* Apply what the poll round saw (mu held). Whether anything changed. */
+static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
+{
+	bool changed = false;
+
 	for (size_t i = 0; i < n; i++) {
-		short re = pfd[i].revents;
-		switch (sl[i].kind) {
+		short re = w->pfd[i].revents;
+		struct tcp_slot *s = &w->slot[i];
+
+		switch (s->kind) {
 		case SLOT_KICK:
 			if (re && !atomic_load(&w->shut)) {
 				uint64_t v;
@@ -369,54 +408,74 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 			break;
 		case SLOT_WCTX:
 		case SLOT_WOUT:
-			if (re && waiter_live(w, sl[i].p)) {
-				struct tcp_waiter *x = sl[i].p;
-				if (sl[i].kind == SLOT_WCTX)
+			if (re && waiter_live(w, s->p)) {
+				struct tcp_waiter *x = s->p;
+				if (s->kind == SLOT_WCTX)
 					x->ctx_fired = true;
 				else
 					x->out_ready = true;
 				changed = true;
 			}
 			break;
-		case SLOT_CONN: {
-			struct tcp_conn *c = sl[i].p;
-			if (c->rx_res == RX_EOF || c->rx_res == RX_EOF_PARTIAL) {
-				if (c->rx_res == RX_EOF_PARTIAL)
-					host->log(ZAP_LOG_WARN, w->dom,
-						  "dropping a partial message from %s: %s",
-						  c->raddr, c->rx_why);
-				else
-					host->log(ZAP_LOG_DEBUG, w->dom,
-						  "%s closed the connection", c->raddr);
-				/* Everything was read. Close now (a clean FIN:
-				 * the peer still reads what we queued before),
-				 * or, if a frame of ours is still going out,
-				 * right after it: see tw_conn_rx_done(). */
-				tw_conn_rx_done(w, c);
-				changed = true;
-			} else if (c->rx_res < 0) {
-				host->log(ZAP_LOG_WARN, w->dom,
-					  "dropping connection to %s: %s",
-					  c->raddr, c->rx_why);
-				tw_conn_kill(w, c);
-				changed = true;
-			}
-			c->rx_res = 0;
+		case SLOT_CONN:
+			changed |= conn_rx_result(w, s->p);
 			break;
-		}
 		default:
 			break;
 		}
 	}
+	return changed;
+}
+
+/* Append the messages read this round to the queue (mu held). */
+static void queue_append(struct tcp_wire *w, struct tcp_rx_msg *mhead)
+{
+	if (w->qtail)
+		w->qtail->next = mhead;
+	else
+		w->qhead = mhead;
+	struct tcp_rx_msg *t = mhead;
+	while (t->next)
+		t = t->next;
+	w->qtail = t;
+}
+
+/*
+ * One round as leader: poll everything, read what is ready, queue the
+ * messages. Called and returns with w->mu held; drops it around poll and
+ * reads. @me->out_fd is our own POLLOUT interest (or -1).
+ */
+static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
+			struct zap_ctx *ctx)
+{
+	int timeout = w->host->ctx_timeout_ms(ctx);
+	struct tcp_rx_msg *mhead = NULL, **mtail = &mhead;
+	size_t n, want = 4, first_conn;
+	int err = 0;
+
+	tw_reap(w);
+	for (struct tcp_conn *c = w->conns; c; c = c->next)
+		want++;
+	want += 2u * w->nwaiters;
+	if (pollset_reserve(w, want))
+		return -ENOMEM;
+	first_conn = pollset_fixed(w, me, w->host->ctx_fd(ctx));
+	n = pollset_conns(w, first_conn, &timeout);
+
+	pthread_mutex_unlock(&w->mu);
+	if (wire_poll(w, w->pfd, n, timeout, me->out_fd < 0, ctx) < 0 &&
+	    errno != EINTR)
+		err = -errno;
+	for (size_t i = first_conn; i < n; i++) {
+		struct tcp_conn *c = w->slot[i].p;
+		if (w->pfd[i].revents || c->rx_ready)
+			c->rx_res = conn_rx(w, c, &mtail);
+	}
+	pthread_mutex_lock(&w->mu);
+
+	bool changed = leader_apply(w, me, n);
 	if (mhead) {
-		if (w->qtail)
-			w->qtail->next = mhead;
-		else
-			w->qhead = mhead;
-		struct tcp_rx_msg *t = mhead;
-		while (t->next)
-			t = t->next;
-		w->qtail = t;
+		queue_append(w, mhead);
 		changed = true;
 	}
 	if (changed)

@@ -7,6 +7,7 @@
  * and recv wait through tw_wait_step().
  */
 #include "tcp_int.h"
+#include "zap-addr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -294,7 +295,7 @@ out:
 
 /* The address others can reach a wildcard listener at: the source address
  * of the default route (no packet is sent), else loopback. */
-static void wildcard_sendable(int family, const char *port, char *buf,
+static void wildcard_sendable(int family, uint16_t port, char *buf,
 			      size_t len)
 {
 	struct sockaddr_storage ss = {0};
@@ -318,12 +319,12 @@ static void wildcard_sendable(int family, const char *port, char *buf,
 		struct sockaddr_storage me;
 		socklen_t ml = sizeof(me);
 		if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0) {
-			char a[ZAP_PEER_MAX], h[ZAP_PEER_MAX], p[8];
-			tw_addr_format((struct sockaddr *)&me, ml, a, sizeof(a));
-			if (!tcp_addr_split(a, h, sizeof(h), p, sizeof(p)) &&
-			    !tw_host_is_wildcard(h)) {
-				snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s",
-					 h, port);
+			char a[ZAP_PEER_MAX];
+			struct zaddr z;
+			if (!zaddr_format((struct sockaddr *)&me, ml, port, a,
+					  sizeof(a)) &&
+			    !zaddr_parse(a, &z) && !z.wildcard) {
+				snprintf(buf, len, "%s", a);
 				close(fd);
 				return;
 			}
@@ -331,23 +332,25 @@ static void wildcard_sendable(int family, const char *port, char *buf,
 	}
 	if (fd >= 0)
 		close(fd);
-	snprintf(buf, len, family == AF_INET6 ? "[::1]:%s" : "127.0.0.1:%s", port);
+	snprintf(buf, len, family == AF_INET6 ? "[::1]:%u" : "127.0.0.1:%u",
+		 (unsigned)port);
 }
 
 static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 {
-	char host[ZAP_PEER_MAX], port[8];
+	struct zaddr a, b;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
 	int r, fd = -1, one = 1;
 
-	if (tcp_addr_split(listen_addr, host, sizeof(host), port, sizeof(port)))
+	if (zaddr_parse(listen_addr, &a))
 		return w->host->fail(-EINVAL,
 				     "%s: malformed listen address \"%s\" (ZAP_LISTEN; want host:port)",
 				     w->dom, listen_addr);
-	r = getaddrinfo(tw_host_is_wildcard(host) && strcmp(host, "::") ? NULL : host,
-			port, &hints, &res);
+	bool any4 = a.wildcard && a.kind == ZADDR_IPV4;
+	bool any6 = a.wildcard && a.kind == ZADDR_IPV6;
+	r = getaddrinfo(any4 ? NULL : a.host, a.port, &hints, &res);
 	if (r)
 		return w->host->fail(-EINVAL, "%s: cannot resolve listen address %s: %s",
 				     w->dom, listen_addr, gai_strerror(r));
@@ -355,9 +358,8 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 		/* A bare wildcard binds IPv4 any, which every peer string
 		 * form reaches; "[::]" asks for dual-stack explicitly. */
-		if (!strcmp(host, "::") ? ai->ai_family != AF_INET6
-					 : (tw_host_is_wildcard(host) &&
-					    ai->ai_family != AF_INET))
+		if (any6 ? ai->ai_family != AF_INET6
+			 : (any4 && ai->ai_family != AF_INET))
 			continue;
 		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
 			    ai->ai_protocol);
@@ -387,10 +389,9 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	getsockname(fd, (struct sockaddr *)&ss, &sl);
-	tw_addr_format((struct sockaddr *)&ss, sl, w->bound, sizeof(w->bound));
-	tcp_addr_split(w->bound, host, sizeof(host), port, sizeof(port));
-	if (tw_host_is_wildcard(host))
-		wildcard_sendable(ss.ss_family, port, w->addr, sizeof(w->addr));
+	zaddr_format((struct sockaddr *)&ss, sl, -1, w->bound, sizeof(w->bound));
+	if (zaddr_parse(w->bound, &b) || b.wildcard)
+		wildcard_sendable(ss.ss_family, b.port_num, w->addr, sizeof(w->addr));
 	else
 		snprintf(w->addr, sizeof(w->addr), "%s", w->bound);
 	w->lfd = fd;

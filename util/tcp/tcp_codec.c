@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The frame header and HELLO codec: the parsers of bytes a peer sends and
- * of address strings. Pure (no socket, no wire state), so fuzz-tcp-wire.c
- * calls them directly; the wire uses exactly these. No shared state.
+ * The frame header and HELLO codec: the parsers of bytes a peer sends (the
+ * HELLO's address goes through the shared parser, zap-addr.h). Pure (no
+ * socket, no wire state), so fuzz-tcp-wire.c calls them directly; the wire
+ * uses exactly these. No shared state.
  */
 #include "tcp_int.h"
+#include "zap-addr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -60,79 +62,10 @@ int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
 	return 0;
 }
 
-int tcp_addr_split(const char *s, char *host, size_t hl, char *port, size_t pl)
-{
-	const char *colon, *h = s;
-	size_t n;
-
-	if (!s || !*s)
-		return -EINVAL;
-	if (*s == '[') {
-		const char *close = strchr(s, ']');
-		if (!close || close[1] != ':')
-			return -EINVAL;
-		h = s + 1;
-		n = (size_t)(close - h);
-		colon = close + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (!colon)
-			return -EINVAL;
-		n = (size_t)(colon - s);
-		if (memchr(s, ':', n)) /* bare IPv6 needs brackets */
-			return -EINVAL;
-	}
-	if (n >= hl || strlen(colon + 1) >= pl || !colon[1])
-		return -EINVAL;
-	memcpy(host, h, n);
-	host[n] = '\0';
-	for (const char *p = colon + 1; *p; p++)
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-	if (strtoul(colon + 1, NULL, 10) > 65535)
-		return -EINVAL;
-	strcpy(port, colon + 1);
-	for (const char *p = host; *p; p++)
-		if (*p <= ' ' || *p > '~')
-			return -EINVAL;
-	return 0;
-}
-
-void tw_addr_format(const struct sockaddr *sa, socklen_t sl, char *buf,
-			size_t len)
-{
-	/* An IPv6 literal with a scope name always fits. */
-	char h[INET6_ADDRSTRLEN + IF_NAMESIZE + 2], p[NI_MAXSERV];
-
-	if (getnameinfo(sa, sl, h, sizeof(h), p, sizeof(p),
-			NI_NUMERICHOST | NI_NUMERICSERV)) {
-		snprintf(buf, len, "?");
-		return;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
-			struct sockaddr_in s4 = {.sin_family = AF_INET,
-						 .sin_port = s6->sin6_port};
-			memcpy(&s4.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
-			tw_addr_format((struct sockaddr *)&s4, sizeof(s4), buf, len);
-			return;
-		}
-		snprintf(buf, len, "[%s]:%s", h, p);
-	} else {
-		snprintf(buf, len, "%s:%s", h, p);
-	}
-}
-
-bool tw_host_is_wildcard(const char *h)
-{
-	return !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::") ||
-	       !strcmp(h, "*");
-}
-
 int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 		    char *why, size_t whylen)
 {
+	struct zaddr a;
 	size_t al;
 
 	if (len < TCP_HELLO_FIXED + 3 || len > TCP_HELLO_MAX) {
@@ -144,32 +77,31 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 	h->addr[al] = '\0';
 	h->id = get_be64(p);
 	h->nonce = get_be64(p + 8);
-	if (strlen(h->addr) != al ||
-	    tcp_addr_split(h->addr, h->host, sizeof(h->host), h->port,
-			   sizeof(h->port)) ||
-	    !strcmp(h->port, "0")) {
+	if (strlen(h->addr) != al || zaddr_parse(h->addr, &a) || !a.port_num) {
 		snprintf(why, whylen, "HELLO carries a malformed address");
 		return -EPROTO;
 	}
-	h->wildcard = tw_host_is_wildcard(h->host);
+	/* Parts of h->addr, so they fit. */
+	memcpy(h->host, a.host, strlen(a.host) + 1);
+	memcpy(h->port, a.port, strlen(a.port) + 1);
+	h->port_num = a.port_num;
+	h->wildcard = a.wildcard;
 	return 0;
 }
 
 int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
 		   socklen_t sl, char *out, size_t len, char *why, size_t whylen)
 {
-	char s[ZAP_PEER_MAX], sh[ZAP_PEER_MAX], sp[8];
-
 	if (!h->wildcard) {
 		snprintf(out, len, "%s", h->addr);
 		return 0;
 	}
-	tw_addr_format(src, sl, s, sizeof(s));
-	if (tcp_addr_split(s, sh, sizeof(sh), sp, sizeof(sp))) {
-		snprintf(why, whylen, "unusable source address %s", s);
+	/* The source host with the announced port. */
+	if (zaddr_format(src, sl, h->port_num, out, len)) {
+		snprintf(why, whylen, "unusable source address (family %d)",
+			 src->sa_family);
 		return -EPROTO;
 	}
-	snprintf(out, len, strchr(sh, ':') ? "[%s]:%s" : "%s:%s", sh, h->port);
 	return 0;
 }
 

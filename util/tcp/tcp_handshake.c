@@ -10,6 +10,7 @@
  * whoever runs its handshake (the accept thread, or the dialing sender).
  */
 #include "tcp_int.h"
+#include "zap-addr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -107,9 +108,10 @@ static void pending_drop(struct tcp_wire *w, struct tcp_conn *c,
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	char src[ZAP_PEER_MAX] = "?";
-	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0)
-		tw_addr_format((struct sockaddr *)&ss, sl, src, sizeof(src));
+	char src[ZAP_PEER_MAX];
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) ||
+	    zaddr_format((struct sockaddr *)&ss, sl, -1, src, sizeof(src)))
+		snprintf(src, sizeof(src), "?");
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", src, why);
 	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
@@ -367,23 +369,22 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 static int dial_connect(struct tcp_wire *w, const char *peer,
 			struct zap_ctx *ctx, int *fd)
 {
-	char host[ZAP_PEER_MAX], port[8];
+	struct zaddr a;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *res = NULL;
 	int r;
 
-	if (tcp_addr_split(peer, host, sizeof(host), port, sizeof(port)) || !*host ||
-	    !strcmp(port, "0"))
+	if (zaddr_parse(peer, &a) || !a.port_num)
 		return w->host->fail(-EINVAL,
 				     "%s: malformed peer address \"%s\" (want host:port or [v6]:port)",
 				     w->dom, peer);
-	r = getaddrinfo(host, port, &hints, &res);
+	r = getaddrinfo(a.host, a.port, &hints, &res);
 	if (r)
 		return w->host->fail(r == EAI_NONAME || r == EAI_AGAIN
 					     ? -EHOSTUNREACH
 					     : -EINVAL,
-				     "%s: cannot resolve %s: %s", w->dom, host,
+				     "%s: cannot resolve %s: %s", w->dom, a.host,
 				     gai_strerror(r));
 	r = -EHOSTUNREACH;
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {

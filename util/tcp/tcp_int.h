@@ -234,9 +234,6 @@ static inline int ms_min(int a, int b)
 
 /* tcp_codec.c */
 void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
-bool tw_host_is_wildcard(const char *h);
-void tw_addr_format(const struct sockaddr *sa, socklen_t sl, char *buf,
-		    size_t len);
 
 /* tcp_conn.c: wake-ups */
 uint64_t tw_rand64(void);

@@ -475,7 +475,13 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	if (r)
 		goto fail;
 
-	w->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->kick = calloc(1, sizeof(*w->kick));
+	if (!w->kick) {
+		r = host->fail(-ENOMEM, "%s: out of memory", w->dom);
+		goto fail;
+	}
+	atomic_init(&w->kick->refs, 1);
+	w->kick->fd = w->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->kick_fd < 0 || w->stop_fd < 0) {
 		r = host->fail(-errno, "%s: eventfd: %s", w->dom, strerror(errno));
@@ -550,8 +556,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	}
 	if (w->lfd >= 0)
 		close(w->lfd);
-	if (w->kick_fd >= 0)
-		close(w->kick_fd);
+	tcp_kick_put(w->kick); /* closes kick_fd unless a holder remains */
 	if (w->stop_fd >= 0)
 		close(w->stop_fd);
 	free(w->pfd);
@@ -577,4 +582,29 @@ uint64_t tcp_wire_max_msg(const struct tcp_wire *w)
 void tcp_wire_kick(struct tcp_wire *w)
 {
 	tw_kick(w);
+}
+
+struct tcp_kick *tcp_wire_kick_get(struct tcp_wire *w)
+{
+	atomic_fetch_add(&w->kick->refs, 1);
+	return w->kick;
+}
+
+void tcp_kick(struct tcp_kick *k)
+{
+	uint64_t one = 1;
+
+	if (k && k->fd >= 0) {
+		ssize_t r = write(k->fd, &one, sizeof(one));
+		(void)r; /* a full counter is readable anyway */
+	}
+}
+
+void tcp_kick_put(struct tcp_kick *k)
+{
+	if (!k || atomic_fetch_sub(&k->refs, 1) != 1)
+		return;
+	if (k->fd >= 0)
+		close(k->fd);
+	free(k);
 }

@@ -71,7 +71,6 @@
 #define TCP_PENDING_MAX 4096
 #define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
 #define TCP_PENDING_LIMIT 1048576u
-#define TCP_ALLOC_RETRY_MS 5
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
 #define TCP_SPIN_MAX_US 1000000u
 
@@ -142,6 +141,17 @@ struct tcp_slot {
 	void *p;
 };
 
+/*
+ * The kick eventfd, refcounted: the wire holds one reference and every
+ * tcp_wire_kick_get() another, so a receive allocator's release may kick
+ * after the wire is gone (the write then wakes nobody) and never writes to
+ * a closed, perhaps reused, descriptor.
+ */
+struct tcp_kick {
+	atomic_uint refs;
+	int fd;
+};
+
 struct tcp_wire {
 	const struct zap_host *host;
 	const char *dom;
@@ -149,6 +159,7 @@ struct tcp_wire {
 	uint64_t max_msg;
 	uint64_t id;
 	int lfd;
+	struct tcp_kick *kick;   /* owns kick_fd */
 	int kick_fd;             /* wakes the leader; drained by it */
 	int stop_fd;             /* readable once shut down; never drained */
 	atomic_bool shut;

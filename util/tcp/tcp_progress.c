@@ -316,24 +316,19 @@ static size_t pollset_fixed(struct tcp_wire *w, struct tcp_waiter *me, int cfd)
 }
 
 /*
- * The connections to read, from slot @n on. A connection whose allocation
- * said -EAGAIN is retried this round (tcp_wire_kick() ended the wait) as
- * an rx_ready slot without an fd. Lowers *@timeout to 0 when a connection
- * may have buffered data. Returns the new n.
+ * The connections to read, from slot @n on: a connection that may have
+ * buffered data (or whose allocation is to be retried) as an rx_ready slot
+ * without an fd if it is not polled anyway, and then *@timeout is 0. A
+ * connection paused by an -EAGAIN allocation is neither polled nor read
+ * until a kick resumes it (resume_paused()). Returns the new n.
  */
 static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 {
 	size_t first = n;
 
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
-		if (c->rx_eof || c->dead)
+		if (c->rx_eof || c->dead || c->alloc_wait)
 			continue;
-		if (c->alloc_wait) {
-			*timeout = ms_min(*timeout, TCP_ALLOC_RETRY_MS);
-			c->alloc_wait = false;
-			c->rx_ready = true; /* retry the allocation */
-			continue;
-		}
 		if (tw_conn_held(w, c))
 			continue;
 		if (c->rx_ready)
@@ -342,7 +337,8 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 		pollset_add(w, &n, c->fd, POLLIN, SLOT_CONN, c);
 	}
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
-		if (!c->rx_ready || c->rx_eof || c->dead || tw_conn_held(w, c))
+		if (!c->rx_ready || c->rx_eof || c->dead || c->alloc_wait ||
+		    tw_conn_held(w, c))
 			continue;
 		bool listed = false;
 		for (size_t i = first; i < n; i++)
@@ -385,6 +381,22 @@ static bool conn_rx_result(struct tcp_wire *w, struct tcp_conn *c)
 	return changed;
 }
 
+/*
+ * The kick fired (mu held): memory may be free again, so every connection
+ * paused by an -EAGAIN allocation retries in the next round. The kick was
+ * drained after this round's reads, so a release that came after a failed
+ * allocation either is seen here or left the eventfd readable for the
+ * next poll: no wake-up is lost, and nothing polls on a timer.
+ */
+static void resume_paused(struct tcp_wire *w)
+{
+	for (struct tcp_conn *c = w->conns; c; c = c->next)
+		if (c->alloc_wait) {
+			c->alloc_wait = false;
+			c->rx_ready = true;
+		}
+}
+
 /* Apply what the poll round saw (mu held). Whether anything changed. */
 static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 {
@@ -400,6 +412,7 @@ static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 				uint64_t v;
 				ssize_t k = read(w->kick_fd, &v, sizeof(v));
 				(void)k;
+				resume_paused(w);
 			}
 			break;
 		case SLOT_OUT:

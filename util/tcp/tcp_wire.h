@@ -39,9 +39,13 @@ struct tcp_rx_msg {
  *         whole record, also after the wire was destroyed, and is also how
  *         the wire drops a message it could not complete.
  *         -EAGAIN: no memory right now; the wire stops reading that
- *         connection (TCP flow control holds the sender) and retries a few
- *         milliseconds later or after tcp_wire_kick(). Any other negative
- *         errno: the connection is closed with a logged reason.
+ *         connection (TCP flow control holds the sender) until the next
+ *         kick (tcp_wire_kick(), tcp_kick()), and then retries at once.
+ *         Nothing retries on a timer: an allocator that says -EAGAIN must
+ *         kick when memory comes back (a release), and must not say it
+ *         when nothing it controls will free memory (say -ENOMEM then).
+ *         Any other negative errno: the connection is closed with a
+ *         logged reason.
  *         Called from the thread driving progress, without wire locks held;
  *         it must not block for long.
  */
@@ -82,8 +86,20 @@ int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
 
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
 
-/* Retry connections paused by an -EAGAIN allocation now. */
+/* Retry connections paused by an -EAGAIN allocation now. Thread-safe. */
 void tcp_wire_kick(struct tcp_wire *w);
+
+/*
+ * The same kick as a handle that outlives the wire, for the release of
+ * received memory, which may run after tcp_wire_destroy(): kicking then
+ * wakes nobody. tcp_wire_kick_get() takes a reference (any thread, while
+ * the wire exists); tcp_kick() kicks (any thread, NULL: nothing);
+ * tcp_kick_put() drops the reference (NULL: nothing).
+ */
+struct tcp_kick;
+struct tcp_kick *tcp_wire_kick_get(struct tcp_wire *w);
+void tcp_kick(struct tcp_kick *k);
+void tcp_kick_put(struct tcp_kick *k);
 
 /*
  * The parsers of bytes a peer sends, pure (no socket, no wire), so that

@@ -92,7 +92,7 @@ struct tcp_conn {
 	bool tx_shut;
 	bool dead;               /* close at the next reap */
 	bool rx_eof;             /* no more data will be read */
-	bool alloc_wait;         /* leader: allocator said -EAGAIN */
+	bool alloc_wait;         /* leader: -EAGAIN, paused until a kick */
 	bool rx_ready;           /* leader: may have buffered data, read without waiting */
 	bool rx_big;             /* leader: last message was large */
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "zap-addr.h"
 #include "zap-private.h"
 
 static struct zap_config config;
@@ -143,40 +144,14 @@ int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
  */
 int zap__check_address(const char *what, const char *addr)
 {
-	const char *colon, *p;
-	char *end;
-	unsigned long port;
+	struct zaddr a;
 
-	if (addr[0] == '[') {
-		const char *close = strchr(addr, ']');
-
-		if (!close || close == addr + 1 || close[1] != ':')
-			goto bad;
-		for (p = addr + 1; p < close; p++)
-			if (!isxdigit((unsigned char)*p) && *p != ':' &&
-			    *p != '.' && *p != '%' && !isalnum((unsigned char)*p))
-				goto bad;
-		colon = close + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon || colon == addr)
-			goto bad;
-		for (p = addr; p < colon; p++)
-			if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-' &&
-			    *p != '_')
-				goto bad;
-	}
-	if (!isdigit((unsigned char)colon[1]))
-		goto bad;
-	errno = 0;
-	port = strtoul(colon + 1, &end, 10);
-	if (errno || *end || port > 65535)
-		goto bad;
+	/* The grammar is zap-addr.h's, shared with every transport. */
+	if (zaddr_parse(addr, &a))
+		return zap__fail(-EINVAL,
+				 "%s='%s' is not an address of the form host:port or [ipv6]:port",
+				 what, addr);
 	return 0;
-bad:
-	return zap__fail(-EINVAL,
-			 "%s='%s' is not an address of the form host:port or [ipv6]:port",
-			 what, addr);
 }
 
 int zap__parse_log_level(const char *s, enum zap_log_level *out)

@@ -34,6 +34,7 @@
 #include <zap/zap.h>
 
 #include "fuzz.h"
+#include "zap-addr.h"
 
 #define HDR 16
 #define MAX_MSG (64u << 10)
@@ -99,57 +100,22 @@ static bool hdr_ok(const uint8_t *h, unsigned type, uint64_t max, uint64_t *len)
 	return *len <= max;
 }
 
-/* A HELLO address: host:port or [host]:port, port digits <= 65535 and not
- * "0", printable host without ':' unless bracketed. Sets *@wild. */
+/* A HELLO address: no NUL, an address by the shared grammar (zap-addr.h,
+ * whose parser fuzz-address.c checks against its own reading), port not 0.
+ * Sets *@port and *@wild. */
 static bool hello_addr_ok(const char *a, size_t n, char *port, bool *wild)
 {
-	const char *colon, *h;
-	size_t hl;
-	char host[ZAP_PEER_MAX];
+	char s[ZAP_PEER_MAX];
+	struct zaddr z;
 
-	if (memchr(a, '\0', n) || !n)
+	if (!n || n >= sizeof(s) || memchr(a, '\0', n))
 		return false;
-	if (a[0] == '[') {
-		const char *close = memchr(a, ']', n);
-		if (!close || close + 1 >= a + n || close[1] != ':')
-			return false;
-		h = a + 1;
-		hl = (size_t)(close - h);
-		colon = close + 1;
-	} else {
-		colon = NULL;
-		for (size_t i = n; i-- > 0;)
-			if (a[i] == ':') {
-				colon = a + i;
-				break;
-			}
-		if (!colon)
-			return false;
-		h = a;
-		hl = (size_t)(colon - a);
-		if (memchr(h, ':', hl))
-			return false;
-	}
-	size_t pl = (size_t)(a + n - colon - 1);
-	if (!pl || pl >= 8)
+	memcpy(s, a, n);
+	s[n] = '\0';
+	if (zaddr_parse(s, &z) || !z.port_num)
 		return false;
-	unsigned long v = 0;
-	for (size_t i = 0; i < pl; i++) {
-		char c = colon[1 + i];
-		if (c < '0' || c > '9')
-			return false;
-		v = v * 10 + (unsigned long)(c - '0');
-	}
-	if (v > 65535 || (pl == 1 && colon[1] == '0'))
-		return false;
-	memcpy(host, h, hl);
-	host[hl] = '\0';
-	for (size_t i = 0; i < hl; i++)
-		if (host[i] <= ' ' || host[i] > '~')
-			return false;
-	memcpy(port, colon + 1, pl);
-	port[pl] = '\0';
-	*wild = !hl || !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "*");
+	strcpy(port, z.port);
+	*wild = z.wildcard;
 	return true;
 }
 

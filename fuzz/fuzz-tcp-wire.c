@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The default/uma wire's parsers of network bytes, called directly
- * (util/tcp/tcp_wire.c): the frame header (tcp_parse_header()),
- * the HELLO payload (tcp_parse_hello()) and the replyable peer string made
- * from it and the connection's source address (tcp_hello_peer()), peer
- * address splitting (tcp_addr_split(), also used on every zap_send()
- * peer and on ZAP_LISTEN), and the decimal parser of the wire's
- * environment variables (tcp_parse_uint()). fuzz-tcp-stream.c drives the
- * same code through a real socket.
+ * (util/tcp/tcp_codec.c): the frame header (tcp_parse_header()), the HELLO
+ * payload (tcp_parse_hello()) and the replyable peer string made from it
+ * and the connection's source address (tcp_hello_peer()), the formatting
+ * of socket addresses the wire sends and logs (zaddr_format(), util/addr;
+ * its parser has its own harness, fuzz-address.c), and the decimal parser
+ * of the wire's environment variables (tcp_parse_uint()).
+ * fuzz-tcp-stream.c drives the same code through a real socket.
  *
  * First byte: which parser (mod 5); the rest is its input.
  */
@@ -19,6 +19,7 @@
 
 #include "fuzz.h"
 #include "tcp_wire.h"
+#include "zap-addr.h"
 
 static uint64_t rd64(const uint8_t *p)
 {
@@ -26,52 +27,6 @@ static uint64_t rd64(const uint8_t *p)
 	for (int i = 0; i < 8; i++)
 		v = v << 8 | p[i];
 	return v;
-}
-
-/* The address rules of WIRE.md, read independently: host:port or
- * [host]:port, port 1-7 digits <= 65535, host printable, no ':' unless
- * bracketed, the host may be empty. */
-static bool ref_split(const char *a, char *host, char *port)
-{
-	const char *colon, *h;
-	size_t hl, n = strlen(a);
-
-	if (!n)
-		return false;
-	if (a[0] == '[') {
-		const char *close = strchr(a, ']');
-		if (!close || close[1] != ':')
-			return false;
-		h = a + 1;
-		hl = (size_t)(close - h);
-		colon = close + 1;
-	} else {
-		colon = strrchr(a, ':');
-		if (!colon)
-			return false;
-		h = a;
-		hl = (size_t)(colon - a);
-		if (memchr(h, ':', hl))
-			return false;
-	}
-	size_t pl = strlen(colon + 1);
-	if (!pl || pl >= 8 || hl >= ZAP_PEER_MAX)
-		return false;
-	unsigned long v = 0;
-	for (size_t i = 0; i < pl; i++) {
-		if (!isdigit((unsigned char)colon[1 + i]))
-			return false;
-		v = v * 10 + (unsigned long)(colon[1 + i] - '0');
-	}
-	if (v > 65535)
-		return false;
-	for (size_t i = 0; i < hl; i++)
-		if (h[i] <= ' ' || h[i] > '~')
-			return false;
-	memcpy(host, h, hl);
-	host[hl] = '\0';
-	strcpy(port, colon + 1);
-	return true;
 }
 
 static void do_header(const uint8_t *d, size_t n)
@@ -102,24 +57,53 @@ static void do_header(const uint8_t *d, size_t n)
 	free(h);
 }
 
-static void check_split(const char *s)
+/* The source address of a connection from the first 19 bytes of @d: IPv4,
+ * IPv6 (with a scope id) or v4-mapped IPv6. */
+static socklen_t source_addr(const uint8_t *d, struct sockaddr_storage *ss)
 {
-	char host[ZAP_PEER_MAX], port[8], rh[ZAP_PEER_MAX], rp[8];
-	int r = tcp_addr_split(s, host, sizeof(host), port, sizeof(port));
-	bool ref = ref_split(s, rh, rp);
-
-	FUZZ_CHECK((r == 0) == ref);
-	if (!r) {
-		FUZZ_CHECK(!strcmp(host, rh) && !strcmp(port, rp));
-		/* Splitting is lossless. */
-		char back[2 * ZAP_PEER_MAX];
-		snprintf(back, sizeof(back), s[0] == '[' ? "[%s]:%s" : "%s:%s", host, port);
-		FUZZ_CHECK(!strcmp(back, s));
+	memset(ss, 0, sizeof(*ss));
+	if (d[0] % 3 == 0) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+		s4->sin_family = AF_INET;
+		memcpy(&s4->sin_addr, d + 1, 4);
+		memcpy(&s4->sin_port, d + 17, 2);
+		return sizeof(*s4);
 	}
-	/* Short buffers are refused, never overrun. */
-	char h4[4], p2[2];
-	if (!tcp_addr_split(s, h4, sizeof(h4), p2, sizeof(p2)))
-		FUZZ_CHECK(strlen(h4) < 4 && strlen(p2) < 2);
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+	s6->sin6_family = AF_INET6;
+	memcpy(&s6->sin6_addr, d + 1, 16);
+	if (d[0] % 3 == 2) { /* v4-mapped */
+		memset(&s6->sin6_addr, 0, 10);
+		s6->sin6_addr.s6_addr[10] = s6->sin6_addr.s6_addr[11] = 0xff;
+	}
+	memcpy(&s6->sin6_port, d + 17, 2);
+	s6->sin6_scope_id = d[0] & 0x80 ? 1 : 0; /* lo */
+	return sizeof(*s6);
+}
+
+/* The formatter the wire uses for source and bound addresses: whatever
+ * the socket says, the result is an address the shared parser accepts,
+ * with the same port (or the one asked for). */
+static void do_format(const uint8_t *d, size_t n)
+{
+	struct sockaddr_storage ss;
+	char buf[ZAP_PEER_MAX];
+	struct zaddr z;
+
+	if (n < 19)
+		return;
+	socklen_t sl = source_addr(d, &ss);
+	unsigned port = ntohs(ss.ss_family == AF_INET
+				      ? ((struct sockaddr_in *)&ss)->sin_port
+				      : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	int want = n > 19 && d[19] & 1 ? (int)(d[19] * 257u) & 0xffff : -1;
+	FUZZ_CHECK(zaddr_format((struct sockaddr *)&ss, sl, want, buf, sizeof(buf)) == 0);
+	FUZZ_CHECK(zaddr_parse(buf, &z) == 0);
+	FUZZ_CHECK(z.port_num == (want >= 0 ? (unsigned)want : port));
+	FUZZ_CHECK(z.kind == ZADDR_IPV4 || z.kind == ZADDR_IPV6);
+	bool v4 = ss.ss_family == AF_INET ||
+		  IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+	FUZZ_CHECK((z.kind == ZADDR_IPV4) == v4);
 }
 
 static void do_hello(const uint8_t *d, size_t n)
@@ -129,29 +113,8 @@ static void do_hello(const uint8_t *d, size_t n)
 
 	if (n < 1 + 18 + 2)
 		return;
-	/* The source address the connection came from: IPv4, IPv6 (with a
-	 * scope id) or v4-mapped IPv6, from the first bytes. */
 	struct sockaddr_storage ss;
-	socklen_t sl;
-	memset(&ss, 0, sizeof(ss));
-	if (d[0] % 3 == 0) {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-		s4->sin_family = AF_INET;
-		memcpy(&s4->sin_addr, d + 1, 4);
-		memcpy(&s4->sin_port, d + 17, 2);
-		sl = sizeof(*s4);
-	} else {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-		s6->sin6_family = AF_INET6;
-		memcpy(&s6->sin6_addr, d + 1, 16);
-		if (d[0] % 3 == 2) { /* v4-mapped */
-			memset(&s6->sin6_addr, 0, 10);
-			s6->sin6_addr.s6_addr[10] = s6->sin6_addr.s6_addr[11] = 0xff;
-		}
-		memcpy(&s6->sin6_port, d + 17, 2);
-		s6->sin6_scope_id = d[0] & 0x80 ? 1 : 0; /* lo */
-		sl = sizeof(*s6);
-	}
+	socklen_t sl = source_addr(d, &ss);
 	d += 19;
 	n -= 19;
 
@@ -170,22 +133,23 @@ static void do_hello(const uint8_t *d, size_t n)
 	FUZZ_CHECK(n >= 16 + 3 && n <= 16 + ZAP_PEER_MAX - 1);
 	FUZZ_CHECK(h.id == rd64(p) && h.nonce == rd64(p + 8));
 	FUZZ_CHECK(strlen(h.addr) == n - 16 && !memcmp(h.addr, p + 16, n - 16));
-	char rh[ZAP_PEER_MAX], rp[8];
-	FUZZ_CHECK(ref_split(h.addr, rh, rp));
-	FUZZ_CHECK(!strcmp(rh, h.host) && !strcmp(rp, h.port) && strcmp(h.port, "0"));
-	FUZZ_CHECK(h.wildcard == (!rh[0] || !strcmp(rh, "0.0.0.0") || !strcmp(rh, "::") ||
-				  !strcmp(rh, "*")));
+	/* The address is what the shared parser (fuzz-address.c checks it
+	 * against its own oracle) reads, port 0 excluded. */
+	struct zaddr z;
+	FUZZ_CHECK(zaddr_parse(h.addr, &z) == 0 && z.port_num);
+	FUZZ_CHECK(!strcmp(z.host, h.host) && !strcmp(z.port, h.port) &&
+		   z.port_num == h.port_num && z.wildcard == h.wildcard);
 	why[0] = '\0';
 	r = tcp_hello_peer(&h, (struct sockaddr *)&ss, sl, peer, sizeof(peer), why,
 			   sizeof(why));
 	if (!h.wildcard) {
 		FUZZ_CHECK(r == 0 && !strcmp(peer, h.addr));
 	} else if (!r) {
-		/* A replyable peer: splits, same port, the host from the
+		/* A replyable peer: parses, same port, the host from the
 		 * connection's source. */
-		FUZZ_CHECK(ref_split(peer, rh, rp));
-		FUZZ_CHECK(!strcmp(rp, h.port));
-		FUZZ_CHECK(rh[0]);
+		struct zaddr pz;
+		FUZZ_CHECK(zaddr_parse(peer, &pz) == 0);
+		FUZZ_CHECK(!strcmp(pz.port, h.port));
 	} else {
 		FUZZ_CHECK(why[0]);
 	}
@@ -230,12 +194,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		do_hello(data + 1, size - 1);
 		break;
 	case 2:
-	case 3: {
-		char *s = fuzz_strndup(data + 1, size - 1);
-		check_split(s);
-		free(s);
+	case 3:
+		do_format(data + 1, size - 1);
 		break;
-	}
 	case 4:
 		do_uint(data + 1, size - 1);
 		break;

@@ -2,9 +2,9 @@
 /*
  * The `default` transport: TCP over kernel sockets, built into libzap
  * through the same plugin ABI as every loadable plugin. The wire itself
- * lives in tcp_wire.c so that uma can reuse it with its own receive
- * allocator; this file is only the descriptor, the probe and malloc-backed
- * messages.
+ * lives in util/tcp (tcp_wire.h) so that uma can reuse it with its own
+ * receive allocator; this file is only the descriptor, the probe and
+ * malloc-backed messages.
  */
 #include <errno.h>
 #include <stdlib.h>

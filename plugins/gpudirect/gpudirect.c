@@ -31,39 +31,24 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_instance.h"
+#include "zap-addr.h"
 
 #define GD_BOOT_TIMEOUT_MS 10000
 
 /* ---- addresses ---------------------------------------------------------- */
 
-/* "host:port" or "[v6]:port" into getaddrinfo's parts. */
+/* "host:port" or "[v6]:port" into getaddrinfo's parts, by the grammar
+ * the core and the TCP wire use (zap-addr.h). @host and @port are ""
+ * when @s is refused. */
 static int gd_split(const char *s, char *host, size_t hl, char *port, size_t pl)
 {
-	const char *h = s, *p;
-	size_t n;
+	struct zaddr a;
 
-	if (*s == '[') {
-		const char *e = strchr(s, ']');
-
-		if (!e || e[1] != ':')
-			return -EINVAL;
-		h = s + 1;
-		n = (size_t)(e - h);
-		p = e + 2;
-	} else {
-		const char *c = strrchr(s, ':');
-
-		if (!c || memchr(s, ':', (size_t)(c - s)))
-			return -EINVAL;
-		n = (size_t)(c - s);
-		p = c + 1;
-	}
-	if (n >= hl || !*p || strlen(p) >= pl || strspn(p, "0123456789") != strlen(p) ||
-	    atol(p) > 65535)
+	host[0] = port[0] = '\0';
+	if (zaddr_parse(s, &a) || strlen(a.host) >= hl || strlen(a.port) >= pl)
 		return -EINVAL;
-	memcpy(host, h, n);
-	host[n] = '\0';
-	strcpy(port, p);
+	strcpy(host, a.host);
+	strcpy(port, a.port);
 	return 0;
 }
 

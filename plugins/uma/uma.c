@@ -1,12 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The uma transport: the default TCP wire (same sources, same frames, so
+ * The uma transport: the default TCP wire (same library, same frames, so
  * uma and default endpoints talk to each other), but every received
  * message lands directly in a buffer of CUDA managed memory from a core
  * buffer pool, so GPU kernels read it where it is. The plugin links no CUDA
  * library; util/cuda loads the driver at probe/open time.
+ *
+ * Pool full: the wire pauses the connection (uma_rx_alloc() says -EAGAIN)
+ * and every release of pool memory, a received message or a buffer from
+ * zap_buffer_alloc(), kicks the wire, so the connection resumes at once.
+ * A release may come after the instance is gone: it then holds only a
+ * reference to the wire's kick (tcp_kick_put()) and the pool's memory
+ * side, never the instance.
+ *
+ * Shared state: struct uma_mem's record lists, under its mutex (any
+ * thread may release a buffer); the rest is set at open and read-only.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,24 +31,48 @@
 
 #define UMA_DEFAULT_POOL_BYTES (4ull << 30)
 
+struct uma_buf;
+
 /* Memory side: outlives the instance until the last buffer is released. */
 struct uma_mem {
 	const struct zcu *cu;
 	zcu_device dev;
 	zcu_ctx ctx; /* the device's primary context, retained */
+	pthread_mutex_t mu;
+	struct uma_buf *spare; /* mu: records not handed out */
+	struct uma_buf *all;   /* mu: every record, freed with the pool */
 };
 
 struct uma {
 	const struct zap_host *host;
 	struct zcu_device_info info;
 	struct zap_pool *pool;
+	struct uma_mem *mem;
 	struct tcp_wire *wire;
+	struct tcp_kick *kick; /* our reference to the wire's kick */
 };
 
 /* A received message whose payload is a pool buffer. */
 struct uma_rx {
 	struct tcp_rx_msg rx;
 	struct zap_buffer *buf;
+	struct tcp_kick *kick; /* a reference, dropped at release */
+};
+
+/*
+ * An application's buffer (zap_buffer_alloc()): the pool's buffer behind a
+ * record of ours, so that its release kicks the wire. Records are reused
+ * and freed only with the pool, like the pool's own, so that a second
+ * release of a buffer not handed out again is a no-op (zap.h).
+ */
+struct uma_buf {
+	struct zap_buffer pub;  /* first: what the application holds */
+	struct zap_buffer *buf; /* the pool's */
+	struct tcp_kick *kick;  /* a reference while held */
+	struct uma_mem *mem;
+	atomic_int held;
+	struct uma_buf *next;   /* mem->spare */
+	struct uma_buf *all_next;
 };
 
 static void *mem_alloc(void *user, size_t len, void **dev)
@@ -72,6 +108,12 @@ static void mem_destroy(void *user)
 {
 	struct uma_mem *m = user;
 
+	/* The pool is gone, so no buffer is held: no record is in use. */
+	for (struct uma_buf *b = m->all, *next; b; b = next) {
+		next = b->all_next;
+		free(b);
+	}
+	pthread_mutex_destroy(&m->mu);
 	m->cu->DevicePrimaryCtxRelease(m->dev);
 	free(m);
 }
@@ -141,14 +183,18 @@ static enum zap_probe_result uma_probe(const struct zap_host *host,
 	return ZAP_PROBE_OK;
 }
 
-static int uma_rx_alloc(void *user, size_t len, struct tcp_rx_msg **out);
-
 static void uma_rx_release(struct zap_msg *msg)
 {
 	struct uma_rx *m = (struct uma_rx *)msg;
+	struct zap_buffer *buf = m->buf;
+	struct tcp_kick *k = m->kick;
 
-	m->buf->release(m->buf);
 	free(m);
+	/* Room in the pool now: a connection paused on it resumes. The kick
+	 * comes after the release, so the retry finds the room. */
+	buf->release(buf);
+	tcp_kick(k);
+	tcp_kick_put(k);
 }
 
 static int uma_rx_alloc(void *user, size_t len, struct tcp_rx_msg **out)
@@ -157,14 +203,17 @@ static int uma_rx_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 	struct uma_rx *m = calloc(1, sizeof(*m));
 	int rc;
 
+	/* Out of host memory is no pause: no release of ours would end it. */
 	if (!m)
-		return -EAGAIN;
-	/* Pool full (-EAGAIN): the wire pauses the connection and retries. */
+		return -ENOMEM;
+	/* Pool full (-EAGAIN): the wire pauses the connection until a
+	 * release kicks it. */
 	rc = u->host->pool_try_alloc(u->pool, len, &m->buf);
 	if (rc) {
 		free(m);
 		return rc;
 	}
+	m->kick = tcp_wire_kick_get(u->wire);
 	m->rx.msg.size = sizeof(m->rx.msg);
 	m->rx.msg.data = m->buf->bytes;
 	m->rx.msg.device_ptr = m->buf->device_ptr;
@@ -209,8 +258,10 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 	uma_check(host, &cu, &u->info, why, sizeof(why));
 	mem->cu = cu;
 	mem->dev = u->info.dev;
+	pthread_mutex_init(&mem->mu, NULL);
 	r = cu->DevicePrimaryCtxRetain(&mem->ctx, mem->dev);
 	if (r != ZCU_SUCCESS) {
+		pthread_mutex_destroy(&mem->mu);
 		free(u);
 		free(mem);
 		return host->fail(-EIO, "uma: cuDevicePrimaryCtxRetain failed: %s",
@@ -225,11 +276,13 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 		return rc;
 	}
 	/* From here the pool owns @mem (mem_destroy runs when it goes). */
+	u->mem = mem;
 	wa.alloc.alloc = uma_rx_alloc;
 	wa.alloc.user = u;
 	rc = tcp_wire_open(&wa, &u->wire);
 	if (rc)
 		goto fail;
+	u->kick = tcp_wire_kick_get(u->wire);
 	*tp = u;
 	return 0;
 fail:
@@ -249,6 +302,7 @@ static void uma_destroy(void *tp)
 {
 	struct uma *u = tp;
 
+	tcp_kick_put(u->kick);
 	tcp_wire_destroy(u->wire);
 	/* Messages and buffers still held free their memory when released. */
 	u->host->pool_close(u->pool);
@@ -287,12 +341,62 @@ static int uma_address(void *tp, char *buf, size_t len)
 	return tcp_wire_address(u->wire, buf, len);
 }
 
+static void uma_buf_release(struct zap_buffer *pub)
+{
+	struct uma_buf *b = (struct uma_buf *)pub;
+
+	if (!atomic_exchange(&b->held, 0))
+		return; /* released already */
+
+	struct zap_buffer *buf = b->buf;
+	struct tcp_kick *k = b->kick;
+	struct uma_mem *mem = b->mem;
+
+	pthread_mutex_lock(&mem->mu);
+	b->next = mem->spare;
+	mem->spare = b;
+	pthread_mutex_unlock(&mem->mu);
+	/* The last release after close frees the pool, @mem and @b with it:
+	 * only locals from here. */
+	buf->release(buf);
+	tcp_kick(k);
+	tcp_kick_put(k);
+}
+
 static int uma_buffer_alloc(void *tp, size_t size, struct zap_ctx *ctx,
 			    struct zap_buffer **out)
 {
 	struct uma *u = tp;
+	struct uma_mem *mem = u->mem;
+	struct zap_buffer *buf;
+	struct uma_buf *b;
+	int rc = u->host->pool_alloc(u->pool, size, ctx, &buf);
 
-	return u->host->pool_alloc(u->pool, size, ctx, out);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&mem->mu);
+	b = mem->spare;
+	if (b) {
+		mem->spare = b->next;
+	} else if ((b = calloc(1, sizeof(*b)))) {
+		b->mem = mem;
+		b->all_next = mem->all;
+		mem->all = b;
+	}
+	pthread_mutex_unlock(&mem->mu);
+	if (!b) {
+		buf->release(buf); /* the pool is open: @mem stays */
+		return -ENOMEM;
+	}
+	b->buf = buf;
+	b->kick = tcp_wire_kick_get(u->wire);
+	b->pub = (struct zap_buffer){
+		.size = sizeof(b->pub), .bytes = buf->bytes, .len = buf->len,
+		.device_ptr = buf->device_ptr, .release = uma_buf_release,
+	};
+	atomic_store(&b->held, 1);
+	*out = &b->pub;
+	return 0;
 }
 
 static int uma_pool_stats(void *tp, struct zap_pool_stats *stats)

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -581,12 +582,14 @@ struct block_arg {
 	struct zap_ctx *ctx;
 	int rc;
 	uint64_t done_ns;
+	_Atomic pid_t tid; /* published right before zap_recv() */
 };
 
 static void *blocked_recv(void *p)
 {
 	struct block_arg *a = p;
 	struct zap_msg *m = NULL;
+	atomic_store(&a->tid, gettid());
 	a->rc = zap_recv(a->t, a->ctx, &m);
 	a->done_ns = now_ns();
 	if (!a->rc)
@@ -631,6 +634,64 @@ static void test_cancel_wakes_recv(void **state)
 	zap_close(a);
 }
 
+/* The scheduler state of thread @tid of this process ('R', 'S', ...), and
+ * what it waits in (wchan, "" if unreadable). */
+static char thread_state(pid_t tid, char *wchan, size_t wl)
+{
+	char path[64], buf[512];
+	char st = '?';
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	if ((f = fopen(path, "r"))) {
+		/* "tid (comm) S ...": comm may hold spaces, the state follows
+		 * the last ')'. */
+		if (fgets(buf, sizeof(buf), f)) {
+			char *rp = strrchr(buf, ')');
+			if (rp && rp[1] == ' ')
+				st = rp[2];
+		}
+		fclose(f);
+	}
+	wchan[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/self/task/%d/wchan", (int)tid);
+	if ((f = fopen(path, "r"))) {
+		if (!fgets(wchan, (int)wl, f))
+			wchan[0] = '\0';
+		fclose(f);
+	}
+	return st;
+}
+
+/*
+ * Wait (up to 10 s) until the thread that published its id in @a has
+ * entered zap_recv() and sleeps in the kernel there: its state is 'S'
+ * three reads in a row, 1 ms apart (so not a passing lock). Nothing else
+ * the thread does after publishing its id sleeps.
+ */
+static void wait_blocked(struct block_arg *a)
+{
+	char wchan[64];
+	int asleep = 0;
+
+	for (int i = 0; i < 10000 && asleep < 3; i++) {
+		pid_t tid = atomic_load(&a->tid);
+		if (tid && thread_state(tid, wchan, sizeof(wchan)) == 'S')
+			asleep++;
+		else
+			asleep = 0;
+		usleep(1000);
+	}
+	assert_int_equal(asleep, 3);
+	thread_state(atomic_load(&a->tid), wchan, sizeof(wchan));
+	fprintf(stderr, "# receiver %d blocked (wchan %s)\n",
+		(int)atomic_load(&a->tid), wchan[0] ? wchan : "?");
+	/* Where the kernel names it: poll() (the leader) or a futex (a
+	 * follower on the condition variable, or the wire's mutex). */
+	if (wchan[0] && strcmp(wchan, "0"))
+		assert_true(strstr(wchan, "poll") || strstr(wchan, "futex"));
+}
+
 static void test_close_while_blocked(void **state)
 {
 	struct zap_transport *a = ep_open();
@@ -638,9 +699,12 @@ static void test_close_while_blocked(void **state)
 	pthread_t th[2];
 	(void)state;
 
+	/* One receiver leads (sleeps in poll), the other follows (sleeps on
+	 * the condition variable): zap_close() must wake both. */
 	pthread_create(&th[0], NULL, blocked_recv, &ba[0]);
 	pthread_create(&th[1], NULL, blocked_recv, &ba[1]);
-	usleep(100000);
+	wait_blocked(&ba[0]);
+	wait_blocked(&ba[1]);
 	zap_close(a);
 	pthread_join(th[0], NULL);
 	pthread_join(th[1], NULL);
@@ -895,14 +959,19 @@ static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
 	return 16;
 }
 
-static size_t hello(unsigned char *p)
+/* A HELLO announcing @addr. */
+static size_t hello_addr(unsigned char *p, const char *addr)
 {
-	static const char addr[] = "127.0.0.1:9";
 	size_t n = hdr(p, 1, 16 + strlen(addr));
 	be64(p + n, 0x1234567887654321ull);
 	be64(p + n + 8, 42);
 	memcpy(p + n + 16, addr, strlen(addr));
 	return n + 16 + strlen(addr);
+}
+
+static size_t hello(unsigned char *p)
+{
+	return hello_addr(p, "127.0.0.1:9");
 }
 
 static void write_all(int fd, const void *p, size_t n)
@@ -966,119 +1035,153 @@ static void expect_dropped(struct zap_transport *b, int fd, bool pump_first,
 		assert_true(log_wait(why));
 }
 
-static void test_hostile_random(void **state)
-{
-	struct zap_transport *b = ep_open();
-	char ab[ZAP_PEER_MAX];
-	unsigned char junk[4096];
-	(void)state;
+/*
+ * Hostile byte streams, one per row: what a raw connection sends, what it
+ * does then, and the reason the endpoint must log for dropping it. One
+ * runner (test_hostile) plays each row against a fresh endpoint and then
+ * checks that a normal peer is still served.
+ */
+#define HOSTILE_MAX 200000 /* bytes a row may write */
 
-	ep_addr(b, ab);
-	log_clear();
-	fill(junk, sizeof(junk), 7);
-	int fd = raw_connect(ab);
-	write_all(fd, junk, sizeof(junk));
-	expect_dropped(b, fd, false, "bad magic");
-	served(b, ab);
-	zap_close(b);
+enum hostile_end {
+	END_STAY,  /* keep the connection open: the endpoint must drop it */
+	END_CLOSE, /* close it (the endpoint sees EOF) */
+	END_FIN,   /* half-close, and expect the endpoint to drop it */
+	END_RESET, /* close with a reset (SO_LINGER 0) */
+};
+
+struct hostile_case {
+	const char *name;
+	size_t (*bytes)(unsigned char *p); /* the stream, into HOSTILE_MAX */
+	enum hostile_end end;
+	bool pump;         /* data frames: read only while someone receives */
+	bool served_first; /* a normal peer is served while this is refused */
+	const char *why;   /* the reason logged, or NULL */
+};
+
+static size_t hb_junk(unsigned char *p)
+{
+	fill(p, 4096, 7);
+	return 4096;
 }
 
-static void test_hostile_bad_magic_after_hello(void **state)
+static size_t hb_bad_magic_after_hello(unsigned char *p)
 {
-	struct zap_transport *b = ep_open();
-	char ab[ZAP_PEER_MAX];
-	unsigned char p[256];
-	(void)state;
-
-	ep_addr(b, ab);
-	log_clear();
-	int fd = raw_connect(ab);
 	size_t n = hello(p);
 	n += hdr(p + n, 2, 4);
 	memcpy(p + n - 16, "EVIL", 4);
-	write_all(fd, p, n);
-	/* The transport reads data frames while someone receives. */
-	pump(b, 100);
-	expect_dropped(b, fd, true, "bad magic");
-	served(b, ab);
-	zap_close(b);
+	return n;
 }
 
-static void test_hostile_4g_length(void **state)
+static size_t hb_4g_after_hello(unsigned char *p)
 {
-	struct zap_transport *b = ep_open();
-	char ab[ZAP_PEER_MAX];
-	unsigned char p[256];
-	(void)state;
-
-	ep_addr(b, ab);
-	log_clear();
-	int fd = raw_connect(ab);
 	size_t n = hello(p);
-	n += hdr(p + n, 2, 4ull << 30);
-	write_all(fd, p, n);
-	/* Served while the hostile frame is being refused. */
-	served(b, ab);
-	expect_dropped(b, fd, true, "exceeds the maximum");
-
-	/* A 4 GiB length as the very first frame is refused too. */
-	fd = raw_connect(ab);
-	n = hdr(p, 1, 4ull << 30);
-	write_all(fd, p, n);
-	expect_dropped(b, fd, false, NULL);
-	served(b, ab);
-	zap_close(b);
+	return n + hdr(p + n, 2, 4ull << 30);
 }
 
-static void test_hostile_half_frame(void **state)
+static size_t hb_4g_first(unsigned char *p)
 {
-	struct zap_transport *b = ep_open();
-	char ab[ZAP_PEER_MAX];
-	unsigned char p[256];
-	(void)state;
+	return hdr(p, 1, 4ull << 30);
+}
 
-	ep_addr(b, ab);
-	log_clear();
-	/* Half a HELLO. */
-	int fd = raw_connect(ab);
+static size_t hb_half_hello(unsigned char *p)
+{
+	return hello(p) / 2;
+}
+
+static size_t hb_hello_half_header(unsigned char *p)
+{
 	size_t n = hello(p);
-	write_all(fd, p, n / 2);
-	close(fd);
-	assert_true(log_wait("closed during the handshake"));
-	/* A HELLO and half a data header. */
-	fd = raw_connect(ab);
-	n = hello(p);
-	n += hdr(p + n, 2, 100);
-	write_all(fd, p, n - 8);
-	shutdown(fd, SHUT_WR);
-	expect_dropped(b, fd, true, "closed mid-frame");
-	served(b, ab);
-	zap_close(b);
+	return n + hdr(p + n, 2, 100) - 8;
 }
 
-static void test_hostile_dies_mid_message(void **state)
+/* A 1 MiB message cut off after @sent payload bytes. */
+static size_t mid_message(unsigned char *p, size_t sent)
 {
-	struct zap_transport *b = ep_open();
-	char ab[ZAP_PEER_MAX];
-	unsigned char *p = calloc(1, 200000);
-	(void)state;
-
-	ep_addr(b, ab);
-	log_clear();
-	int fd = raw_connect(ab);
 	size_t n = hello(p);
 	n += hdr(p + n, 2, 1u << 20);
-	write_all(fd, p, n + 150000);
-	shutdown(fd, SHUT_WR);
-	expect_dropped(b, fd, true, "closed mid-message");
-	/* And one that vanishes with a reset, mid-message. */
-	fd = raw_connect(ab);
-	write_all(fd, p, n + 1000);
-	struct linger lg = {.l_onoff = 1, .l_linger = 0};
-	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	close(fd);
-	pump(b, 100);
-	assert_true(log_wait("reset"));
+	memset(p + n, 0, sent);
+	return n + sent;
+}
+
+static size_t hb_fin_mid_message(unsigned char *p)
+{
+	return mid_message(p, 150000);
+}
+
+static size_t hb_reset_mid_message(unsigned char *p)
+{
+	return mid_message(p, 1000);
+}
+
+/* Addresses the shared grammar (zap-addr.h) refuses in a HELLO. */
+static size_t hb_hello_star(unsigned char *p)
+{
+	return hello_addr(p, "*:9");
+}
+
+static size_t hb_hello_octal(unsigned char *p)
+{
+	return hello_addr(p, "0177.0.0.1:9");
+}
+
+static size_t hb_hello_zone(unsigned char *p)
+{
+	return hello_addr(p, "[fe80::1%lo]:9");
+}
+
+static const struct hostile_case hostile_cases[] = {
+	{"hostile: random bytes", hb_junk, END_STAY, false, false, "bad magic"},
+	{"hostile: bad magic after HELLO", hb_bad_magic_after_hello, END_STAY,
+	 true, false, "bad magic"},
+	{"hostile: 4 GiB length after HELLO", hb_4g_after_hello, END_STAY, true,
+	 true, "exceeds the maximum"},
+	{"hostile: 4 GiB length as the first frame", hb_4g_first, END_STAY, false,
+	 false, NULL},
+	{"hostile: half a HELLO", hb_half_hello, END_CLOSE, false, false,
+	 "closed during the handshake"},
+	{"hostile: HELLO, half a data header", hb_hello_half_header, END_FIN, true,
+	 false, "closed mid-frame"},
+	{"hostile: FIN mid-message", hb_fin_mid_message, END_FIN, true, false,
+	 "closed mid-message"},
+	{"hostile: reset mid-message", hb_reset_mid_message, END_RESET, true, false,
+	 "reset"},
+	{"hostile: HELLO from *", hb_hello_star, END_STAY, false, false,
+	 "malformed address"},
+	{"hostile: HELLO from an octal IPv4", hb_hello_octal, END_STAY, false,
+	 false, "malformed address"},
+	{"hostile: HELLO with an IPv6 zone", hb_hello_zone, END_STAY, false, false,
+	 "malformed address"},
+};
+
+static void test_hostile(void **state)
+{
+	const struct hostile_case *hc = *state;
+	struct zap_transport *b = ep_open();
+	unsigned char *p = calloc(1, HOSTILE_MAX);
+	char ab[ZAP_PEER_MAX];
+
+	assert_non_null(p);
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	write_all(fd, p, hc->bytes(p));
+	if (hc->end == END_FIN) {
+		shutdown(fd, SHUT_WR);
+	} else if (hc->end == END_RESET) {
+		struct linger lg = {.l_onoff = 1, .l_linger = 0};
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	}
+	if (hc->end == END_CLOSE || hc->end == END_RESET) {
+		close(fd);
+		if (hc->pump)
+			pump(b, 100);
+		assert_true(log_wait(hc->why));
+	} else {
+		if (hc->served_first)
+			served(b, ab);
+		expect_dropped(b, fd, hc->pump, hc->why);
+	}
 	served(b, ab);
 	free(p);
 	zap_close(b);
@@ -1455,7 +1558,7 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--child-pick"))
 		return child_main(argv[2]);
-	const struct CMUnitTest tests[] = {
+	static const struct CMUnitTest fixed[] = {
 		cmocka_unit_test(test_sizes),
 		cmocka_unit_test(test_order_100k),
 		cmocka_unit_test(test_eight_senders),
@@ -1473,21 +1576,27 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_oversize),
 		cmocka_unit_test(test_nothing_listens),
 		cmocka_unit_test(test_ipv6_and_names),
-		cmocka_unit_test(test_hostile_random),
-		cmocka_unit_test(test_hostile_bad_magic_after_hello),
-		cmocka_unit_test(test_hostile_4g_length),
-		cmocka_unit_test(test_hostile_half_frame),
-		cmocka_unit_test(test_hostile_dies_mid_message),
 		cmocka_unit_test(test_hostile_idle_1000),
 		cmocka_unit_test(test_env_garbage),
 		cmocka_unit_test(test_spin_pingpong),
 		cmocka_unit_test(test_spin_cancel_deadline_close),
 	};
+	enum { NF = sizeof(fixed) / sizeof(fixed[0]),
+	       NH = sizeof(hostile_cases) / sizeof(hostile_cases[0]) };
+	struct CMUnitTest tests[NF + NH];
+
+	memcpy(tests, fixed, sizeof(fixed));
+	for (size_t i = 0; i < NH; i++)
+		tests[NF + i] = (struct CMUnitTest){
+			.name = hostile_cases[i].name,
+			.test_func = test_hostile,
+			.initial_state = (void *)&hostile_cases[i],
+		};
 	/* A hang is a failure, not a stuck CI job. */
 	alarm(120);
 	if (getenv("TEST_FILTER"))
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	setenv("ZAP_TRANSPORT_QUIET", "1", 1);
 	zap_set_log_handler(log_capture, NULL);
-	return cmocka_run_group_tests_name("plugin-default", tests, NULL, NULL);
+	return _cmocka_run_group_tests("plugin-default", tests, NF + NH, NULL, NULL);
 }

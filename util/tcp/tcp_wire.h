@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The TCP wire shared by the `default` transport (built into libzap) and the
- * `uma` plugin (its own .so, compiling these same sources): framing,
+ * `uma` plugin (its own .so, linking the same static library): framing,
  * handshake, connection table, per-peer state and caller-driven progress.
  *
  * The only thing a user of the wire chooses is where received payloads
@@ -39,9 +39,13 @@ struct tcp_rx_msg {
  *         whole record, also after the wire was destroyed, and is also how
  *         the wire drops a message it could not complete.
  *         -EAGAIN: no memory right now; the wire stops reading that
- *         connection (TCP flow control holds the sender) and retries a few
- *         milliseconds later or after tcp_wire_kick(). Any other negative
- *         errno: the connection is closed with a logged reason.
+ *         connection (TCP flow control holds the sender) until the next
+ *         kick (tcp_wire_kick(), tcp_kick()), and then retries at once.
+ *         Nothing retries on a timer: an allocator that says -EAGAIN must
+ *         kick when memory comes back (a release), and must not say it
+ *         when nothing it controls will free memory (say -ENOMEM then).
+ *         Any other negative errno: the connection is closed with a
+ *         logged reason.
  *         Called from the thread driving progress, without wire locks held;
  *         it must not block for long.
  */
@@ -82,8 +86,20 @@ int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
 
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
 
-/* Retry connections paused by an -EAGAIN allocation now. */
+/* Retry connections paused by an -EAGAIN allocation now. Thread-safe. */
 void tcp_wire_kick(struct tcp_wire *w);
+
+/*
+ * The same kick as a handle that outlives the wire, for the release of
+ * received memory, which may run after tcp_wire_destroy(): kicking then
+ * wakes nobody. tcp_wire_kick_get() takes a reference (any thread, while
+ * the wire exists); tcp_kick() kicks (any thread, NULL: nothing);
+ * tcp_kick_put() drops the reference (NULL: nothing).
+ */
+struct tcp_kick;
+struct tcp_kick *tcp_wire_kick_get(struct tcp_wire *w);
+void tcp_kick(struct tcp_kick *k);
+void tcp_kick_put(struct tcp_kick *k);
 
 /*
  * The parsers of bytes a peer sends, pure (no socket, no wire), so that
@@ -99,24 +115,24 @@ int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
 struct tcp_hello {
 	uint64_t id, nonce;
 	char addr[ZAP_PEER_MAX]; /* the sender's listen address, as sent */
-	char host[ZAP_PEER_MAX]; /* its host part ("" allowed) */
+	char host[ZAP_PEER_MAX]; /* its host part, IPv6 without brackets */
 	char port[8];            /* its port, digits, not "0" */
-	bool wildcard;           /* host is "", 0.0.0.0, :: or * */
+	uint16_t port_num;       /* the same, 1-65535 */
+	bool wildcard;           /* host is 0.0.0.0 or :: */
 };
 
 /* Parse the @len payload bytes after a HELLO header. 0, or -EPROTO with
- * @why (too short or long, NUL in the address, malformed address, port 0). */
+ * @why (too short or long, NUL in the address, an address zaddr_parse()
+ * refuses (zap-addr.h), port 0). */
 int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 		    char *why, size_t whylen);
 
 /* The replyable peer string for @h arriving from @src: the HELLO address,
- * its wildcard host replaced by @src's address. 0, or -EPROTO with @why. */
+ * its wildcard host replaced by @src's address (zaddr_format(): no IPv6
+ * zone id). 0, or -EPROTO with @why (@src neither IPv4 nor IPv6, or @len
+ * too small). */
 int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
 		   socklen_t sl, char *out, size_t len, char *why, size_t whylen);
-
-/* Split "host:port" or "[v6]:port" (the host may be empty; the port is
- * 1-7 digits, at most 65535) into @host and @port. 0 or -EINVAL. */
-int tcp_addr_split(const char *s, char *host, size_t hl, char *port, size_t pl);
 
 /* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
  * -EINVAL. */

@@ -1,0 +1,610 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wire's interface (tcp_wire.h): open and close, send and recv.
+ *
+ * Shared state: struct tcp_wire (tcp_int.h, whose comment covers threads
+ * and locking). Senders own a connection's tx side while c->tx_busy; send
+ * and recv wait through tw_wait_step().
+ */
+#include "tcp_int.h"
+#include "zap-addr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Send and receive                                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Dial @peer for a sender (mu held, dropped during the dial): a
+ * placeholder route makes concurrent senders to the same new address wait
+ * for this dial instead of racing it.
+ */
+static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+{
+	struct tcp_route *r = calloc(1, sizeof(*r));
+	int err;
+
+	if (!r)
+		return -ENOMEM;
+	snprintf(r->addr, sizeof(r->addr), "%s", peer);
+	r->dialing = true;
+	r->next = w->routes;
+	w->routes = r;
+	pthread_mutex_unlock(&w->mu);
+	err = tw_dial(w, peer, ctx);
+	pthread_mutex_lock(&w->mu);
+	/* tw_conn_register() turned the placeholder into a route; on failure
+	 * remove it. */
+	r = tw_route_find(w, peer);
+	if (r && r->dialing) {
+		if (err)
+			tw_route_del(w, r);
+		else
+			r->dialing = false;
+	}
+	tw_notify(w, true);
+	return err;
+}
+
+/*
+ * Find (dial, or wait for) the connection to send to @peer on and take
+ * its tx side (mu held; dropped while dialing or waiting). 0 and *@out.
+ */
+static int send_claim(struct tcp_wire *w, const char *peer,
+		      struct tcp_waiter *me, struct zap_ctx *ctx,
+		      struct tcp_conn **out)
+{
+	for (;;) {
+		int err = tw_wait_check(w, me, ctx);
+		if (err)
+			return err;
+		struct tcp_route *r = tw_route_find(w, peer);
+		if (!r) {
+			err = send_dial(w, peer, ctx);
+			if (err)
+				return err;
+			continue;
+		}
+		if (!r->dialing || r->peer) {
+			r->dialing = false;
+			struct tcp_conn *c = r->peer ? r->peer->tx : NULL;
+			if (!c && !(r->peer && tw_peer_draining(w, r->peer))) {
+				/* The peer's connections are gone: dial again. */
+				tw_route_del(w, r);
+				continue;
+			}
+			if (c && !c->tx_busy) {
+				c->tx_busy = true;
+				*out = c;
+				return 0;
+			}
+		}
+		/*
+		 * Wait: for the dial another sender is making, for the tx side
+		 * of the connection, or for a retired connection to this peer
+		 * still being read (e.g. after a send abandoned mid-frame) to
+		 * close: frames we wrote there must reach the peer before any
+		 * on a new connection, so dial only once it closed.
+		 */
+		err = tw_wait_step(w, me, ctx);
+		if (err)
+			return err;
+	}
+}
+
+/* Wait for room on @c's full socket while (as leader, or through the
+ * leader) still draining inbound data. mu not held on entry; held on
+ * return only when the result is an error. */
+static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c,
+			  struct tcp_waiter *me, struct zap_ctx *ctx)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&w->mu);
+	me->out_fd = c->fd;
+	me->out_ready = false;
+	while (!me->out_ready && !err && !c->dead)
+		err = tw_wait_step(w, me, ctx);
+	me->out_fd = -1;
+	if (c->dead && !err)
+		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
+				    w->dom, c->raddr);
+	if (!err)
+		pthread_mutex_unlock(&w->mu);
+	return err;
+}
+
+/*
+ * Write one DATA frame on @c, whose tx side we own (mu not held; held on
+ * return). *@done: bytes of the frame written, also on failure.
+ */
+static int send_frame(struct tcp_wire *w, struct tcp_conn *c,
+		      struct tcp_waiter *me, const void *buf, size_t len,
+		      struct zap_ctx *ctx, size_t *done)
+{
+	unsigned char hdr[TCP_HDR];
+	tw_hdr_put(hdr, TCP_T_DATA, len);
+	struct iovec iov[2] = {{hdr, TCP_HDR}, {(void *)buf, len}};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+	size_t total = TCP_HDR + len;
+	int err = 0;
+
+	*done = 0;
+	while (*done < total) {
+		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			*done += (size_t)k;
+			while (mh.msg_iovlen && (size_t)k >= mh.msg_iov->iov_len) {
+				k -= (ssize_t)mh.msg_iov->iov_len;
+				mh.msg_iov++;
+				mh.msg_iovlen--;
+			}
+			if (mh.msg_iovlen) {
+				mh.msg_iov->iov_base = (char *)mh.msg_iov->iov_base + k;
+				mh.msg_iov->iov_len -= (size_t)k;
+			}
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) {
+			err = send_wait_room(w, c, me, ctx);
+			if (err)
+				return err; /* mu held */
+			continue;
+		}
+		err = k < 0 ? -errno : -EPIPE;
+		err = w->host->fail(err, "%s: send to %s: %s", w->dom, c->raddr,
+				    strerror(-err));
+		break;
+	}
+	pthread_mutex_lock(&w->mu);
+	return err;
+}
+
+/* Give @c's tx side back after a frame (mu held): what a failure after
+ * @done bytes does to the connection. */
+static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
+			 size_t done)
+{
+	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
+
+	c->tx_busy = false;
+	c->tx_used = true;
+	if (err && done && stopped && !c->dead) {
+		/*
+		 * A partial frame cannot be taken back, so no new frame may
+		 * start on this connection. Closing it would discard what
+		 * the peer sent us and not yet read, and (unread data) make
+		 * the kernel reset it, so the peer would lose our earlier,
+		 * complete frames still in flight. Instead retire it: FIN
+		 * after the partial frame (the peer drops only that one),
+		 * keep reading to the peer's FIN, then close.
+		 */
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "retiring connection to %s: send interrupted mid-frame (%s)",
+			     c->raddr, strerror(-err));
+		tw_retire(c);
+		if (c->peer && c->peer->tx == c)
+			tw_peer_pick_tx(w, c->peer);
+		w->host->fail(err, "%s: send to %s interrupted mid-frame; connection retired",
+			      w->dom, c->raddr);
+	} else if (err && done) {
+		/* A partial frame cannot be taken back: the stream is lost. */
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "dropping connection to %s: send interrupted mid-frame (%s)",
+			     c->raddr, strerror(-err));
+		tw_conn_kill(w, c);
+		if (stopped)
+			w->host->fail(err, "%s: send to %s interrupted mid-frame; connection closed",
+				      w->dom, c->raddr);
+	} else if (err && !stopped && err != -ESHUTDOWN) {
+		tw_conn_kill(w, c);
+	}
+	tw_conn_tx_done(w, c);
+	if (!w->leader)
+		tw_reap(w);
+	else if (c->dead)
+		tw_kick(w);
+	tw_notify(w, true);
+}
+
+int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
+		  size_t len, struct zap_ctx *ctx)
+{
+	struct tcp_waiter me = {.tx = true, .ctx_fd = -1, .out_fd = -1};
+	int err;
+
+	if (len > w->max_msg)
+		return w->host->fail(-EMSGSIZE,
+				     "%s: message of %zu bytes exceeds the maximum %" PRIu64
+				     " (ZAP_MAX_MSG_BYTES)",
+				     w->dom, len, w->max_msg);
+	if (strlen(peer) >= ZAP_PEER_MAX)
+		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
+
+	pthread_mutex_lock(&w->mu);
+	for (int attempt = 0;; attempt++) {
+		struct tcp_conn *c = NULL;
+		size_t done = 0;
+
+		err = send_claim(w, peer, &me, ctx, &c);
+		if (err)
+			break;
+		pthread_mutex_unlock(&w->mu);
+		err = send_frame(w, c, &me, buf, len, ctx, &done);
+		send_release(w, c, err, done);
+		/*
+		 * A connection that was stale (its peer had gone, and may be
+		 * back, restarted at the same address, before we read its FIN
+		 * or reset) fails before any byte of the frame is written, so
+		 * the frame cannot arrive twice: send it once more, on a
+		 * fresh connection.
+		 */
+		if (!err || done || attempt ||
+		    (err != -EPIPE && err != -ECONNRESET))
+			break;
+	}
+	pthread_mutex_unlock(&w->mu);
+	return err;
+}
+
+int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
+{
+	struct tcp_waiter me = {.ctx_fd = -1, .out_fd = -1};
+	int err = 0;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->qhead) {
+		err = tw_wait_step(w, &me, ctx);
+		if (err)
+			goto out;
+	}
+	if (atomic_load(&w->shut)) {
+		err = -ESHUTDOWN;
+		goto out;
+	}
+	struct tcp_rx_msg *m = w->qhead;
+	w->qhead = m->next;
+	if (!w->qhead)
+		w->qtail = NULL;
+	else
+		tw_notify(w, false); /* more for other receivers */
+	m->next = NULL;
+	*out = &m->msg;
+out:
+	pthread_mutex_unlock(&w->mu);
+	return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open / close                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* The address others can reach a wildcard listener at: the source address
+ * of the default route (no packet is sent), else loopback. */
+static void wildcard_sendable(int family, uint16_t port, char *buf,
+			      size_t len)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t sl;
+	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (family == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(9);
+		inet_pton(AF_INET6, "2001:db8::1", &s6->sin6_addr);
+		sl = sizeof(*s6);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(9);
+		inet_pton(AF_INET, "192.0.2.1", &s4->sin_addr);
+		sl = sizeof(*s4);
+	}
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&ss, sl) == 0) {
+		struct sockaddr_storage me;
+		socklen_t ml = sizeof(me);
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0) {
+			char a[ZAP_PEER_MAX];
+			struct zaddr z;
+			if (!zaddr_format((struct sockaddr *)&me, ml, port, a,
+					  sizeof(a)) &&
+			    !zaddr_parse(a, &z) && !z.wildcard) {
+				snprintf(buf, len, "%s", a);
+				close(fd);
+				return;
+			}
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	snprintf(buf, len, family == AF_INET6 ? "[::1]:%u" : "127.0.0.1:%u",
+		 (unsigned)port);
+}
+
+static int wire_listen(struct tcp_wire *w, const char *listen_addr)
+{
+	struct zaddr a, b;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	int r, fd = -1, one = 1;
+
+	if (zaddr_parse(listen_addr, &a))
+		return w->host->fail(-EINVAL,
+				     "%s: malformed listen address \"%s\" (ZAP_LISTEN; want host:port)",
+				     w->dom, listen_addr);
+	bool any4 = a.wildcard && a.kind == ZADDR_IPV4;
+	bool any6 = a.wildcard && a.kind == ZADDR_IPV6;
+	r = getaddrinfo(any4 ? NULL : a.host, a.port, &hints, &res);
+	if (r)
+		return w->host->fail(-EINVAL, "%s: cannot resolve listen address %s: %s",
+				     w->dom, listen_addr, gai_strerror(r));
+	r = -EADDRNOTAVAIL;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		/* A bare wildcard binds IPv4 any, which every peer string
+		 * form reaches; "[::]" asks for dual-stack explicitly. */
+		if (any6 ? ai->ai_family != AF_INET6
+			 : (any4 && ai->ai_family != AF_INET))
+			continue;
+		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    ai->ai_protocol);
+		if (fd < 0) {
+			r = -errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ai->ai_family == AF_INET6) {
+			int zero = 0;
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		}
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    listen(fd, SOMAXCONN) == 0) {
+			r = 0;
+			break;
+		}
+		r = -errno;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (r)
+		return w->host->fail(r, "%s: cannot listen on %s: %s", w->dom,
+				     listen_addr, strerror(-r));
+
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	getsockname(fd, (struct sockaddr *)&ss, &sl);
+	zaddr_format((struct sockaddr *)&ss, sl, -1, w->bound, sizeof(w->bound));
+	if (zaddr_parse(w->bound, &b) || b.wildcard)
+		wildcard_sendable(ss.ss_family, b.port_num, w->addr, sizeof(w->addr));
+	else
+		snprintf(w->addr, sizeof(w->addr), "%s", w->bound);
+	w->lfd = fd;
+	return 0;
+}
+
+/* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping; plain
+ * decimal, 0..TCP_SPIN_MAX_US, unset or empty = 0. */
+static int spin_setting(const struct zap_host *host, const char *dom,
+			unsigned *out)
+{
+	const char *v = getenv(TCP_SPIN_ENV);
+	unsigned long n = 0;
+
+	*out = 0;
+	if (!v || !*v)
+		return 0;
+	for (const char *p = v; *p; p++) {
+		if (*p < '0' || *p > '9' || n > TCP_SPIN_MAX_US)
+			return host->fail(-EINVAL,
+					  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
+					  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
+		n = n * 10 + (unsigned long)(*p - '0');
+	}
+	if (n > TCP_SPIN_MAX_US)
+		return host->fail(-EINVAL,
+				  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
+				  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
+	*out = (unsigned)n;
+	return 0;
+}
+/* A limit from the environment: plain decimal in [@min, @max]; unset or
+ * empty: @def. A bad value fails the open, naming the variable. */
+static int env_limit(const struct zap_host *host, const char *dom,
+		     const char *name, unsigned def, unsigned min, unsigned max,
+		     const char *unit, unsigned *out)
+{
+	const char *v = getenv(name);
+	uint64_t n;
+
+	*out = def;
+	if (!v || !*v)
+		return 0;
+	if (tcp_parse_uint(v, min, max, &n))
+		return host->fail(-EINVAL, "%s: %s=\"%.32s\" is not a number of %s from %u to %u",
+				  dom, name, v, unit, min, max);
+	*out = (unsigned)n;
+	return 0;
+}
+
+int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
+{
+	const struct zap_host *host = args->host;
+	struct tcp_wire *w = calloc(1, sizeof(*w));
+	int r;
+
+	if (!w)
+		return host->fail(-ENOMEM, "%s: out of memory", args->domain);
+	w->host = host;
+	w->dom = args->domain;
+	w->alloc = args->alloc;
+	w->max_msg = args->max_msg_size;
+	w->id = tw_rand64();
+	w->lfd = w->kick_fd = w->stop_fd = -1;
+	atomic_init(&w->shut, false);
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+
+	r = spin_setting(host, w->dom, &w->spin_us);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_HS_ENV, TCP_HS_TIMEOUT_MS,
+			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",
+			      &w->hs_timeout_ms);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_PENDING_ENV, TCP_PENDING_MAX, 1,
+			      TCP_PENDING_LIMIT, "connections", &w->pending_max);
+	if (r)
+		goto fail;
+
+	w->kick = calloc(1, sizeof(*w->kick));
+	if (!w->kick) {
+		r = host->fail(-ENOMEM, "%s: out of memory", w->dom);
+		goto fail;
+	}
+	atomic_init(&w->kick->refs, 1);
+	w->kick->fd = w->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->kick_fd < 0 || w->stop_fd < 0) {
+		r = host->fail(-errno, "%s: eventfd: %s", w->dom, strerror(errno));
+		goto fail;
+	}
+	r = wire_listen(w, args->listen);
+	if (r)
+		goto fail;
+	r = pthread_create(&w->acc, NULL, tw_accept_main, w);
+	if (r) {
+		r = host->fail(-r, "%s: cannot start the handshake thread: %s",
+			       w->dom, strerror(r));
+		goto fail;
+	}
+	w->acc_started = true;
+	host->log(ZAP_LOG_DEBUG, w->dom, "listening on %s (reachable as %s)",
+		  w->bound, w->addr);
+	*out = w;
+	return 0;
+fail:
+	tcp_wire_destroy(w);
+	return r;
+}
+
+void tcp_wire_shutdown(struct tcp_wire *w)
+{
+	uint64_t one = 1;
+	ssize_t k;
+
+	if (!w)
+		return;
+	atomic_store(&w->shut, true);
+	k = write(w->stop_fd, &one, sizeof(one));
+	(void)k;
+	pthread_mutex_lock(&w->mu);
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->mu);
+}
+
+void tcp_wire_destroy(struct tcp_wire *w)
+{
+	if (!w)
+		return;
+	if (w->acc_started) {
+		tcp_wire_shutdown(w);
+		pthread_join(w->acc, NULL);
+	}
+	while (w->pending) {
+		struct tcp_conn *c = w->pending;
+		w->pending = c->next;
+		tw_conn_free(c);
+	}
+	while (w->conns) {
+		struct tcp_conn *c = w->conns;
+		w->conns = c->next;
+		tw_conn_free(c);
+	}
+	while (w->peers) {
+		struct tcp_peer *p = w->peers;
+		w->peers = p->next;
+		free(p);
+	}
+	while (w->routes) {
+		struct tcp_route *r = w->routes;
+		w->routes = r->next;
+		free(r);
+	}
+	while (w->qhead) {
+		struct tcp_rx_msg *m = w->qhead;
+		w->qhead = m->next;
+		m->msg.release(&m->msg);
+	}
+	if (w->lfd >= 0)
+		close(w->lfd);
+	tcp_kick_put(w->kick); /* closes kick_fd unless a holder remains */
+	if (w->stop_fd >= 0)
+		close(w->stop_fd);
+	free(w->pfd);
+	free(w->slot);
+	pthread_cond_destroy(&w->cond);
+	pthread_mutex_destroy(&w->mu);
+	free(w);
+}
+
+int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len)
+{
+	if (strlen(w->addr) >= len)
+		return -ENOSPC;
+	memcpy(buf, w->addr, strlen(w->addr) + 1);
+	return 0;
+}
+
+uint64_t tcp_wire_max_msg(const struct tcp_wire *w)
+{
+	return w->max_msg;
+}
+
+void tcp_wire_kick(struct tcp_wire *w)
+{
+	tw_kick(w);
+}
+
+struct tcp_kick *tcp_wire_kick_get(struct tcp_wire *w)
+{
+	atomic_fetch_add(&w->kick->refs, 1);
+	return w->kick;
+}
+
+void tcp_kick(struct tcp_kick *k)
+{
+	uint64_t one = 1;
+
+	if (k && k->fd >= 0) {
+		ssize_t r = write(k->fd, &one, sizeof(one));
+		(void)r; /* a full counter is readable anyway */
+	}
+}
+
+void tcp_kick_put(struct tcp_kick *k)
+{
+	if (!k || atomic_fetch_sub(&k->refs, 1) != 1)
+		return;
+	if (k->fd >= 0)
+		close(k->fd);
+	free(k);
+}

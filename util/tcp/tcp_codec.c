@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The frame header and HELLO codec: the parsers of bytes a peer sends (the
+ * HELLO's address goes through the shared parser, zap-addr.h). Pure (no
+ * socket, no wire state), so fuzz-tcp-wire.c calls them directly; the wire
+ * uses exactly these. No shared state.
+ */
+#include "tcp_int.h"
+#include "zap-addr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len)
+{
+	put_be32(h, TCP_MAGIC);
+	h[4] = TCP_VERSION;
+	h[5] = (unsigned char)type;
+	h[6] = 0;
+	h[7] = 0;
+	put_be64(h + 8, len);
+}
+
+int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
+		     uint64_t *len, char *why, size_t whylen)
+{
+	uint32_t magic = get_be32(h);
+	if (magic != TCP_MAGIC) {
+		snprintf(why, whylen, "bad magic 0x%08" PRIx32 " (not a zap peer?)",
+			 magic);
+		return -EPROTO;
+	}
+	if (h[4] != TCP_VERSION) {
+		snprintf(why, whylen, "unsupported wire version %u (we speak %u)",
+			 h[4], TCP_VERSION);
+		return -EPROTO;
+	}
+	if (h[5] != want) {
+		snprintf(why, whylen, "unexpected frame type %u (expected %u)",
+			 h[5], want);
+		return -EPROTO;
+	}
+	if (h[6] || h[7]) {
+		snprintf(why, whylen, "reserved header bytes set");
+		return -EPROTO;
+	}
+	*len = get_be64(h + 8);
+	if (*len > max) {
+		snprintf(why, whylen,
+			 "frame length %" PRIu64 " exceeds the maximum %" PRIu64
+			 "%s", *len, max,
+			 want == TCP_T_DATA ? " (ZAP_MAX_MSG_BYTES)" : "");
+		return -EMSGSIZE;
+	}
+	return 0;
+}
+
+int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
+		    char *why, size_t whylen)
+{
+	struct zaddr a;
+	size_t al;
+
+	if (len < TCP_HELLO_FIXED + 3 || len > TCP_HELLO_MAX) {
+		snprintf(why, whylen, "HELLO too %s", len > TCP_HELLO_MAX ? "long" : "short");
+		return -EPROTO;
+	}
+	al = len - TCP_HELLO_FIXED;
+	memcpy(h->addr, p + TCP_HELLO_FIXED, al);
+	h->addr[al] = '\0';
+	h->id = get_be64(p);
+	h->nonce = get_be64(p + 8);
+	if (strlen(h->addr) != al || zaddr_parse(h->addr, &a) || !a.port_num) {
+		snprintf(why, whylen, "HELLO carries a malformed address");
+		return -EPROTO;
+	}
+	/* Parts of h->addr, so they fit. */
+	memcpy(h->host, a.host, strlen(a.host) + 1);
+	memcpy(h->port, a.port, strlen(a.port) + 1);
+	h->port_num = a.port_num;
+	h->wildcard = a.wildcard;
+	return 0;
+}
+
+int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
+		   socklen_t sl, char *out, size_t len, char *why, size_t whylen)
+{
+	if (!h->wildcard) {
+		snprintf(out, len, "%s", h->addr);
+		return 0;
+	}
+	/* The source host with the announced port. */
+	if (zaddr_format(src, sl, h->port_num, out, len)) {
+		snprintf(why, whylen, "unusable source address (family %d)",
+			 src->sa_family);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	uint64_t n = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		uint64_t d = (uint64_t)(*s - '0');
+
+		if (*s < '0' || *s > '9' || n > (UINT64_MAX - d) / 10)
+			return -EINVAL;
+		n = n * 10 + d;
+	}
+	if (n < min || n > max)
+		return -EINVAL;
+	*out = n;
+	return 0;
+}

@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Connections, peers and routes, and the wake-ups of waiting threads.
+ *
+ * Shared state: everything here runs under w->mu (see the locking comment
+ * in tcp_int.h), except tw_conn_free() of a connection no table holds any
+ * more. Connections are freed only by tw_reap(), and that only while no
+ * leader is polling, so the leader's snapshot of the table stays valid.
+ */
+#include "tcp_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+uint64_t tw_rand64(void)
+{
+	uint64_t v = 0;
+	if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+		/* No entropy source: still unique enough to tell instances apart. */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		v = ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^
+		    ((uint64_t)getpid() << 16) ^ (uint64_t)(uintptr_t)&ts;
+	}
+	return v ? v : 1;
+}
+
+void tw_tune_socket(int fd)
+{
+	int one = 1;
+	/* Messages are whole frames written at once; Nagle only adds delay. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void tw_kick(struct tcp_wire *w)
+{
+	uint64_t one = 1;
+	ssize_t r = write(w->kick_fd, &one, sizeof(one));
+	(void)r;
+}
+
+void tw_wake_all(struct tcp_wire *w)
+{
+	if (w->nwaiters)
+		pthread_cond_broadcast(&w->cond);
+}
+
+/*
+ * Something a waiter may be waiting for changed (mu held). Followers sleep
+ * on the condition variable; the leader sleeps in poll(), so it needs the
+ * eventfd, but only if it waits for this kind of change: that keeps the
+ * single-threaded paths free of extra system calls.
+ */
+void tw_notify(struct tcp_wire *w, bool tx)
+{
+	tw_wake_all(w);
+	if (w->lead && w->lead->tx == tx)
+		tw_kick(w);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Connection table (all under w->mu)                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Tie-break: among the connections between two instances, the one with
+ * the smallest (dialer instance id, connection nonce) is *the* connection.
+ * Both ends compute the same order from the HELLOs. Each end sends on the
+ * best connection it knows and only ever moves to a better one; the loser
+ * is retired with SHUT_WR once its last frame is out, and closes at EOF.
+ * A receiver holds back data on a connection while a worse one from the
+ * same peer may still deliver (see tw_conn_held()), so moving never reorders.
+ */
+static bool key_less(const struct tcp_wire *w, const struct tcp_conn *a,
+		     const struct tcp_conn *b)
+{
+	uint64_t da = a->dialed ? w->id : a->rid;
+	uint64_t db = b->dialed ? w->id : b->rid;
+	return da != db ? da < db : a->nonce < b->nonce;
+}
+
+void tw_retire(struct tcp_conn *c)
+{
+	c->retiring = true;
+	if (!c->tx_busy && !c->tx_shut) {
+		shutdown(c->fd, SHUT_WR);
+		c->tx_shut = true;
+	}
+}
+
+struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
+{
+	for (struct tcp_route *r = w->routes; r; r = r->next)
+		if (!strcmp(r->addr, addr))
+			return r;
+	return NULL;
+}
+
+struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr,
+				   struct tcp_peer *p)
+{
+	struct tcp_route *r = tw_route_find(w, addr);
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return NULL;
+		snprintf(r->addr, sizeof(r->addr), "%s", addr);
+		r->next = w->routes;
+		w->routes = r;
+	}
+	/* The newest registration wins: an address now names this instance
+	 * (a restarted peer on the same port is a new instance). */
+	r->peer = p;
+	return r;
+}
+
+void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
+{
+	for (struct tcp_route **pp = &w->routes; *pp; pp = &(*pp)->next)
+		if (*pp == dead) {
+			*pp = dead->next;
+			free(dead);
+			return;
+		}
+}
+
+void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
+{
+	p->tx = NULL;
+	for (struct tcp_conn *c = w->conns; c; c = c->next)
+		if (c->peer == p && !c->dead && !c->retiring &&
+		    (!p->tx || key_less(w, c, p->tx)))
+			p->tx = c;
+}
+
+/* Whether a connection to @p is retired but still open for reading. */
+bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
+{
+	for (const struct tcp_conn *c = w->conns; c; c = c->next)
+		if (c->peer == p && !c->dead)
+			return true;
+	return false;
+}
+
+void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	c->rx_eof = true;
+	if (c->peer && c->peer->tx == c)
+		tw_peer_pick_tx(w, c->peer);
+}
+
+/*
+ * A connection closes only once both directions are finished: the peer's
+ * FIN was read (rx_eof) and ours was sent after our last frame (tx_shut).
+ *
+ * The peer's FIN alone does not mean the peer is gone: it is also how the
+ * peer retires a connection that lost the tie-break, and it keeps reading
+ * it (WIRE.md, rule 2). When both ends dial at once, the end whose own
+ * dialed connection loses may already be writing a large frame on it when
+ * the peer's FIN arrives. Closing at that FIN (as this code once did) made
+ * that sender fail mid-frame with -ECONNRESET, the peer dropped the
+ * connection as "closed mid-message", and whoever waited for the rest of
+ * the data waited forever (test_bidirectional_large hung ~1 run in 5).
+ * So at EOF the connection is retired instead: no new frame starts on it,
+ * the frame in flight is finished, then we send our FIN and close. A peer
+ * that really went away fails that frame by itself (EPIPE/ECONNRESET).
+ */
+void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c)
+{
+	c->rx_eof = true;
+	tw_retire(c);
+	if (c->tx_shut)
+		tw_conn_kill(w, c);
+}
+
+/* The tx owner (a sender, or the handshake's HELLO) let go of @c (mu
+ * held): a retired connection gets its FIN now, and closes if the peer's
+ * FIN was already read. */
+void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
+{
+	if (c->dead)
+		return;
+	if (c->retiring && !c->tx_shut) {
+		shutdown(c->fd, SHUT_WR);
+		c->tx_shut = true;
+	}
+	if (c->rx_eof && c->tx_shut)
+		tw_conn_kill(w, c);
+}
+
+void tw_conn_free(struct tcp_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	if (c->rx_msg)
+		c->rx_msg->msg.release(&c->rx_msg->msg);
+	free(c->rbuf);
+	free(c);
+}
+
+/* Free dead connections nobody uses. Only while no leader is polling. */
+void tw_reap(struct tcp_wire *w)
+{
+	struct tcp_conn **pp = &w->conns;
+	while (*pp) {
+		struct tcp_conn *c = *pp;
+		if (!c->dead || c->tx_busy) {
+			pp = &c->next;
+			continue;
+		}
+		*pp = c->next;
+		struct tcp_peer *p = c->peer;
+		tw_conn_free(c);
+		if (p && --p->nconns == 0) {
+			for (struct tcp_route **rp = &w->routes; *rp;) {
+				if ((*rp)->peer == p) {
+					struct tcp_route *r = *rp;
+					*rp = r->next;
+					free(r);
+				} else {
+					rp = &(*rp)->next;
+				}
+			}
+			for (struct tcp_peer **qp = &w->peers; *qp; qp = &(*qp)->next)
+				if (*qp == p) {
+					*qp = p->next;
+					break;
+				}
+			free(p);
+		}
+	}
+}
+
+/*
+ * Add an established connection (HELLO seen). @dial_addr: the string the
+ * application dialed, or NULL. Returns -ENOMEM on failure (c not added).
+ */
+int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
+			 const char *dial_addr)
+{
+	struct tcp_peer *p = NULL;
+	bool self = c->rid == w->id;
+
+	c->rbuf = malloc(TCP_RBUF);
+	if (!c->rbuf)
+		return -ENOMEM;
+	c->next = w->conns;
+	w->conns = c;
+	if (self && !c->dialed) {
+		/* The accepted end of a connection to ourselves only receives;
+		 * the dialed end carries our sends. */
+		c->peer = NULL;
+		goto out;
+	}
+	for (p = w->peers; p; p = p->next)
+		if (p->rid == c->rid)
+			break;
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			w->conns = c->next;
+			free(c->rbuf);
+			c->rbuf = NULL;
+			return -ENOMEM;
+		}
+		p->rid = c->rid;
+		p->next = w->peers;
+		w->peers = p;
+	}
+	c->peer = p;
+	p->nconns++;
+	if (!p->tx) {
+		p->tx = c;
+	} else if (key_less(w, c, p->tx)) {
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s: both ends dialed; moving to the %s connection",
+			     c->raddr, c->dialed ? "dialed" : "accepted");
+		tw_retire(p->tx);
+		p->tx = c;
+	} else {
+		tw_retire(c);
+	}
+	tw_route_set(w, c->raddr, p);
+	if (dial_addr)
+		tw_route_set(w, dial_addr, p);
+out:
+	if (w->leader)
+		tw_kick(w);
+	tw_wake_all(w);
+	return 0;
+}
+
+/*
+ * Whether data on @c must wait: a worse connection from the same peer may
+ * still deliver frames the peer sent before moving to @c.
+ */
+bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c)
+{
+	if (!c->peer || c->peer->nconns < 2)
+		return false;
+	for (const struct tcp_conn *x = w->conns; x; x = x->next)
+		if (x != c && x->peer == c->peer && !x->rx_eof &&
+		    key_less(w, c, x))
+			return true;
+	return false;
+}

@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The handshake, both sides: the accept thread (accepts, reads HELLOs with
+ * a deadline, registers, answers) and the dialer (connects, sends its
+ * HELLO, waits for the answer, registers).
+ *
+ * Shared state: w->pending and w->npending belong to the accept thread
+ * alone; a connection joins the shared table only through
+ * tw_conn_register() under w->mu. A connection's hs buffer belongs to
+ * whoever runs its handshake (the accept thread, or the dialing sender).
+ */
+#include "tcp_int.h"
+#include "zap-addr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------ */
+/* Handshake                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static size_t hello_build(const struct tcp_wire *w, uint64_t nonce,
+			  unsigned char *buf)
+{
+	size_t al = strlen(w->bound);
+	tw_hdr_put(buf, TCP_T_HELLO, TCP_HELLO_FIXED + al);
+	put_be64(buf + TCP_HDR, w->id);
+	put_be64(buf + TCP_HDR + 8, nonce);
+	memcpy(buf + TCP_HDR + TCP_HELLO_FIXED, w->bound, al);
+	return TCP_HDR + TCP_HELLO_FIXED + al;
+}
+
+/*
+ * Read more of a HELLO into c->hs without blocking.
+ * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
+ * error or socket error, reason in @why.
+ */
+static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
+		      size_t whylen)
+{
+	for (;;) {
+		size_t need = TCP_HDR;
+		uint64_t len = 0;
+		if (c->hslen >= TCP_HDR) {
+			int r = tcp_parse_header(c->hs, TCP_T_HELLO, TCP_HELLO_MAX,
+						 &len, why, whylen);
+			if (r)
+				return r;
+			if (len < TCP_HELLO_FIXED + 3) {
+				snprintf(why, whylen, "HELLO too short");
+				return -EPROTO;
+			}
+			need = TCP_HDR + (size_t)len;
+			if (c->hslen == need)
+				break;
+		}
+		ssize_t k = read(c->fd, c->hs + c->hslen, need - c->hslen);
+		if (k > 0) {
+			c->hslen += (size_t)k;
+			continue;
+		}
+		if (k == 0) {
+			snprintf(why, whylen, "closed during the handshake (%zu bytes in)",
+				 c->hslen);
+			return -EPIPE;
+		}
+		if (errno == EAGAIN || errno == EINTR)
+			return 0;
+		snprintf(why, whylen, "read: %s", strerror(errno));
+		return -errno;
+	}
+
+	/* Parse: id, nonce, address; substitute a wildcard host. */
+	struct tcp_hello hl;
+	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why,
+				whylen);
+	if (r)
+		return r;
+	c->rid = hl.id;
+	if (!c->dialed)
+		c->nonce = hl.nonce;
+	if (hl.wildcard) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0) {
+			snprintf(why, whylen, "getpeername: %s", strerror(errno));
+			return -errno;
+		}
+		r = tcp_hello_peer(&hl, (struct sockaddr *)&ss, sl, c->raddr,
+				   sizeof(c->raddr), why, whylen);
+		if (r)
+			return r;
+	} else {
+		snprintf(c->raddr, sizeof(c->raddr), "%s", hl.addr);
+	}
+	return 1;
+}
+
+static void pending_drop(struct tcp_wire *w, struct tcp_conn *c,
+			 enum zap_log_level lvl, const char *why)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char src[ZAP_PEER_MAX];
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) ||
+	    zaddr_format((struct sockaddr *)&ss, sl, -1, src, sizeof(src)))
+		snprintf(src, sizeof(src), "?");
+	w->host->log(lvl, w->dom, "dropping connection from %s: %s", src, why);
+	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	w->npending--;
+	tw_conn_free(c);
+}
+
+/* The accepted side: register, then answer with our HELLO. */
+static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
+{
+	unsigned char buf[TCP_HDR + TCP_HELLO_MAX];
+	size_t n = hello_build(w, c->nonce, buf);
+	int r;
+
+	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	w->npending--;
+	c->next = NULL;
+
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s",
+		     c->raddr);
+	pthread_mutex_lock(&w->mu);
+	/* Hold tx so that a retire decided here waits for our HELLO. */
+	c->tx_busy = true;
+	r = tw_conn_register(w, c, NULL);
+	pthread_mutex_unlock(&w->mu);
+	if (r) {
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "dropping connection from %s: out of memory", c->raddr);
+		tw_conn_free(c);
+		return;
+	}
+
+	/* A fresh socket's send buffer always takes a HELLO. */
+	ssize_t k = send(c->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	pthread_mutex_lock(&w->mu);
+	c->tx_busy = false;
+	if (k != (ssize_t)n) {
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "dropping connection from %s: cannot answer HELLO: %s",
+			     c->raddr, k < 0 ? strerror(errno) : "short write");
+		tw_conn_kill(w, c);
+	} else {
+		tw_conn_tx_done(w, c);
+	}
+	if (w->leader)
+		tw_kick(w);
+	else
+		tw_reap(w);
+	tw_notify(w, true);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void accept_ready(struct tcp_wire *w, bool *backoff)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(w->lfd, (struct sockaddr *)&ss, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
+				/* Leave the backlog in the kernel and retry
+				 * later rather than spin on a readable socket. */
+				w->host->log(ZAP_LOG_WARN, w->dom,
+					     "accept: %s; pausing new connections",
+					     strerror(errno));
+				*backoff = true;
+			}
+			return;
+		}
+		struct tcp_conn *c = calloc(1, sizeof(*c));
+		if (!c) {
+			w->host->log(ZAP_LOG_WARN, w->dom,
+				     "dropping new connection: out of memory");
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
+		tw_tune_socket(fd);
+		if (w->npending >= w->pending_max) {
+			/* Too many half-open handshakes: shed the oldest so
+			 * that a flood cannot lock well-behaved peers out. */
+			struct tcp_conn *old = w->pending;
+			while (old && old->next)
+				old = old->next;
+			if (old)
+				pending_drop(w, old, ZAP_LOG_WARN,
+					     "too many connections in handshake");
+		}
+		c->next = w->pending;
+		w->pending = c;
+		w->npending++;
+	}
+}
+
+void *tw_accept_main(void *arg)
+{
+	struct tcp_wire *w = arg;
+	struct pollfd *pfd = NULL;
+	struct tcp_conn **pc = NULL;
+	size_t cap = 0;
+	bool backoff = false;
+
+	while (!atomic_load(&w->shut)) {
+		size_t n = 0, want = w->npending + 2;
+		if (want > cap) {
+			size_t nc = want * 2;
+			struct pollfd *np = realloc(pfd, nc * sizeof(*np));
+			if (np)
+				pfd = np;
+			struct tcp_conn **npc = realloc(pc, nc * sizeof(*npc));
+			if (npc)
+				pc = npc;
+			if (!np || !npc) {
+				poll(NULL, 0, 100);
+				continue;
+			}
+			cap = nc;
+		}
+		uint64_t now = now_ms(), next = now + w->hs_timeout_ms;
+		pfd[n++] = (struct pollfd){.fd = w->stop_fd, .events = POLLIN};
+		pfd[n++] = (struct pollfd){.fd = backoff ? -1 : w->lfd,
+					   .events = POLLIN};
+		for (struct tcp_conn *c = w->pending; c; c = c->next) {
+			if (c->hs_deadline_ms < next)
+				next = c->hs_deadline_ms;
+			pc[n] = c;
+			pfd[n++] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+		}
+		int timeout = next > now ? (int)(next - now) : 0;
+		if (backoff && timeout > 100)
+			timeout = 100;
+		backoff = false;
+		int r = poll(pfd, n, timeout);
+		if (r < 0 && errno != EINTR) {
+			w->host->log(ZAP_LOG_ERROR, w->dom, "poll: %s", strerror(errno));
+			poll(NULL, 0, 100);
+			continue;
+		}
+		if (atomic_load(&w->shut))
+			break;
+		now = now_ms();
+		for (size_t i = 2; i < n; i++) {
+			struct tcp_conn *c = pc[i];
+			char why[160];
+			if (pfd[i].revents) {
+				int h = hello_read(w, c, why, sizeof(why));
+				if (h == 1)
+					pending_finish(w, c);
+				else if (h < 0)
+					pending_drop(w, c,
+						     h == -EPIPE && !c->hslen
+							     ? ZAP_LOG_INFO
+							     : ZAP_LOG_WARN,
+						     why);
+			} else if (c->hs_deadline_ms <= now) {
+				pending_drop(w, c, ZAP_LOG_INFO,
+					     "no HELLO within the handshake timeout");
+			}
+		}
+		if (pfd[1].revents)
+			accept_ready(w, &backoff);
+	}
+	free(pfd);
+	free(pc);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dial                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Wait for @events on @fd, the ctx or shutdown. 0, or a negative errno. */
+static int wait_fd(struct tcp_wire *w, int fd, short events,
+		   struct zap_ctx *ctx, int limit_ms)
+{
+	for (;;) {
+		struct pollfd p[3] = {
+			{.fd = fd, .events = events},
+			{.fd = w->stop_fd, .events = POLLIN},
+			{.fd = w->host->ctx_fd(ctx), .events = POLLIN},
+		};
+		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), limit_ms);
+		int r = poll(p, 3, tmo);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (atomic_load(&w->shut))
+			return -ESHUTDOWN;
+		int e = w->host->ctx_err(ctx);
+		if (e)
+			return e;
+		if (p[0].revents)
+			return 0;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+}
+
+static int dial_one(struct tcp_wire *w, const char *peer,
+		    const struct addrinfo *ai, struct zap_ctx *ctx, int *out)
+{
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			ai->ai_protocol);
+	if (fd < 0)
+		return w->host->fail(-errno, "%s: socket: %s", w->dom,
+				     strerror(errno));
+	tw_tune_socket(fd);
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		if (errno != EINPROGRESS) {
+			int e = errno;
+			close(fd);
+			return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom,
+					     peer, strerror(e),
+					     e == ECONNREFUSED
+						     ? " (nothing listens there)"
+						     : "");
+		}
+		int r = wait_fd(w, fd, POLLOUT, ctx, -1);
+		if (r) {
+			close(fd);
+			return r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN
+				       ? r
+				       : w->host->fail(r, "%s: connect to %s: %s",
+						       w->dom, peer, strerror(-r));
+		}
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+		if (soerr) {
+			close(fd);
+			return w->host->fail(-soerr, "%s: connect to %s: %s%s",
+					     w->dom, peer, strerror(soerr),
+					     soerr == ECONNREFUSED
+						     ? " (nothing listens there)"
+						     : "");
+		}
+	}
+	*out = fd;
+	return 0;
+}
+
+/* Resolve @peer and connect to the first address that answers. 0 and
+ * *@fd, or a negative errno with a reason. */
+static int dial_connect(struct tcp_wire *w, const char *peer,
+			struct zap_ctx *ctx, int *fd)
+{
+	struct zaddr a;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV};
+	struct addrinfo *res = NULL;
+	int r;
+
+	if (zaddr_parse(peer, &a) || !a.port_num)
+		return w->host->fail(-EINVAL,
+				     "%s: malformed peer address \"%s\" (want host:port or [v6]:port)",
+				     w->dom, peer);
+	r = getaddrinfo(a.host, a.port, &hints, &res);
+	if (r)
+		return w->host->fail(r == EAI_NONAME || r == EAI_AGAIN
+					     ? -EHOSTUNREACH
+					     : -EINVAL,
+				     "%s: cannot resolve %s: %s", w->dom, a.host,
+				     gai_strerror(r));
+	r = -EHOSTUNREACH;
+	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+		r = dial_one(w, peer, ai, ctx, fd);
+		if (!r || r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN)
+			break;
+	}
+	freeaddrinfo(res);
+	return r;
+}
+
+/*
+ * Connect to @peer, exchange HELLOs, register. mu not held. The peer's
+ * handshake thread answers independently of its application, so this
+ * waits about one round trip, not for the peer to call zap_recv().
+ */
+int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+{
+	struct tcp_conn *c = NULL;
+	int fd = -1, r;
+
+	r = dial_connect(w, peer, ctx, &fd);
+	if (r)
+		return r;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->fd = fd;
+	c->dialed = true;
+	c->nonce = tw_rand64();
+	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
+	size_t hn = hello_build(w, c->nonce, hb);
+	/* A fresh socket's send buffer always takes a HELLO. */
+	ssize_t k = send(fd, hb, hn, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (k != (ssize_t)hn) {
+		r = w->host->fail(k < 0 ? -errno : -EPIPE, "%s: send HELLO to %s: %s",
+				  w->dom, peer, k < 0 ? strerror(errno) : "short write");
+		goto fail;
+	}
+	uint64_t deadline = now_ms() + w->hs_timeout_ms;
+	for (;;) {
+		char why[160];
+		int h = hello_read(w, c, why, sizeof(why));
+		if (h == 1)
+			break;
+		if (h < 0) {
+			r = w->host->fail(h == -EPIPE ? -ECONNRESET : h,
+					  "%s: handshake with %s failed: %s", w->dom,
+					  peer, why);
+			goto fail;
+		}
+		uint64_t now = now_ms();
+		if (now >= deadline) {
+			r = w->host->fail(-ETIMEDOUT, "%s: %s did not answer the handshake",
+					  w->dom, peer);
+			goto fail;
+		}
+		r = wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));
+		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
+			continue; /* our own handshake limit; checked above */
+		if (r)
+			goto fail;
+	}
+
+	pthread_mutex_lock(&w->mu);
+	r = tw_conn_register(w, c, peer);
+	pthread_mutex_unlock(&w->mu);
+	if (r)
+		goto fail;
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "connected to %s (%s)", peer, c->raddr);
+	return 0;
+fail:
+	tw_conn_free(c);
+	return r;
+}

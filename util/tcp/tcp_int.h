@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TCP wire internals: what the files of util/tcp share. tcp_wire.h is the
+ * interface the transports use, WIRE.md the protocol.
+ *
+ *   tcp_codec.c      frame header and HELLO codec: the pure, fuzzed parsers
+ *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
+ *   tcp_handshake.c  the accept thread and the dialer's handshake
+ *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
+ *   tcp_api.c        open, close, send, recv
+ *
+ * Threads and progress
+ * --------------------
+ * Data moves on the callers' threads, not on a background I/O thread: a
+ * hand-off over a queue costs a context switch per message, which is most
+ * of a loopback round trip. A thread that must wait (recv with an empty
+ * queue, send on a full socket or busy connection) either becomes the one
+ * *leader*, which polls every established connection and reads whatever is
+ * there into the shared message queue, or waits on a condition variable as
+ * a follower until the leader (or anyone) changes something. A sender
+ * blocked on a full socket therefore still drains inbound data (as leader,
+ * or because someone else leads), so two peers sending large messages to
+ * each other cannot deadlock.
+ *
+ * With ZAP_TCP_SPIN_US set, the leader busy-polls its set (poll() with
+ * timeout 0) for up to that long before blocking, trading a CPU core for
+ * the kernel's sleep/wake-up on every message (see wire_poll()). Followers
+ * still sleep: at most one thread per endpoint spins.
+ *
+ * One small thread does handshakes only: it accepts, reads the peer's HELLO
+ * (with a deadline, so idle or hostile connections cannot hold anything up),
+ * registers the connection and answers with our HELLO. Registering before
+ * answering means a dialer that has our answer knows we registered it; the
+ * tie-break in tw_conn_register() relies on that.
+ *
+ * Locking
+ * -------
+ * w->mu guards the connection/peer/route tables, the message queue, the
+ * waiter list and every tcp_conn field marked "mu". Receive-side state of a
+ * connection (rbuf, rx_msg...) belongs to whichever thread is leader; the
+ * leader reads sockets with w->mu released. Connections are freed only by
+ * tw_reap(), which runs only while no leader is polling (w->leader false, or
+ * the leader itself between rounds), so the leader's snapshot stays valid.
+ */
+#ifndef ZAP_TCP_INT_H
+#define ZAP_TCP_INT_H
+
+#include "tcp_wire.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define TCP_MAGIC 0x5a415057u /* "ZAPW" */
+#define TCP_VERSION 1
+#define TCP_HDR 16
+#define TCP_T_HELLO 1
+#define TCP_T_DATA 2
+/* HELLO payload: instance id (8), connection nonce (8), address text. */
+#define TCP_HELLO_FIXED 16
+#define TCP_HELLO_MAX (TCP_HELLO_FIXED + ZAP_PEER_MAX - 1)
+#define TCP_RBUF (64 * 1024)
+/* Handshake limits (WIRE.md): defaults and their environment variables. */
+#define TCP_HS_TIMEOUT_MS 10000
+#define TCP_HS_ENV "ZAP_TCP_HANDSHAKE_MS"
+#define TCP_HS_MIN_MS 10u
+#define TCP_HS_MAX_MS 3600000u
+#define TCP_PENDING_MAX 4096
+#define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
+#define TCP_PENDING_LIMIT 1048576u
+#define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
+#define TCP_SPIN_MAX_US 1000000u
+
+struct tcp_peer;
+
+struct tcp_conn {
+	struct tcp_conn *next;
+	int fd;
+	bool dialed;             /* we connected; else accepted */
+	uint64_t rid;            /* remote instance id, from its HELLO */
+	uint64_t nonce;          /* dialer's connection nonce */
+	char raddr[ZAP_PEER_MAX]; /* replyable remote address */
+	struct tcp_peer *peer;   /* mu; NULL for the accepted end of a self-connection */
+
+	/* mu */
+	bool tx_busy;            /* a sender (or the handshake) owns the socket's tx */
+	bool tx_used;
+	bool retiring;           /* superseded: SHUT_WR once tx is free */
+	bool tx_shut;
+	bool dead;               /* close at the next reap */
+	bool rx_eof;             /* no more data will be read */
+	bool alloc_wait;         /* leader: -EAGAIN, paused until a kick */
+	bool rx_ready;           /* leader: may have buffered data, read without waiting */
+	bool rx_big;             /* leader: last message was large */
+
+	/* leader-private receive state */
+	unsigned char *rbuf;
+	size_t rhead, rlen;
+	struct tcp_rx_msg *rx_msg; /* payload being read straight into place */
+	size_t rx_off;
+	int rx_res;              /* result of this round's read */
+	char rx_why[160];
+
+	/* handshake (accept thread or dialer) */
+	unsigned char hs[TCP_HDR + TCP_HELLO_MAX];
+	size_t hslen;
+	uint64_t hs_deadline_ms;
+};
+
+/* One remote transport instance, by its id. */
+struct tcp_peer {
+	struct tcp_peer *next;
+	uint64_t rid;
+	struct tcp_conn *tx;     /* the connection our sends use, NULL if none */
+	unsigned nconns;
+};
+
+/* Address string -> peer; dialing marks a connect in progress. */
+struct tcp_route {
+	struct tcp_route *next;
+	struct tcp_peer *peer;
+	bool dialing;
+	char addr[ZAP_PEER_MAX];
+};
+
+struct tcp_waiter {
+	struct tcp_waiter *next;
+	bool tx;         /* waits for something send-side (tx slot, dial, room) */
+	int ctx_fd;      /* polled by the leader for us, -1 if none */
+	int out_fd;      /* waiting for POLLOUT, -1 if not */
+	bool out_ready;
+	bool ctx_fired;
+};
+
+enum { SLOT_KICK, SLOT_STOP, SLOT_CTX, SLOT_OUT, SLOT_CONN, SLOT_WCTX, SLOT_WOUT };
+struct tcp_slot {
+	int kind;
+	void *p;
+};
+
+/*
+ * The kick eventfd, refcounted: the wire holds one reference and every
+ * tcp_wire_kick_get() another, so a receive allocator's release may kick
+ * after the wire is gone (the write then wakes nobody) and never writes to
+ * a closed, perhaps reused, descriptor.
+ */
+struct tcp_kick {
+	atomic_uint refs;
+	int fd;
+};
+
+struct tcp_wire {
+	const struct zap_host *host;
+	const char *dom;
+	struct tcp_rx_alloc alloc;
+	uint64_t max_msg;
+	uint64_t id;
+	int lfd;
+	struct tcp_kick *kick;   /* owns kick_fd */
+	int kick_fd;             /* wakes the leader; drained by it */
+	int stop_fd;             /* readable once shut down; never drained */
+	atomic_bool shut;
+	unsigned spin_us;        /* ZAP_TCP_SPIN_US, read at open; 0: never spin */
+	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
+	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
+	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
+	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
+
+	pthread_t acc;
+	bool acc_started;
+	struct tcp_conn *pending;  /* accept thread private */
+	size_t npending;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	struct tcp_conn *conns;
+	struct tcp_peer *peers;
+	struct tcp_route *routes;
+	struct tcp_rx_msg *qhead, *qtail;
+	struct tcp_waiter *waiters;
+	unsigned nwaiters;
+	bool leader;
+	struct tcp_waiter *lead; /* the leader's waiter, while there is one */
+
+	/* leader-private poll set */
+	struct pollfd *pfd;
+	struct tcp_slot *slot;
+	size_t pcap;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static inline uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)(v >> 24);
+	p[1] = (unsigned char)(v >> 16);
+	p[2] = (unsigned char)(v >> 8);
+	p[3] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v)
+{
+	put_be32(p, (uint32_t)(v >> 32));
+	put_be32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t get_be32(const unsigned char *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+	       (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline uint64_t get_be64(const unsigned char *p)
+{
+	return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
+}
+
+static inline int ms_min(int a, int b)
+{
+	if (a < 0)
+		return b;
+	if (b < 0)
+		return a;
+	return a < b ? a : b;
+}
+
+/* tcp_codec.c */
+void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
+
+/* tcp_conn.c: wake-ups */
+uint64_t tw_rand64(void);
+void tw_tune_socket(int fd);
+void tw_kick(struct tcp_wire *w);
+void tw_wake_all(struct tcp_wire *w);
+void tw_notify(struct tcp_wire *w, bool tx);
+
+/* tcp_conn.c: the connection table, all under w->mu */
+void tw_retire(struct tcp_conn *c);
+struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr);
+struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr,
+			       struct tcp_peer *p);
+void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);
+void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p);
+bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
+void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c);
+void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c);
+void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c);
+void tw_conn_free(struct tcp_conn *c);
+void tw_reap(struct tcp_wire *w);
+int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
+		     const char *dial_addr);
+bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c);
+
+/* tcp_handshake.c */
+void *tw_accept_main(void *arg);
+int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
+
+/* tcp_progress.c (mu held) */
+int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me,
+		  struct zap_ctx *ctx);
+int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me,
+		 struct zap_ctx *ctx);
+
+#endif /* ZAP_TCP_INT_H */

@@ -15,6 +15,7 @@
 #include <zap/zap.h>
 
 #include "zap-cuda.h"
+#include "zap-test.h"
 
 static const struct zcu *cu;
 
@@ -22,12 +23,6 @@ static int fail(const char *what, int rc)
 {
 	fprintf(stderr, "FAIL: %s: %s\n", what, rc ? zap_strerror(rc) : "");
 	return 1;
-}
-
-static void fill(unsigned char *b, size_t len, unsigned seed)
-{
-	for (size_t i = 0; i < len; i++)
-		b[i] = (unsigned char)(i * 7u + seed + (i >> 16));
 }
 
 /* Receive one message on @t and compare it with @want (GPU memory). */
@@ -102,7 +97,7 @@ int main(void)
 	}
 	zap_transport_address(b, addr_b, sizeof(addr_b));
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		fill(buf, sizes[i], (unsigned)i);
+		zt_fill(buf, sizes[i], (unsigned)i);
 		rc = zap_send(a, addr_b, buf, sizes[i], NULL);
 		if (rc)
 			return fail("zap_send from host memory", rc);
@@ -114,7 +109,7 @@ int main(void)
 	rc = zap_buffer_alloc(a, 8u << 20, NULL, &gbuf);
 	if (rc)
 		return fail("zap_buffer_alloc", rc);
-	fill(buf, 8u << 20, 99);
+	zt_fill(buf, 8u << 20, 99);
 	if (cu->MemcpyHtoD((zcu_ptr)(uintptr_t)zap_buffer_device_ptr(gbuf), buf, 8u << 20))
 		return fail("cuMemcpyHtoD", 0);
 	rc = zap_send(a, addr_b, zap_buffer_bytes(gbuf), 8u << 20, NULL);
@@ -123,7 +118,7 @@ int main(void)
 	printf("ok 8 MiB from GPU memory\n");
 	zap_buffer_release(gbuf);
 	/* Reply to the peer string the receiver got. */
-	fill(buf, 1000, 5);
+	zt_fill(buf, 1000, 5);
 	rc = zap_send(b, peer, buf, 1000, NULL);
 	if (rc || expect(a, buf, 1000, NULL, 0))
 		return fail("reply to the received peer", rc);

@@ -22,6 +22,9 @@
 #ifndef BUILD_ROOT
 #error "BUILD_ROOT must point at the build tree's root"
 #endif
+#ifndef BUILT_PLUGINS
+#error "BUILT_PLUGINS must be the number of plugin modules the build makes"
+#endif
 #ifndef FIXTURE_ISOLATE_DIR
 #error "FIXTURE_ISOLATE_DIR must point at tests/plugins/isolate in the build"
 #endif
@@ -179,6 +182,9 @@ int th_each_build_plugin(void (*fn)(const char *dir, const char *path,
 		closedir(sub);
 	}
 	closedir(top);
+	if (n != BUILT_PLUGINS)
+		fail_msg("found %d plugin module(s) under %s, but this build makes %d",
+			 n, root, BUILT_PLUGINS);
 	return n;
 }
 

@@ -596,15 +596,20 @@ static void *tx_main(void *p)
 	/* The sweep: one message to every endpoint, so that the end check
 	 * covers every pair with a message sent after the last restart. */
 	for (unsigned dst = 0; dst < (unsigned)sh->n; dst++) {
+		bool sent = false;
+
 		/* No kills now, but a connection to an incarnation killed a
 		 * moment ago may still be found broken: try again. */
-		for (int tries = 0; tries < 50; tries++) {
+		for (int tries = 0; tries < 50 && !sent; tries++) {
 			uint64_t before = tx_tab[(size_t)e->idx * sh->n + dst].next_seq;
 			send_one(e, ctx, buf, dst, 1 + mix(++rng) % 200);
-			if (tx_tab[(size_t)e->idx * sh->n + dst].next_seq != before)
-				break;
-			usleep(100000);
+			sent = tx_tab[(size_t)e->idx * sh->n + dst].next_seq != before;
+			if (!sent)
+				usleep(100000);
 		}
+		/* Else the end check would not cover this pair: say so. */
+		if (!sent)
+			fail("sweep: %u -> %u: no send taken in 50 tries", e->idx, dst);
 	}
 	zap_ctx_free(ctx);
 	free(buf);
@@ -971,9 +976,13 @@ int main(int argc, char **argv)
 	/* Sweep, then wait until every pair's last message has arrived. */
 	atomic_store(&sh->phase, PH_SWEEP);
 	uint64_t limit = zt_now_ns() + 60000000000ull;
-	for (int p = 0; p < nprocs; p++)
+	for (int p = 0; p < nprocs; p++) {
 		while (!atomic_load(&sh->procs[p].sweep_done) && zt_now_ns() < limit)
 			usleep(10000);
+		/* Then its last messages may be missing from the end checks. */
+		if (!atomic_load(&sh->procs[p].sweep_done))
+			fail("worker %d did not finish the sweep within 60 s", p);
+	}
 	uint64_t settle = zt_now_ns() + 15000000000ull;
 	while (!drained(false) && zt_now_ns() < settle)
 		usleep(50000);
@@ -1079,6 +1088,8 @@ int main(int argc, char **argv)
 		     (double)atomic_load(&sh->max_send_ns) / 1e6, (double)SEND_DEADLINE_NS / 1e6);
 	if (!msgs)
 		fail("no message arrived");
+	if (!complete)
+		fail("no message between never-killed endpoints was checked");
 	int failures = atomic_load(&sh->failures);
 	printf("%s\n", failures || bad_exit ? "soak: FAILED" : "soak: ok");
 	munmap(mem, size);

@@ -400,20 +400,31 @@ static void test_threads_churn(void **state)
 	struct counting c;
 	/* Cap below what 4 threads could hold at once: they must wait. */
 	struct zap_pool *p = counting_pool(&c, 40000, 16384);
+	struct zap_buffer *held[2];
 	struct churn ch[4];
 	pthread_t t[4];
 
+	/* Whether threads overlap is up to the scheduler, so make sure the
+	 * waiting path runs: hold 32 KiB of the 40000-byte cap until one of
+	 * them waits (any size above 4096 must), then let them all run. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(zap__pool_alloc(p, 16384, NULL, &held[i]), 0);
 	for (int i = 0; i < 4; i++) {
 		ch[i] = (struct churn){ .p = p, .seed = (unsigned)i + 1 };
 		assert_int_equal(pthread_create(&t[i], NULL, churn_thread, &ch[i]), 0);
 	}
+	for (int i = 0; i < 2000 && stats(p).waits == 0; i++)
+		zt_sleep_ms(1);
+	assert_true(stats(p).waits > 0);
+	for (int i = 0; i < 2; i++)
+		zap_buffer_release(held[i]);
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
 		assert_int_equal(ch[i].errors, 0);
 	}
 	assert_int_equal(stats(p).in_use, 0);
 	assert_true(stats(p).owned <= 40000);
-	assert_int_equal(stats(p).allocs, 4 * 3000);
+	assert_int_equal(stats(p).allocs, 2 + 4 * 3000);
 	zap__pool_close(p);
 	assert_int_equal(c.live, 0);
 }

@@ -37,14 +37,22 @@ static int fail(const char *what)
 	return 1;
 }
 
+/* The uma row into @e, printed; 1 (after FAIL) when there is none. */
+static int uma_row(struct zap_report_entry *e)
+{
+	if (zt_plugin_row("uma", e))
+		return fail("no uma row in the load report (ZAP_PLUGIN_PATH?)");
+	printf("uma: %s: %s\n", zap_plugin_state_name(e->state), e->reason);
+	return 0;
+}
+
 /* Before a skip: the plugin itself must be sound (loaded or not present). */
 static int plugin_sound(void)
 {
 	struct zap_report_entry e = { .size = sizeof(e) };
 
-	if (zt_plugin_row("uma", &e))
-		return fail("no uma row in the load report (ZAP_PLUGIN_PATH?)");
-	printf("uma: %s: %s\n", zap_plugin_state_name(e.state), e.reason);
+	if (uma_row(&e))
+		return 1;
 	if (e.state != ZAP_PLUGIN_LOADED && e.state != ZAP_PLUGIN_NOT_PRESENT)
 		return fail("the uma plugin failed to load or its probe said ERROR");
 	return 0;
@@ -57,9 +65,8 @@ static int check(const char *expect)
 	struct zap_transport *t = NULL;
 	int rc;
 
-	if (zt_plugin_row("uma", &e))
-		return fail("no uma row in the load report (ZAP_PLUGIN_PATH?)");
-	printf("uma: %s: %s\n", zap_plugin_state_name(e.state), e.reason);
+	if (uma_row(&e))
+		return 1;
 	if (e.state != ZAP_PLUGIN_NOT_PRESENT)
 		return fail("uma is not 'not present'");
 	if (!strstr(e.reason, expect))

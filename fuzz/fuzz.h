@@ -3,7 +3,9 @@
  * Shared bits of the libFuzzer harnesses. Each fuzz-<name>.c defines
  * LLVMFuzzerTestOneInput(); under -Dfuzzing=true it is linked with
  * libFuzzer, and in every build with replay.c, which feeds it the seed
- * corpus and the regression inputs (meson test --suite fuzz).
+ * corpus and the regression inputs (meson test --suite fuzz). Every
+ * harness needs a seed corpus, fuzz/corpus/<name>/, with at least one
+ * input: the replay fails without one (replay.c, README.md).
  *
  * A harness checks more than "does not crash": FUZZ_CHECK() aborts (a
  * crash to libFuzzer) when a parser's result breaks a documented rule.

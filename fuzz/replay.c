@@ -2,9 +2,18 @@
 /*
  * Replays inputs through one harness without libFuzzer, so that the seed
  * corpus and every regression input run in each normal build (any
- * compiler, any sanitizer setup): replay DIR|FILE...
- * A missing directory is skipped (an empty regression folder is not kept
- * by git). A failing input aborts inside the harness.
+ * compiler, any sanitizer setup):
+ *
+ *   replay CORPUS [REGRESSIONS...]
+ *
+ * CORPUS (a directory, or one input file) must exist and hold at least
+ * one input: a corpus that is missing, empty or unreadable is an error
+ * (exit 1), so a renamed or lost corpus cannot make the test pass having
+ * replayed nothing. Each REGRESSIONS path may be missing: git keeps no
+ * empty directory, and most harnesses have no regression input yet
+ * (fuzz/README.md); one that exists is replayed in full, and any input in
+ * it that cannot be read is an error. A failing input aborts inside the
+ * harness.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -39,6 +48,10 @@ static void run_file(const char *path)
 			break;
 		len += k;
 	}
+	if (ferror(f)) { /* a directory or an I/O error: not an empty input */
+		fprintf(stderr, "replay: %s: cannot read: %s\n", path, strerror(errno));
+		exit(1);
+	}
 	fclose(f);
 	/* An exact-size copy, so that reads past the end are caught by
 	 * ASan or valgrind just as under libFuzzer. */
@@ -58,17 +71,24 @@ static int cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void run_path(const char *path)
+/* Replay the file @path or every input in the directory @path; return how
+ * many inputs that was. A missing @path is an error unless @optional. */
+static unsigned long run_path(const char *path, int optional)
 {
+	unsigned long before = runs;
 	struct stat st;
 
 	if (stat(path, &st)) {
-		fprintf(stderr, "replay: %s: missing, skipped\n", path);
-		return;
+		if (optional && errno == ENOENT) {
+			fprintf(stderr, "replay: %s: none (no regression inputs)\n", path);
+			return 0;
+		}
+		fprintf(stderr, "replay: %s: %s\n", path, strerror(errno));
+		exit(1);
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		run_file(path);
-		return;
+		return runs - before;
 	}
 	DIR *d = opendir(path);
 	char **names = NULL;
@@ -97,12 +117,24 @@ static void run_path(const char *path)
 		free(names[i]);
 	}
 	free(names);
+	return runs - before;
 }
 
 int main(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++)
-		run_path(argv[i]);
-	printf("replayed %lu inputs\n", runs);
+	unsigned long corpus;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s CORPUS [REGRESSIONS...]\n", argv[0]);
+		return 2;
+	}
+	corpus = run_path(argv[1], 0);
+	if (!corpus) {
+		fprintf(stderr, "replay: %s: the corpus holds no input\n", argv[1]);
+		return 1;
+	}
+	for (int i = 2; i < argc; i++)
+		run_path(argv[i], 1);
+	printf("replayed %lu inputs (%lu from the corpus)\n", runs, corpus);
 	return 0;
 }

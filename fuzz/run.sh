@@ -8,6 +8,10 @@
 #   fuzz/run.sh pref env        only these
 #   FUZZ_SECONDS=600 fuzz/run.sh validate     a long run
 #
+# Each harness needs its seed corpus, fuzz/corpus/<harness>/, holding at
+# least one input: a missing or empty one fails the run (as it fails the
+# replay test). fuzz/regressions/<harness>/ is optional.
+#
 # A crash found: copy the saved input to fuzz/regressions/<harness>/, fix
 # the code, and `meson test --suite fuzz` replays it in every build.
 set -euo pipefail
@@ -27,6 +31,12 @@ fi
 
 all=$(ls fuzz/corpus)
 names=${*:-$all}
+for n in $names; do
+	if [ -z "$(ls -A "fuzz/corpus/$n" 2>/dev/null)" ]; then
+		echo "fuzz/run.sh: fuzz/corpus/$n is missing or empty" >&2
+		exit 2
+	fi
+done
 targets=()
 for n in $names; do targets+=("fuzz/fuzz-$n"); done
 if ! meson compile -C "$builddir" "${targets[@]}" >"$builddir/fuzz-build.log" 2>&1; then

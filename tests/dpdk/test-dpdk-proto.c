@@ -18,6 +18,7 @@
 
 #include "dp_proto.h"
 #include "dp_wire.h"
+#include "zap-test.h"
 
 /* ------------------------------------------------------- simulated link */
 
@@ -189,12 +190,6 @@ static void sim_step(struct sim *s)
 		dp_timers(s->n[i].p, s->now);
 }
 
-static void fill(uint8_t *b, size_t len, uint64_t seed)
-{
-	for (size_t i = 0; i < len; i++)
-		b[i] = (uint8_t)(seed * 31 + i * 7 + (i >> 8));
-}
-
 /* Send @count messages A->B of sizes from @size_of and check B got each
  * exactly once, in order, intact. */
 static void transfer(struct sim *s, unsigned count, size_t (*size_of)(unsigned))
@@ -208,7 +203,7 @@ static void transfer(struct sim *s, unsigned count, size_t (*size_of)(unsigned))
 		size_t len = size_of(i);
 		int rc, guard = 0;
 
-		fill(buf, len, i);
+		zt_fill(buf, len, i);
 		assert_int_equal(dp_send_begin(a->p, b->addr, len, &snd, s->now), 0);
 		while ((rc = dp_send_step(a->p, &snd, buf, s->now)) == 0) {
 			sim_step(s);
@@ -258,7 +253,7 @@ static void transfer(struct sim *s, unsigned count, size_t (*size_of)(unsigned))
 		size_t len = size_of(i);
 
 		assert_int_equal(m->len, len);
-		fill(buf, len, i);
+		zt_fill(buf, len, i);
 		assert_memory_equal(m->data, buf, len);
 		assert_int_equal(m->from.port, a->addr.port);
 		free(m->data);
@@ -621,7 +616,7 @@ static void t_stale_stream_real_sender(void **state)
 	struct dp_send snd;
 
 	sim_init(&s, &c);
-	fill(buf, sizeof(buf), 1);
+	zt_fill(buf, sizeof(buf), 1);
 	for (int round = 0; round < 3; round++) {
 		assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
 		assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
@@ -685,7 +680,7 @@ static void t_paused_sender_told(void **state)
 	int rc;
 
 	sim_init(&s, &c);
-	fill(buf, sizeof(buf), 7);
+	zt_fill(buf, sizeof(buf), 7);
 	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
 	a_alloc_budget = 1; /* the pool runs dry after the first fragment */
 	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
@@ -791,7 +786,7 @@ static void t_silence_before_first_fragment(void **state)
 
 	sim_init(&s, &c);
 	transfer(&s, 2, sz_small);
-	fill(buf, sizeof(buf), 9);
+	zt_fill(buf, sizeof(buf), 9);
 	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
 	s.now += 3 * c.peer_timeout_ns;
 	dp_timers(a->p, s.now);
@@ -827,7 +822,7 @@ static void t_unseen_old_stream_refused(void **state)
 
 	sim_init(&s, &c);
 	transfer(&s, 1, sz_small); /* B knows A's first stream */
-	fill(buf, sizeof(buf), 1);
+	zt_fill(buf, sizeof(buf), 1);
 	s.now += 3 * c.peer_timeout_ns; /* both forget each other */
 	dp_timers(a->p, s.now);
 	dp_timers(bn->p, s.now);

@@ -18,47 +18,13 @@
 #include <zap/zap.h>
 
 #include "zap-cuda.h"
+#include "zap-test.h"
 
 static const struct zcu *cu;
 
 static int fail(const char *what, int rc)
 {
 	fprintf(stderr, "FAIL: %s: %s\n", what, rc ? zap_strerror(rc) : "");
-	return 1;
-}
-
-static void fill(unsigned char *b, size_t len, unsigned seed)
-{
-	for (size_t i = 0; i < len; i++)
-		b[i] = (unsigned char)(i * 7u + seed + (i >> 16));
-}
-
-/*
- * What the probe said about this host, from the load report: -1 to run
- * the test (LOADED), 77 to skip it (NOT_PRESENT: the reason is printed),
- * 1 to fail it (no row: the plugin was not found; any other state).
- */
-static int probe_verdict(void)
-{
-	struct zap_report_entry e = { .size = sizeof(e) };
-	int n = zap_report_count();
-
-	for (int i = 0; i < n; i++) {
-		if (zap_report_get((size_t)i, &e))
-			return fail("zap_report_get", 0);
-		if (strcmp(e.name, "gpudirect"))
-			continue;
-		if (e.state == ZAP_PLUGIN_LOADED)
-			return -1;
-		if (e.state == ZAP_PLUGIN_NOT_PRESENT) {
-			printf("SKIP: gpudirect: not present: %s\n", e.reason);
-			return 77;
-		}
-		fprintf(stderr, "FAIL: gpudirect: %s: %s (%s)\n",
-			zap_plugin_state_name(e.state), e.reason, e.path);
-		return 1;
-	}
-	fprintf(stderr, "FAIL: no gpudirect row in the load report (ZAP_PLUGIN_PATH?)\n");
 	return 1;
 }
 
@@ -111,8 +77,8 @@ int main(void)
 	zcu_ctx ctx, prev;
 	int rc;
 
-	rc = probe_verdict();
-	if (rc >= 0)
+	rc = zt_need_plugin("gpudirect", "an RDMA device with an active port and a GPU");
+	if (rc)
 		return rc;
 	rc = zap_pick("=gpudirect", 0, &attr, &a);
 	if (rc)
@@ -133,7 +99,7 @@ int main(void)
 	}
 	zap_transport_address(b, addr_b, sizeof(addr_b));
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		fill(buf, sizes[i], (unsigned)i);
+		zt_fill(buf, sizes[i], (unsigned)i);
 		rc = zap_send(a, addr_b, buf, sizes[i], NULL);
 		if (rc)
 			return fail("zap_send from host memory", rc);
@@ -145,7 +111,7 @@ int main(void)
 	rc = zap_buffer_alloc(a, 8u << 20, NULL, &gbuf);
 	if (rc)
 		return fail("zap_buffer_alloc", rc);
-	fill(buf, 8u << 20, 99);
+	zt_fill(buf, 8u << 20, 99);
 	if (cu->MemcpyHtoD((zcu_ptr)(uintptr_t)zap_buffer_device_ptr(gbuf), buf, 8u << 20))
 		return fail("cuMemcpyHtoD", 0);
 	rc = zap_send(a, addr_b, zap_buffer_bytes(gbuf), 8u << 20, NULL);
@@ -154,7 +120,7 @@ int main(void)
 	printf("ok 8 MiB from GPU memory\n");
 	zap_buffer_release(gbuf);
 	/* Reply to the peer string the receiver got. */
-	fill(buf, 1000, 5);
+	zt_fill(buf, 1000, 5);
 	rc = zap_send(b, peer, buf, 1000, NULL);
 	if (rc || expect(a, buf, 1000, NULL, 0))
 		return fail("reply to the received peer", rc);

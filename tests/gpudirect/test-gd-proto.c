@@ -21,6 +21,7 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_proto.h"
+#include "zap-test.h"
 
 /* ---- the stand-in queue pair -------------------------------------------- */
 
@@ -360,20 +361,6 @@ static void pair_free(struct pair *p)
 	free(p);
 }
 
-static void fill(uint8_t *b, size_t len, unsigned seed)
-{
-	for (size_t i = 0; i < len; i++)
-		b[i] = (uint8_t)(i * 131u + seed + (i >> 12));
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* A receiver thread: progress b, check each message, give it back. */
 struct checker {
 	struct pair *p;
@@ -396,7 +383,7 @@ static void *checker_main(void *arg)
 			size_t want = k->sizes[seen];
 			uint8_t *ref = malloc(want ? want : 1);
 
-			fill(ref, want, (unsigned)seen);
+			zt_fill(ref, want, (unsigned)seen);
 			if (d->len != want || (want && memcmp(d->data, ref, want)))
 				k->bad++;
 			free(ref);
@@ -437,7 +424,7 @@ static void test_sizes(void **state)
 	assert_non_null(buf);
 	assert_int_equal(pthread_create(&th, NULL, checker_main, &k), 0);
 	for (int i = 0; i < k.count; i++) {
-		fill(buf, sizes[i], (unsigned)i);
+		zt_fill(buf, sizes[i], (unsigned)i);
 		assert_int_equal(gd_conn_send(p->ca, buf, sizes[i], NULL), 0);
 	}
 	pthread_join(th, NULL);
@@ -462,9 +449,9 @@ static void test_in_place(void **state)
 	p->a->reg = buf;
 	p->a->reg_len = 20000;
 	assert_int_equal(pthread_create(&th, NULL, checker_main, &k), 0);
-	fill(buf, 5000, 0);
+	zt_fill(buf, 5000, 0);
 	assert_int_equal(gd_conn_send(p->ca, buf, 5000, NULL), 0);
-	fill(buf, 20000, 1);
+	zt_fill(buf, 20000, 1);
 	assert_int_equal(gd_conn_send(p->ca, buf, 20000, NULL), 0);
 	pthread_join(th, NULL);
 	assert_int_equal(k.bad, 0);
@@ -508,9 +495,9 @@ static void test_credits(void **state)
 	assert_int_equal(gd_conn_credits(p->ca), 0);
 	assert_int_equal(zap_ctx_new(&ctx), 0);
 	assert_int_equal(zap_ctx_set_timeout(ctx, 100000000ull), 0);
-	t0 = now_ms();
+	t0 = zt_now_ms();
 	assert_int_equal(gd_conn_send(p->ca, buf, sizeof(buf), ctx), -ETIMEDOUT);
-	assert_true(now_ms() - t0 >= 90);
+	assert_true(zt_now_ms() - t0 >= 90);
 	/* Timed out before posting: the pair is still fine. */
 	assert_int_equal(gd_conn_error(p->ca), 0);
 	zap_ctx_free(ctx);
@@ -595,7 +582,7 @@ static void test_reassembly(void **state)
 	struct sender s = { p->ca, buf, len, 1 };
 	pthread_t th;
 
-	fill(buf, len, 9);
+	zt_fill(buf, len, 9);
 	/* No reassembly memory at first: the chunks wait in order, the
 	 * sender runs out of credits after four, nothing is delivered. */
 	__atomic_store_n(&p->b->alloc_eagain, true, __ATOMIC_RELEASE);
@@ -628,7 +615,7 @@ static void test_completion_error(void **state)
 	uint8_t *buf = malloc(6 * 4096);
 	int rc;
 
-	fill(buf, 6 * 4096, 3);
+	zt_fill(buf, 6 * 4096, 3);
 	/* Two chunks land, the third fails. */
 	p->a->fail_after = 2;
 	rc = gd_conn_send(p->ca, buf, 6 * 4096, NULL);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "harness.h"
+#include "zap-test.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +22,9 @@
 #ifndef BUILD_ROOT
 #error "BUILD_ROOT must point at the build tree's root"
 #endif
+#ifndef BUILT_PLUGINS
+#error "BUILT_PLUGINS must be the number of plugin modules the build makes"
+#endif
 #ifndef FIXTURE_ISOLATE_DIR
 #error "FIXTURE_ISOLATE_DIR must point at tests/plugins/isolate in the build"
 #endif
@@ -40,51 +44,18 @@ const char *__asan_default_options(void)
 static char th_root[1024];
 static unsigned th_seq;
 
+/* Fractional milliseconds: th_proc.wall_ms is a double. */
 static double th_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	return (double)zt_now_ns() / 1e6;
 }
 
 /* ---- parent side ------------------------------------------------------ */
 
-static void th_rmtree(const char *path)
-{
-	struct stat st;
-	DIR *d;
-	struct dirent *de;
-	char sub[PATH_MAX];
-
-	if (lstat(path, &st) != 0)
-		return;
-	if (!S_ISDIR(st.st_mode)) {
-		unlink(path);
-		return;
-	}
-	chmod(path, 0700);
-	d = opendir(path);
-	if (d) {
-		while ((de = readdir(d))) {
-			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-				continue;
-			th_join(sub, sizeof(sub), path, de->d_name);
-			th_rmtree(sub);
-		}
-		closedir(d);
-	}
-	rmdir(path);
-}
-
 int th_group_setup(void **state)
 {
-	const char *tmp = getenv("TMPDIR");
-
 	(void)state;
-	snprintf(th_root, sizeof(th_root), "%s/zap-test-XXXXXX",
-		 tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(th_root)) {
+	if (!zt_mkdtemp(th_root, sizeof(th_root), "zap-test")) {
 		fprintf(stderr, "mkdtemp %s: %s\n", th_root, strerror(errno));
 		return -1;
 	}
@@ -103,7 +74,7 @@ int th_group_teardown(void **state)
 {
 	(void)state;
 	if (th_root[0] && !getenv("ZAP_TEST_KEEP"))
-		th_rmtree(th_root);
+		zt_rmtree(th_root);
 	return 0;
 }
 
@@ -211,6 +182,9 @@ int th_each_build_plugin(void (*fn)(const char *dir, const char *path,
 		closedir(sub);
 	}
 	closedir(top);
+	if (n != BUILT_PLUGINS)
+		fail_msg("found %d plugin module(s) under %s, but this build makes %d",
+			 n, root, BUILT_PLUGINS);
 	return n;
 }
 

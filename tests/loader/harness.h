@@ -49,7 +49,9 @@ const char *th_fixture_dir(const char *const *fixtures);
 /**
  * Call @fn for every plugin module built from plugins/ (BUILD_ROOT/
  * plugins/<folder>/libzap-<name>.so) with its folder, file path and
- * <name>. Returns how many there were.
+ * <name>. Returns how many there were; fails the current test unless
+ * that is BUILT_PLUGINS, the number Meson builds (so a test walking the
+ * modules cannot pass having found none, say after they moved).
  */
 int th_each_build_plugin(void (*fn)(const char *dir, const char *path,
 				    const char *name, void *arg),

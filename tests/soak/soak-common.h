@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "zap-test.h"
+
 /* valgrind (meson test --setup valgrind) is ~50x slower and cannot keep
  * up with a flood: the programs then run small. */
 static inline bool under_valgrind(void)

@@ -173,13 +173,6 @@ static const char *const err_names[8] = { "ECONNREFUSED", "ECONNRESET", "EPIPE",
 					  "ETIMEDOUT", "EHOSTUNREACH", "ECANCELED",
 					  "ESHUTDOWN", "other" };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void amax(_Atomic uint64_t *a, uint64_t v)
 {
 	uint64_t o = atomic_load(a);
@@ -538,9 +531,9 @@ static void send_one(struct ep_local *e, struct zap_ctx *ctx, unsigned char *buf
 	int alive0 = atomic_load(&d->alive);
 	msg_build(buf, len, e->idx, dst, e->inc, tx->next_seq);
 	zap_ctx_set_timeout(ctx, SEND_DEADLINE_NS);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = zt_now_ns();
 	int r = zap_send(e->t, d->addr, buf, len, ctx);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = zt_now_ns();
 	uint32_t inc1 = atomic_load(&d->inc);
 	int alive1 = atomic_load(&d->alive);
 	uint64_t ds = atomic_load(&d->dead_since), up = atomic_load(&d->up_since);
@@ -588,7 +581,7 @@ static void *tx_main(void *p)
 {
 	struct ep_local *e = p;
 	unsigned char *buf = malloc(sh->max_size > HDR ? sh->max_size : HDR);
-	uint64_t rng = mix(now_ns() ^ ((uint64_t)e->idx << 40) ^ (uint64_t)getpid());
+	uint64_t rng = mix(zt_now_ns() ^ ((uint64_t)e->idx << 40) ^ (uint64_t)getpid());
 	struct zap_ctx *ctx;
 
 	if (!buf || zap_ctx_new(&ctx)) {
@@ -603,15 +596,20 @@ static void *tx_main(void *p)
 	/* The sweep: one message to every endpoint, so that the end check
 	 * covers every pair with a message sent after the last restart. */
 	for (unsigned dst = 0; dst < (unsigned)sh->n; dst++) {
+		bool sent = false;
+
 		/* No kills now, but a connection to an incarnation killed a
 		 * moment ago may still be found broken: try again. */
-		for (int tries = 0; tries < 50; tries++) {
+		for (int tries = 0; tries < 50 && !sent; tries++) {
 			uint64_t before = tx_tab[(size_t)e->idx * sh->n + dst].next_seq;
 			send_one(e, ctx, buf, dst, 1 + mix(++rng) % 200);
-			if (tx_tab[(size_t)e->idx * sh->n + dst].next_seq != before)
-				break;
-			usleep(100000);
+			sent = tx_tab[(size_t)e->idx * sh->n + dst].next_seq != before;
+			if (!sent)
+				usleep(100000);
 		}
+		/* Else the end check would not cover this pair: say so. */
+		if (!sent)
+			fail("sweep: %u -> %u: no send taken in 50 tries", e->idx, dst);
 	}
 	zap_ctx_free(ctx);
 	free(buf);
@@ -720,7 +718,7 @@ static int worker(int p, bool restart)
 		uint64_t r = rss_kb(), f = fd_count();
 		amax(&ps->peak_rss_kb, r);
 		amax(&ps->peak_fds, f);
-		if (!atomic_load(&ps->rss_warm_kb) && now_ns() >= warm)
+		if (!atomic_load(&ps->rss_warm_kb) && zt_now_ns() >= warm)
 			atomic_store(&ps->rss_warm_kb, r);
 		if (!swept && atomic_load(&sh->phase) == PH_SWEEP) {
 			for (int k = 0; k < sh->eps; k++)
@@ -772,14 +770,14 @@ static pid_t spawn(int p, bool restart)
 
 static bool wait_ready(int p, uint64_t limit_ns)
 {
-	uint64_t end = now_ns() + limit_ns;
+	uint64_t end = zt_now_ns() + limit_ns;
 	while (!atomic_load(&sh->procs[p].ready)) {
 		int st;
 		if (waitpid(sh->procs[p].pid, &st, WNOHANG) == sh->procs[p].pid) {
 			fprintf(stderr, "worker %d died during setup (status 0x%x)\n", p, st);
 			return false;
 		}
-		if (now_ns() > end)
+		if (zt_now_ns() > end)
 			return false;
 		usleep(2000);
 	}
@@ -788,7 +786,7 @@ static bool wait_ready(int p, uint64_t limit_ns)
 
 static void set_alive(int p, bool alive)
 {
-	uint64_t t = now_ns();
+	uint64_t t = zt_now_ns();
 	for (int k = 0; k < sh->eps; k++) {
 		struct ep_sh *e = &sh->ep[p * sh->eps + k];
 		if (alive) {
@@ -914,7 +912,7 @@ int main(int argc, char **argv)
 	sh->max_size = max_size;
 	sh->deadline_ns = deadline_ms ? deadline_ms * 1000000ull : SEND_DEADLINE_DEFAULT_NS;
 	sh->seconds = seconds;
-	sh->t0 = now_ns();
+	sh->t0 = zt_now_ns();
 	for (int p = 0; p < nprocs; p++)
 		sh->procs[p].killable = faults && p >= nprocs / 2;
 
@@ -931,7 +929,7 @@ int main(int argc, char **argv)
 		}
 		set_alive(p, true);
 	}
-	sh->t0 = now_ns();
+	sh->t0 = zt_now_ns();
 	atomic_store(&sh->phase, PH_RUN);
 
 	uint64_t end = sh->t0 + seconds * 1000000000ull;
@@ -940,21 +938,21 @@ int main(int argc, char **argv)
 	uint64_t rng = mix(sh->t0);
 	unsigned kills = 0;
 	uint64_t max_reap = 0;
-	while (now_ns() < end) {
+	while (zt_now_ns() < end) {
 		if (!faults) {
 			sleep_ns(100000000ull);
 			continue;
 		}
 		sleep_ns(200000000ull + mix(++rng) % 600000000ull);
-		if (now_ns() >= fault_end)
+		if (zt_now_ns() >= fault_end)
 			continue;
 		int p = nprocs / 2 + (int)(mix(++rng) % (uint64_t)(nprocs - nprocs / 2));
 		set_alive(p, false);
-		uint64_t tk = now_ns();
+		uint64_t tk = zt_now_ns();
 		kill(sh->procs[p].pid, SIGKILL);
 		waitpid(sh->procs[p].pid, NULL, 0);
 		/* Reaped: every socket of it is closed now. */
-		uint64_t tr = now_ns();
+		uint64_t tr = zt_now_ns();
 		for (int k = 0; k < eps; k++)
 			atomic_store(&sh->ep[p * eps + k].dead_since, tr);
 		if (tr - tk > max_reap)
@@ -977,12 +975,16 @@ int main(int argc, char **argv)
 
 	/* Sweep, then wait until every pair's last message has arrived. */
 	atomic_store(&sh->phase, PH_SWEEP);
-	uint64_t limit = now_ns() + 60000000000ull;
-	for (int p = 0; p < nprocs; p++)
-		while (!atomic_load(&sh->procs[p].sweep_done) && now_ns() < limit)
+	uint64_t limit = zt_now_ns() + 60000000000ull;
+	for (int p = 0; p < nprocs; p++) {
+		while (!atomic_load(&sh->procs[p].sweep_done) && zt_now_ns() < limit)
 			usleep(10000);
-	uint64_t settle = now_ns() + 15000000000ull;
-	while (!drained(false) && now_ns() < settle)
+		/* Then its last messages may be missing from the end checks. */
+		if (!atomic_load(&sh->procs[p].sweep_done))
+			fail("worker %d did not finish the sweep within 60 s", p);
+	}
+	uint64_t settle = zt_now_ns() + 15000000000ull;
+	while (!drained(false) && zt_now_ns() < settle)
 		usleep(50000);
 	atomic_store(&sh->phase, PH_STOP);
 
@@ -995,7 +997,7 @@ int main(int argc, char **argv)
 			bad_exit = 1;
 		}
 	}
-	double secs = (double)(now_ns() - sh->t0) / 1e9;
+	double secs = (double)(zt_now_ns() - sh->t0) / 1e9;
 
 	/* End checks. */
 	drained(true);
@@ -1086,6 +1088,8 @@ int main(int argc, char **argv)
 		     (double)atomic_load(&sh->max_send_ns) / 1e6, (double)SEND_DEADLINE_NS / 1e6);
 	if (!msgs)
 		fail("no message arrived");
+	if (!complete)
+		fail("no message between never-killed endpoints was checked");
 	int failures = atomic_load(&sh->failures);
 	printf("%s\n", failures || bad_exit ? "soak: FAILED" : "soak: ok");
 	munmap(mem, size);

@@ -4,7 +4,9 @@
  * wire): messages from default land in managed memory on the uma side
  * (device pointer set, bytes intact), replies and sends from a uma pool
  * buffer arrive on the default side. Needs a CUDA device with managed
- * memory; elsewhere exits 77 with the uma probe's reason.
+ * memory. Skips (exit 77, printing the probe's reason) only when the uma
+ * plugin loaded and its probe said NOT_PRESENT; a uma plugin that is
+ * missing, failed to load or whose probe said ERROR is a failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,27 +14,12 @@
 
 #include <zap/zap.h>
 
-#define CHECK(cond)                                                        \
-	do {                                                                   \
-		if (!(cond)) {                                                     \
-			fprintf(stderr, "FAIL %s:%d: %s (%s)\n", __FILE__, __LINE__,   \
-				#cond, zap_last_error());                              \
-			exit(1);                                                       \
-		}                                                                  \
-	} while (0)
+#include "zap-test.h"
 
-static void fill(unsigned char *p, size_t n, unsigned seed)
+/* The payload of message @seed arrived intact. */
+static int same(const void *p, size_t n, unsigned seed)
 {
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(i * 31u + seed);
-}
-
-static int same(const unsigned char *p, size_t n, unsigned seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] != (unsigned char)(i * 31u + seed))
-			return 0;
-	return 1;
+	return zt_check_fill(p, n, seed) == n;
 }
 
 int main(void)
@@ -48,49 +35,47 @@ int main(void)
 	struct zap_msg *m;
 	int rc;
 
-	rc = zap_pick("=uma", 0, &attr, &uma);
-	if (rc == ZAP_ENOTAVAIL) {
-		printf("SKIP: needs a CUDA device with managed memory: %s\n",
-		       zap_strerror(rc));
-		return 77;
-	}
-	CHECK(rc == 0);
+	rc = zt_need_plugin("uma", "a CUDA device with managed memory");
+	if (rc)
+		return rc;
+	/* Loaded and probed OK: from here every failure is a failure. */
+	ZT_CHECK(zap_pick("=uma", 0, &attr, &uma) == 0);
 	buf = malloc(16 << 20);
-	CHECK(buf != NULL);
-	CHECK(zap_pick("=default", 0, &attr, &def) == 0);
-	CHECK(zap_transport_address(uma, uma_addr, sizeof(uma_addr)) == 0);
-	CHECK(zap_transport_address(def, def_addr, sizeof(def_addr)) == 0);
-	CHECK(zap_caps(uma, &caps) == 0);
-	CHECK(caps.zero_copy && caps.device_buffers);
+	ZT_CHECK(buf != NULL);
+	ZT_CHECK(zap_pick("=default", 0, &attr, &def) == 0);
+	ZT_CHECK(zap_transport_address(uma, uma_addr, sizeof(uma_addr)) == 0);
+	ZT_CHECK(zap_transport_address(def, def_addr, sizeof(def_addr)) == 0);
+	ZT_CHECK(zap_caps(uma, &caps) == 0);
+	ZT_CHECK(caps.zero_copy && caps.device_buffers);
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-		fill(buf, sizes[i], (unsigned)i);
-		CHECK(zap_send(def, uma_addr, buf, sizes[i], NULL) == 0);
-		CHECK(zap_recv(uma, NULL, &m) == 0);
-		CHECK(zap_msg_len(m) == sizes[i]);
-		CHECK(zap_msg_device_ptr(m) != NULL);
-		CHECK(same(zap_msg_data(m), sizes[i], (unsigned)i));
+		zt_fill(buf, sizes[i], (unsigned)i);
+		ZT_CHECK(zap_send(def, uma_addr, buf, sizes[i], NULL) == 0);
+		ZT_CHECK(zap_recv(uma, NULL, &m) == 0);
+		ZT_CHECK(zap_msg_len(m) == sizes[i]);
+		ZT_CHECK(zap_msg_device_ptr(m) != NULL);
+		ZT_CHECK(same(zap_msg_data(m), sizes[i], (unsigned)i));
 		/* Reply from the received bytes themselves (managed memory). */
-		CHECK(zap_send(uma, zap_msg_peer(m), zap_msg_data(m), sizes[i], NULL) == 0);
+		ZT_CHECK(zap_send(uma, zap_msg_peer(m), zap_msg_data(m), sizes[i], NULL) == 0);
 		zap_msg_release(m);
-		CHECK(zap_recv(def, NULL, &m) == 0);
-		CHECK(zap_msg_len(m) == sizes[i] && same(zap_msg_data(m), sizes[i], (unsigned)i));
+		ZT_CHECK(zap_recv(def, NULL, &m) == 0);
+		ZT_CHECK(zap_msg_len(m) == sizes[i] && same(zap_msg_data(m), sizes[i], (unsigned)i));
 		zap_msg_release(m);
 	}
 
 	/* A pool buffer, filled by the CPU, sent as is. */
-	CHECK(zap_buffer_alloc(uma, 1 << 20, NULL, &b) == 0);
-	CHECK(zap_buffer_device_ptr(b) != NULL);
-	fill(zap_buffer_bytes(b), 1 << 20, 99);
-	CHECK(zap_send(uma, def_addr, zap_buffer_bytes(b), 1 << 20, NULL) == 0);
+	ZT_CHECK(zap_buffer_alloc(uma, 1 << 20, NULL, &b) == 0);
+	ZT_CHECK(zap_buffer_device_ptr(b) != NULL);
+	zt_fill(zap_buffer_bytes(b), 1 << 20, 99);
+	ZT_CHECK(zap_send(uma, def_addr, zap_buffer_bytes(b), 1 << 20, NULL) == 0);
 	zap_buffer_release(b);
 	zap_buffer_release(b); /* double release: no-op */
-	CHECK(zap_recv(def, NULL, &m) == 0);
-	CHECK(zap_msg_len(m) == 1 << 20 && same(zap_msg_data(m), 1 << 20, 99));
+	ZT_CHECK(zap_recv(def, NULL, &m) == 0);
+	ZT_CHECK(zap_msg_len(m) == 1 << 20 && same(zap_msg_data(m), 1 << 20, 99));
 	zap_msg_release(m);
 
-	CHECK(zap_pool_stats(uma, &st) == 0);
-	CHECK(st.in_use == 0 && st.owned > 0 && st.high_water >= (16 << 20));
+	ZT_CHECK(zap_pool_stats(uma, &st) == 0);
+	ZT_CHECK(st.in_use == 0 && st.owned > 0 && st.high_water >= (16 << 20));
 	printf("uma pool: owned %llu, high water %llu, allocs %llu\n",
 	       (unsigned long long)st.owned, (unsigned long long)st.high_water,
 	       (unsigned long long)st.allocs);

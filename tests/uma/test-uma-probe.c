@@ -11,6 +11,12 @@
  *
  * LD_LIBRARY_PATH is read only at process start, so the stub case re-runs
  * this program with it pointing at a directory holding the symlink.
+ *
+ * A case skips (exit 77, naming what is missing) only where this host
+ * cannot produce it (a CUDA driver is installed; the stub library is
+ * absent), and even then only after the uma plugin was found, loaded and
+ * probed to LOADED or NOT_PRESENT: a plugin that is missing, failed to
+ * load, or whose probe said ERROR fails the test.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -21,6 +27,8 @@
 
 #include <zap/zap.h>
 
+#include "zap-test.h"
+
 #define STUB "/usr/local/cuda/lib64/stubs/libcuda.so"
 
 static int fail(const char *what)
@@ -29,27 +37,40 @@ static int fail(const char *what)
 	return 1;
 }
 
+/* The uma row into @e, printed; 1 (after FAIL) when there is none. */
+static int uma_row(struct zap_report_entry *e)
+{
+	if (zt_plugin_row("uma", e))
+		return fail("no uma row in the load report (ZAP_PLUGIN_PATH?)");
+	printf("uma: %s: %s\n", zap_plugin_state_name(e->state), e->reason);
+	return 0;
+}
+
+/* Before a skip: the plugin itself must be sound (loaded or not present). */
+static int plugin_sound(void)
+{
+	struct zap_report_entry e = { .size = sizeof(e) };
+
+	if (uma_row(&e))
+		return 1;
+	if (e.state != ZAP_PLUGIN_LOADED && e.state != ZAP_PLUGIN_NOT_PRESENT)
+		return fail("the uma plugin failed to load or its probe said ERROR");
+	return 0;
+}
+
 static int check(const char *expect)
 {
 	struct zap_report_entry e = { .size = sizeof(e) };
 	struct zap_choice c = { .size = sizeof(c) };
 	struct zap_transport *t = NULL;
-	int n = zap_report_count(), found = 0, rc;
+	int rc;
 
-	for (int i = 0; i < n; i++) {
-		if (zap_report_get((size_t)i, &e))
-			return fail("zap_report_get");
-		if (strcmp(e.name, "uma"))
-			continue;
-		found = 1;
-		printf("uma: %s: %s\n", zap_plugin_state_name(e.state), e.reason);
-		if (e.state != ZAP_PLUGIN_NOT_PRESENT)
-			return fail("uma is not 'not present'");
-		if (!strstr(e.reason, expect))
-			return fail("uma's reason lacks the failed step");
-	}
-	if (!found)
-		return fail("no uma row in the load report (ZAP_PLUGIN_PATH?)");
+	if (uma_row(&e))
+		return 1;
+	if (e.state != ZAP_PLUGIN_NOT_PRESENT)
+		return fail("uma is not 'not present'");
+	if (!strstr(e.reason, expect))
+		return fail("uma's reason lacks the failed step");
 	/* Auto pick moves on to default... */
 	if (zap_pick_explain("", 0, &c) || strcmp(c.name, "default"))
 		return fail("auto pick did not fall back to default");
@@ -75,19 +96,31 @@ int main(int argc, char **argv)
 		void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 
 		if (h) {
-			printf("SKIP: libcuda.so.1 is installed here; this case needs a host without a CUDA driver\n");
-			return 77;
+			char path[PATH_MAX] = "?";
+
+			dlinfo(h, RTLD_DI_ORIGIN, path);
+			dlclose(h);
+			if (plugin_sound())
+				return 1;
+			printf("SKIP: needs a host without a CUDA driver; libcuda.so.1 "
+			       "is installed here (in %s)\n", path);
+			return ZT_SKIP;
 		}
 		return check("libcuda.so.1 not found");
 	}
 	if (!strcmp(mode, "stub")) {
-		char dir[] = "/tmp/zap-cudastub-XXXXXX", link[64];
+		char dir[PATH_MAX], link[PATH_MAX + 16];
 
 		if (access(STUB, R_OK)) {
-			printf("SKIP: the CUDA toolkit's stub library %s is missing\n", STUB);
-			return 77;
+			int err = errno;
+
+			if (plugin_sound())
+				return 1;
+			printf("SKIP: needs the CUDA toolkit's stub library %s: %s\n",
+			       STUB, strerror(err));
+			return ZT_SKIP;
 		}
-		if (!mkdtemp(dir))
+		if (!zt_mkdtemp(dir, sizeof(dir), "zap-cudastub"))
 			return fail("mkdtemp");
 		snprintf(link, sizeof(link), "%s/libcuda.so.1", dir);
 		if (symlink(STUB, link))
@@ -98,12 +131,11 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "stub-child")) {
 		int rc = check("cuInit failed: CUDA_ERROR_STUB_LIBRARY");
-		char dir[64];
+		char dir[PATH_MAX];
 
 		snprintf(dir, sizeof(dir), "%s", argv[2]);
-		unlink(argv[2]);
 		*strrchr(dir, '/') = '\0';
-		rmdir(dir);
+		zt_rmtree(dir);
 		return rc;
 	}
 	fprintf(stderr, "usage: %s no-driver|stub\n", argv[0]);

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "zap-private.h"
+#include "zap-test.h"
 
 /* Host backing that counts, so tests can see what reached the backing. */
 struct counting {
@@ -74,11 +75,6 @@ static struct zap_pool_stats stats(struct zap_pool *p)
 
 	zap__pool_stats(p, &s);
 	return s;
-}
-
-static uint64_t now_ms(void)
-{
-	return zap__now_ns() / 1000000;
 }
 
 static void test_alloc_release(void **state)
@@ -210,18 +206,11 @@ struct blocked {
 static void *blocked_alloc(void *arg)
 {
 	struct blocked *x = arg;
-	uint64_t t0 = now_ms();
+	uint64_t t0 = zt_now_ms();
 
 	x->rc = zap__pool_alloc(x->p, x->len, x->ctx, &x->b);
-	x->waited_ms = now_ms() - t0;
+	x->waited_ms = zt_now_ms() - t0;
 	return NULL;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
 }
 
 /*
@@ -238,7 +227,7 @@ static struct zap_pool *start_blocked(struct counting *c, struct blocked *x,
 	assert_int_equal(zap__pool_alloc(p, 4096, NULL, full), 0);
 	assert_int_equal(pthread_create(t, NULL, blocked_alloc, x), 0);
 	for (int i = 0; i < 2000 && stats(p).waits == 0; i++)
-		sleep_ms(1);
+		zt_sleep_ms(1);
 	assert_int_equal(stats(p).waits, 1); /* it is really waiting */
 	return p;
 }
@@ -251,7 +240,7 @@ static void test_blocks_until_release(void **state)
 	pthread_t t;
 	struct zap_pool *p = start_blocked(&c, &x, &full, &t);
 
-	sleep_ms(100);
+	zt_sleep_ms(100);
 	assert_int_equal(stats(p).waits, 1); /* still waiting */
 	zap_buffer_release(full);
 	pthread_join(t, NULL);
@@ -273,10 +262,10 @@ static void test_deadline_expires(void **state)
 	assert_int_equal(zap__pool_alloc(p, 4096, NULL, &full), 0);
 	assert_int_equal(zap_ctx_new(&ctx), 0);
 	zap_ctx_set_timeout(ctx, 80 * 1000000ull);
-	t0 = now_ms();
+	t0 = zt_now_ms();
 	assert_int_equal(zap__pool_alloc(p, 100, ctx, &b), -ETIMEDOUT);
-	assert_true(now_ms() - t0 >= 75);
-	assert_true(now_ms() - t0 < 2000);
+	assert_true(zt_now_ms() - t0 >= 75);
+	assert_true(zt_now_ms() - t0 < 2000);
 	assert_null(b);
 	/* An expired ctx fails at once, without waiting again. */
 	assert_int_equal(zap__pool_alloc(p, 100, ctx, &b), -ETIMEDOUT);
@@ -411,20 +400,31 @@ static void test_threads_churn(void **state)
 	struct counting c;
 	/* Cap below what 4 threads could hold at once: they must wait. */
 	struct zap_pool *p = counting_pool(&c, 40000, 16384);
+	struct zap_buffer *held[2];
 	struct churn ch[4];
 	pthread_t t[4];
 
+	/* Whether threads overlap is up to the scheduler, so make sure the
+	 * waiting path runs: hold 32 KiB of the 40000-byte cap until one of
+	 * them waits (any size above 4096 must), then let them all run. */
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(zap__pool_alloc(p, 16384, NULL, &held[i]), 0);
 	for (int i = 0; i < 4; i++) {
 		ch[i] = (struct churn){ .p = p, .seed = (unsigned)i + 1 };
 		assert_int_equal(pthread_create(&t[i], NULL, churn_thread, &ch[i]), 0);
 	}
+	for (int i = 0; i < 2000 && stats(p).waits == 0; i++)
+		zt_sleep_ms(1);
+	assert_true(stats(p).waits > 0);
+	for (int i = 0; i < 2; i++)
+		zap_buffer_release(held[i]);
 	for (int i = 0; i < 4; i++) {
 		pthread_join(t[i], NULL);
 		assert_int_equal(ch[i].errors, 0);
 	}
 	assert_int_equal(stats(p).in_use, 0);
 	assert_true(stats(p).owned <= 40000);
-	assert_int_equal(stats(p).allocs, 4 * 3000);
+	assert_int_equal(stats(p).allocs, 2 + 4 * 3000);
 	zap__pool_close(p);
 	assert_int_equal(c.live, 0);
 }

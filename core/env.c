@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The core's environment variables, read once per process (DESIGN.md
- * section 5). A bad value is never replaced silently: it is remembered with
+ * The core's environment variables, read once per process
+ * (docs/environment.md). A bad value is never replaced silently: it is remembered with
  * a message naming the variable, and zap_pick() fails with it.
  */
 #include <ctype.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The buffer pool (DESIGN.md sections 1 and 4): size classes over memory a
+ * The buffer pool (docs/architecture.md, "The buffer pool"): size classes over memory a
  * transport supplies, a cap, blocking allocation, idempotent release.
  *
  * Invariants (under pool->lock):

@@ -20,7 +20,7 @@ void zap__vlog(enum zap_log_level level, const char *domain, const char *fmt,
 int zap__log_enabled(enum zap_log_level level);
 /*
  * The first-pick summary: an INFO line that is shown at the default WARN
- * level too (DESIGN.md section 2), silenced only by ZAP_TRANSPORT_QUIET=1
+ * level too (docs/loader.md, "The first-pick line"), silenced only by ZAP_TRANSPORT_QUIET=1
  * or ZAP_LOG_LEVEL=error.
  */
 void zap__log_pick_summary(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Every environment value the core parses (DESIGN.md section 5, README's
+ * Every environment value the core parses (docs/environment.md, README's
  * environment table): the whole config reader (zap__config_read(): log
  * level, quiet flag, ZAP_TRANSPORT, ZAP_LISTEN, ZAP_MAX_MSG_BYTES), the
  * byte-count parser every plugin's size variable goes through

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Pick suite: every rule of DESIGN.md section 2, against one plugin
+ * Pick suite: every rule of docs/loader.md "Picking a transport", against one plugin
  * directory holding five fixtures (see tests/plugins/meson.build):
  *
  *   top 90 OK   broken 80 ERROR   absent 70 NOT_PRESENT

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The core buffer pool with host-memory backing (DESIGN.md section 4). */
+/* The core buffer pool with host-memory backing (docs/architecture.md). */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>

@@ -399,28 +399,22 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 }
 
 /* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping; plain
- * decimal, 0..TCP_SPIN_MAX_US, unset or empty = 0. */
+ * decimal, 0..TCP_SPIN_MAX_US (0: never spin). Unset or empty: learned
+ * from traffic (tcp_spin.c). */
 static int spin_setting(const struct zap_host *host, const char *dom,
-			unsigned *out)
+			struct tcp_spin *s)
 {
 	const char *v = getenv(TCP_SPIN_ENV);
-	unsigned long n = 0;
+	uint64_t n;
 
-	*out = 0;
+	tw_spin_init(s, false, 0);
 	if (!v || !*v)
 		return 0;
-	for (const char *p = v; *p; p++) {
-		if (*p < '0' || *p > '9' || n > TCP_SPIN_MAX_US)
-			return host->fail(-EINVAL,
-					  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
-					  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
-		n = n * 10 + (unsigned long)(*p - '0');
-	}
-	if (n > TCP_SPIN_MAX_US)
+	if (tcp_parse_uint(v, 0, TCP_SPIN_MAX_US, &n))
 		return host->fail(-EINVAL,
 				  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
 				  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
-	*out = (unsigned)n;
+	tw_spin_init(s, true, (unsigned)n);
 	return 0;
 }
 /* A limit from the environment: plain decimal in [@min, @max]; unset or
@@ -464,7 +458,7 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	pthread_cond_init(&w->cond, &ca);
 	pthread_condattr_destroy(&ca);
 
-	r = spin_setting(host, w->dom, &w->spin_us);
+	r = spin_setting(host, w->dom, &w->spin);
 	if (!r)
 		r = env_limit(host, w->dom, TCP_HS_ENV, TCP_HS_TIMEOUT_MS,
 			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",

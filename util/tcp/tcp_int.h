@@ -22,10 +22,11 @@
  * or because someone else leads), so two peers sending large messages to
  * each other cannot deadlock.
  *
- * With ZAP_TCP_SPIN_US set, the leader busy-polls its set (poll() with
- * timeout 0) for up to that long before blocking, trading a CPU core for
- * the kernel's sleep/wake-up on every message (see wire_poll()). Followers
- * still sleep: at most one thread per endpoint spins.
+ * The leader busy-polls its set (poll() with timeout 0) for a while before
+ * blocking, while recent waits say a message is due soon, trading CPU time
+ * for the kernel's sleep/wake-up on every message; ZAP_TCP_SPIN_US fixes
+ * that time instead (tcp_spin.c). Followers always sleep: at most one
+ * thread per endpoint spins.
  *
  * One small thread does handshakes only: it accepts, reads the peer's HELLO
  * (with a deadline, so idle or hostile connections cannot hold anything up),
@@ -152,6 +153,13 @@ struct tcp_kick {
 	int fd;
 };
 
+/* The leader's spin budget (tcp_spin.c); touched by the leader only. */
+struct tcp_spin {
+	bool fixed;        /* ZAP_TCP_SPIN_US given: fixed_ns, nothing learned */
+	uint64_t fixed_ns;
+	uint64_t mean_ns;  /* learned: weighted mean of recent wait times */
+};
+
 struct tcp_wire {
 	const struct zap_host *host;
 	const char *dom;
@@ -163,7 +171,7 @@ struct tcp_wire {
 	int kick_fd;             /* wakes the leader; drained by it */
 	int stop_fd;             /* readable once shut down; never drained */
 	atomic_bool shut;
-	unsigned spin_us;        /* ZAP_TCP_SPIN_US, read at open; 0: never spin */
+	struct tcp_spin spin;    /* leader only (ZAP_TCP_SPIN_US read at open) */
 	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
 	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
 	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
@@ -249,6 +257,11 @@ void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
 /* tcp_conn.c: wake-ups */
 uint64_t tw_rand64(void);
 void tw_tune_socket(int fd);
+void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us);
+uint64_t tw_spin_budget(const struct tcp_spin *s);
+void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns);
+int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
+		 bool (*stop)(void *), void *arg);
 void tw_kick(struct tcp_wire *w);
 void tw_wake_all(struct tcp_wire *w);
 void tw_notify(struct tcp_wire *w, bool tx);

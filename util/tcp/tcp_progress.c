@@ -240,14 +240,13 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 }
 
 /*
- * poll(pfd, n, timeout), except that with spinning on (ZAP_TCP_SPIN_US)
- * and a non-zero timeout the leader first busy-waits for up to w->spin_us
- * by re-polling the same set with timeout 0. The set holds the kick and
- * stop eventfds, every waiter's ctx fd and POLLOUT interest and every
- * connection, so a message, a kick, a cancel or zap_close() ends the spin
- * at the next round, exactly as it would end the blocking poll(); shutdown
- * and the ctx (its deadline has no fd) are also checked between rounds.
- * Only then does the leader block for the rest of @timeout.
+ * poll(pfd, n, timeout), except that the leader may first busy-poll the
+ * same set for a while (tcp_spin.c decides how long). The set holds the
+ * kick and stop eventfds, every waiter's ctx fd and POLLOUT interest and
+ * every connection, so a message, a kick, a cancel or zap_close() ends the
+ * spin at the next round, exactly as it would end the blocking poll();
+ * shutdown and the ctx (its deadline has no fd) are also checked between
+ * rounds.
  *
  * @spin false: block at once. A leader that is a sender waiting for room
  * on a full socket does not spin: its wait is bandwidth-bound, and when it
@@ -262,30 +261,27 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
  * epoll_wait(…, 0) followed by the read; it needs no second fd set and
  * covers every fd each round, so it is what spinning uses.
  */
+struct spin_stop {
+	struct tcp_wire *w;
+	struct zap_ctx *ctx;
+};
+
+static bool spin_should_stop(void *arg)
+{
+	struct spin_stop *st = arg;
+
+	/* tw_wait_check() in the caller reports either. */
+	return atomic_load(&st->w->shut) || st->w->host->ctx_err(st->ctx);
+}
+
 static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n,
 		     int timeout, bool spin, struct zap_ctx *ctx)
 {
-	if (!spin || !w->spin_us || timeout == 0)
-		return poll(pfd, n, timeout);
+	struct spin_stop st = { w, ctx };
 
-	uint64_t t0 = now_ns(), now = t0;
-	uint64_t end = t0 + (uint64_t)w->spin_us * 1000u;
-	if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)
-		end = t0 + (uint64_t)timeout * 1000000u;
-	while (now < end) {
-		int r = poll(pfd, n, 0);
-		if (r)
-			return r;
-		if (atomic_load(&w->shut) || w->host->ctx_err(ctx))
-			return 0; /* tw_wait_check() in the caller reports it */
-		now = now_ns();
-	}
-	if (timeout > 0) {
-		uint64_t spent_ms = (now - t0) / 1000000u;
-		timeout = spent_ms >= (uint64_t)timeout ? 0
-							: timeout - (int)spent_ms;
-	}
-	return poll(pfd, n, timeout);
+	if (!spin)
+		return poll(pfd, n, timeout);
+	return tw_spin_poll(&w->spin, pfd, n, timeout, spin_should_stop, &st);
 }
 
 static void pollset_add(struct tcp_wire *w, size_t *n, int fd, short events,

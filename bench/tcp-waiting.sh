@@ -1,0 +1,99 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# What the default transport's waiting costs and buys, beside the tools it
+# is compared with (bench/tcp-vs-raw.sh has the latency/bandwidth table):
+#
+#  1. idle: CPU time of an endpoint waiting in zap_recv() with no traffic,
+#     alone and beside 1,000 idle connected peers (bench/idle_cpu), with
+#     learned spinning (the default) and with ZAP_TCP_SPIN_US=200.
+#  2. oversubscribed: four client/server zap-perf pairs at once on this
+#     host's cores (64 B round trips, aggregate round trips per second),
+#     learned spinning vs. never spinning (ZAP_TCP_SPIN_US=0) vs. 200 us.
+#  3. message rate: 64 B, a window of 64 messages, zap-perf vs.
+#     ucx_perftest tag_bw over tcp (its msg/s column), where installed.
+#
+# usage: bench/tcp-waiting.sh [BUILD_DIR]     (default: build)
+# env:   REPS (3) best of; SECS (10) idle wait; PAIRS (4); ITERS (20000)
+#        MSGS (200000) rate-test messages; CPUS ("0,1") for the rate test
+set -u
+build=${1:-build}
+REPS=${REPS:-3}
+SECS=${SECS:-10}
+PAIRS=${PAIRS:-4}
+ITERS=${ITERS:-20000}
+MSGS=${MSGS:-200000}
+CPUS=${CPUS:-0,1}
+export ZAP_TRANSPORT_QUIET=1
+perf=$build/tools/zap-perf
+idle=$build/bench/idle_cpu
+for b in "$perf" "$idle"; do
+	[ -x "$b" ] || { echo "no $b: build first (meson compile -C $build)" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
+
+best() { sort -g | tail -1; }
+with_spin() { # VALUE CMD...: VALUE "learned" leaves ZAP_TCP_SPIN_US unset
+	local v=$1; shift
+	if [ "$v" = learned ]; then env -u ZAP_TCP_SPIN_US "$@"; else ZAP_TCP_SPIN_US=$v "$@"; fi
+}
+
+echo "== idle: % of one core while waiting ${SECS} s in zap_recv() with no traffic"
+for spin in learned 200; do
+	for peers in 1 1000; do
+		v=$(with_spin $spin "$idle" "$peers" "$SECS" | sed -n 's/.*: \([0-9.]*\)% of a core/\1/p')
+		printf '  spin %-8s %5d idle peers: %6s %%   (goal <= 1 %%)\n' "$spin" "$peers" "${v:-n/a}"
+	done
+done
+
+echo "== oversubscribed: $PAIRS zap-perf pairs at once on $(nproc) cores, 64 B round trips/s (best of $REPS)"
+over() { # SPIN -> aggregate round trips per second
+	local i
+	for i in $(seq "$PAIRS"); do
+		with_spin "$1" "$perf" --loopback -t default -s 64 -T lat -n "$ITERS" --json \
+			> "$tmp/over.$i" &
+	done
+	wait
+	python3 - "$tmp" "$PAIRS" <<'EOF'
+import json, sys
+t = 0.0
+for i in range(1, int(sys.argv[2]) + 1):
+    r = json.load(open("%s/over.%d" % (sys.argv[1], i)))["results"][0]
+    t += 1e6 / (2 * r["avg_us"])
+print("%.0f" % t)
+EOF
+}
+for spin in learned 0 200; do : > "$tmp/o_$spin"; done
+for rep in $(seq "$REPS"); do
+	for spin in learned 0 200; do over $spin >> "$tmp/o_$spin"; done
+done
+o_l=$(best < "$tmp/o_learned"); o_0=$(best < "$tmp/o_0"); o_2=$(best < "$tmp/o_200")
+printf '  learned (default)     %8s\n  never (SPIN_US=0)     %8s\n  fixed (SPIN_US=200)   %8s\n' "$o_l" "$o_0" "$o_2"
+python3 -c "import sys; l,z=float(sys.argv[1]),float(sys.argv[2]); print('  learned vs never: %.2fx  %s' % (l/z, 'met' if l >= z else 'MISSED'))" "$o_l" "$o_0"
+
+echo "== message rate: 64 B, window 64 (best of $REPS)"
+: > "$tmp/rate"; : > "$tmp/ucx"
+for rep in $(seq "$REPS"); do
+	env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" -t default -s 64 -T rate -m "$MSGS" -w 64 --json |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["msgs_per_s"])' >> "$tmp/rate"
+done
+z=$(best < "$tmp/rate")
+printf '  zap-perf default       %10s msg/s\n' "$z"
+if command -v ucx_perftest >/dev/null; then
+	port=$((20000 + RANDOM % 20000))
+	for rep in $(seq "$REPS"); do
+		UCX_TLS=tcp taskset -c "${CPUS%,*}" ucx_perftest -p "$port" > /dev/null 2>&1 &
+		srv=$!
+		sleep 0.5
+		UCX_TLS=tcp timeout 120 taskset -c "${CPUS#*,}" ucx_perftest 127.0.0.1 -p "$port" \
+			-t tag_bw -s 64 -n "$MSGS" 2>&1 | awk '/^Final:/ {print $9}' >> "$tmp/ucx"
+		kill $srv 2>/dev/null; wait $srv 2>/dev/null
+		port=$((port + 1))
+	done
+	u=$(best < "$tmp/ucx")
+	printf '  ucx_perftest tcp tag_bw %9s msg/s\n' "${u:-n/a}"
+	[ -n "$u" ] && python3 -c "import sys; z,u=float(sys.argv[1]),float(sys.argv[2]); print('  zap vs ucx: %.2fx  (goal >= 1.5x) %s' % (z/u, 'met' if z/u >= 1.5 else 'MISSED'))" "$z" "$u"
+else
+	echo "  ucx_perftest not installed (apt-get install ucx-utils): no comparison"
+fi

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The leader's spin budget (util/tcp/tcp_spin.c): learned from how long
+ * waits last, dropped at once when they grow long, regained after a few
+ * short ones, fixed (and never learned) when ZAP_TCP_SPIN_US is set; and
+ * tw_spin_poll() returns what poll() would, spinning only within budget.
+ */
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tcp_int.h"
+
+#define US 1000u
+#define MS 1000000u
+
+static void test_learned_budget(void **state)
+{
+	struct tcp_spin s;
+
+	(void)state;
+	tw_spin_init(&s, false, 0);
+	/* A new endpoint spins a little: the first replies may be quick. */
+	assert_true(tw_spin_budget(&s) > 0);
+	assert_true(tw_spin_budget(&s) <= 100 * US);
+
+	/* Ping-pong at ~8 us: the budget covers a few such waits. */
+	for (int i = 0; i < 20; i++)
+		tw_spin_learn(&s, 8 * US);
+	assert_true(tw_spin_budget(&s) >= 16 * US);
+	assert_true(tw_spin_budget(&s) <= 100 * US);
+
+	/* Traffic stops: one long wait and the next wait does not spin. */
+	tw_spin_learn(&s, 5000 * MS);
+	assert_int_equal(tw_spin_budget(&s), 0);
+
+	/* Traffic resumes (sleeping waits of ~30 us): spinning comes back
+	 * within a bounded number of waits. */
+	int n = 0;
+	while (!tw_spin_budget(&s) && n < 100) {
+		tw_spin_learn(&s, 30 * US);
+		n++;
+	}
+	assert_true(tw_spin_budget(&s) > 0);
+	assert_true(n <= 30);
+}
+
+static void test_fixed_budget(void **state)
+{
+	struct tcp_spin s;
+
+	(void)state;
+	tw_spin_init(&s, true, 200);
+	assert_int_equal(tw_spin_budget(&s), 200 * US);
+	tw_spin_learn(&s, 5000 * MS);
+	assert_int_equal(tw_spin_budget(&s), 200 * US);
+
+	tw_spin_init(&s, true, 0); /* ZAP_TCP_SPIN_US=0: never spin */
+	tw_spin_learn(&s, 1 * US);
+	assert_int_equal(tw_spin_budget(&s), 0);
+}
+
+static bool never(void *arg)
+{
+	(void)arg;
+	return false;
+}
+
+static uint64_t t_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void test_spin_poll(void **state)
+{
+	struct tcp_spin s;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	uint64_t one = 1, t0;
+
+	(void)state;
+	assert_true(efd >= 0);
+	tw_spin_init(&s, false, 0);
+
+	/* Ready at once: returns 1 without waiting. */
+	assert_int_equal(write(efd, &one, sizeof(one)), sizeof(one));
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 1000, never, NULL), 1);
+	assert_int_equal(read(efd, &one, sizeof(one)), sizeof(one));
+
+	/* Nothing arrives: the timeout is honoured (spin included) and the
+	 * 50 ms wait teaches the budget to drop to zero. */
+	t0 = t_now();
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 50, never, NULL), 0);
+	assert_true(t_now() - t0 >= 45 * MS);
+	assert_int_equal(tw_spin_budget(&s), 0);
+	close(efd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_learned_budget),
+		cmocka_unit_test(test_fixed_budget),
+		cmocka_unit_test(test_spin_poll),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

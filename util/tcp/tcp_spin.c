@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * How long the leader busy-polls before it sleeps in poll().
+ *
+ * Shared state: struct tcp_spin inside struct tcp_wire. Only the leader
+ * reads or updates it, and leadership passes under w->mu, so the mutex
+ * hand-over orders every access; no atomics are needed. The process-wide
+ * count of spinning leaders (spinners) is atomic.
+ *
+ * With ZAP_TCP_SPIN_US set, the budget is that number (0: never spin).
+ * Unset, it is learned: every wait that ends with work for the leader
+ * feeds an exponentially weighted mean of how long waits last. While that
+ * mean is short (a peer answering within tens of microseconds), spinning
+ * for a few times the mean catches the next message before the kernel's
+ * sleep and wake-up would (about 25 us on loopback here). Once waits grow
+ * long (traffic stopped, or a slow peer), one long wait pushes the mean
+ * past the limit and the budget drops to zero at once: an idle endpoint
+ * sleeps from its next wait on and burns nothing.
+ *
+ * Oversubscription: a spinning thread may be holding the core its peer
+ * needs. A leader does not start spinning while as many leaders of this
+ * process spin as it has CPUs to run on, and every round of a spin yields
+ * the CPU (sched_yield() returns at once when nothing else is runnable
+ * there), so a peer process sharing the core runs instead of waiting out
+ * our time slice.
+ */
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "tcp_int.h"
+
+/* Learned budgets lie in [MIN, MAX]; a mean wait above LIMIT: no spin. */
+#define SPIN_MIN_NS 10000u
+#define SPIN_MAX_NS 100000u
+#define SPIN_LIMIT_NS 200000u
+/* A sample is capped so that the mean recovers in ~20 short waits. */
+#define SPIN_SAMPLE_CAP_NS (8u * SPIN_LIMIT_NS)
+
+static atomic_uint spinners;
+
+static unsigned cpus_usable(void)
+{
+	static atomic_uint cached;
+	unsigned n = atomic_load_explicit(&cached, memory_order_relaxed);
+	cpu_set_t set;
+
+	if (n)
+		return n;
+	n = 1;
+	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 0)
+		n = (unsigned)CPU_COUNT(&set);
+	atomic_store_explicit(&cached, n, memory_order_relaxed);
+	return n;
+}
+
+void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us)
+{
+	s->fixed = fixed;
+	s->fixed_ns = (uint64_t)fixed_us * 1000u;
+	/* Start as if waits were short: the first messages of a
+	 * conversation then spin, and an idle endpoint stops after one. */
+	s->mean_ns = SPIN_MIN_NS;
+}
+
+uint64_t tw_spin_budget(const struct tcp_spin *s)
+{
+	uint64_t b;
+
+	if (s->fixed)
+		return s->fixed_ns;
+	if (s->mean_ns > SPIN_LIMIT_NS)
+		return 0;
+	b = 3 * s->mean_ns;
+	return b < SPIN_MIN_NS ? SPIN_MIN_NS : b > SPIN_MAX_NS ? SPIN_MAX_NS : b;
+}
+
+void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
+{
+	if (s->fixed)
+		return;
+	if (waited_ns > SPIN_SAMPLE_CAP_NS)
+		waited_ns = SPIN_SAMPLE_CAP_NS;
+	/* Weight 1/4: quick to back off, a few samples to come back. */
+	if (waited_ns > s->mean_ns)
+		s->mean_ns += (waited_ns - s->mean_ns) / 4;
+	else
+		s->mean_ns -= (s->mean_ns - waited_ns) / 4;
+}
+
+/* Busy-poll @pfd until @end_ns, yielding each round; > 0 as poll(), or 0
+ * at @end_ns (or when @stop says so). */
+static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
+		       bool (*stop)(void *), void *arg)
+{
+	for (;;) {
+		int r = poll(pfd, n, 0);
+
+		if (r)
+			return r;
+		if (stop(arg) || now_ns() >= end_ns)
+			return 0;
+		sched_yield();
+	}
+}
+
+int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
+		 bool (*stop)(void *), void *arg)
+{
+	uint64_t t0 = now_ns(), budget = tw_spin_budget(s), end;
+	int r = 0;
+
+	if (timeout == 0)
+		return poll(pfd, n, 0);
+	if (budget && atomic_fetch_add(&spinners, 1) < cpus_usable()) {
+		end = t0 + budget;
+		if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)
+			end = t0 + (uint64_t)timeout * 1000000u;
+		r = spin_rounds(pfd, n, end, stop, arg);
+		atomic_fetch_sub(&spinners, 1);
+	} else if (budget) {
+		atomic_fetch_sub(&spinners, 1);
+	}
+	if (!r) {
+		if (timeout > 0) {
+			uint64_t spent_ms = (now_ns() - t0) / 1000000u;
+
+			timeout = spent_ms >= (uint64_t)timeout ? 0 : timeout - (int)spent_ms;
+		}
+		r = poll(pfd, n, timeout);
+	}
+	/* A wait that timed out counts too: it was long, and nothing came. */
+	if (r >= 0)
+		tw_spin_learn(s, now_ns() - t0);
+	return r;
+}

@@ -433,7 +433,8 @@ static int alloc_timed(struct zap_transport *t, uint64_t bytes, double secs,
 	return rc;
 }
 
-/* Fill device memory with cuMemAlloc until at most @target bytes are free. */
+/* Fill device memory with cuMemAlloc until at most @target bytes are free
+ * (or an allocation fails: then as far as it went). */
 static int occupy(struct gk *g, size_t target, zcu_ptr *chunks, int max, int *n,
 		  size_t *free_after, size_t *total)
 {
@@ -449,7 +450,7 @@ static int occupy(struct gk *g, size_t target, zcu_ptr *chunks, int max, int *n,
 		r = g->MemGetInfo(&fr, total);
 		if (r != ZCU_SUCCESS)
 			return fail("cuMemGetInfo: %s", gk_err(g, r));
-		if (fr <= target + 64 * MiB || *n == max)
+		if (fr <= target || *n == max)
 			break;
 		chunk = fr - target > 2 * GiB ? GiB : 64 * MiB;
 		if (g->cu->MemAlloc(&chunks[*n], chunk) != ZCU_SUCCESS)
@@ -497,8 +498,13 @@ static int step_pressure(struct sender *s)
 	if (rc)
 		goto out;
 	printf("  device memory: %.1f GiB total; %d cuMemAlloc chunks in %.1f s leave "
-	       "%.0f MiB free, under the pool cap of %" PRIu64 " MiB\n",
+	       "%.0f MiB free; the pool cap is %" PRIu64 " MiB\n",
 	       (double)total / GiB, n, occ_s, (double)fr / MiB, cap / MiB);
+	if (fr >= cap) {
+		rc = fail("could not fill device memory below the pool cap: %.0f MiB "
+			  "free after %d cuMemAlloc chunks", (double)fr / MiB, n);
+		goto out;
+	}
 
 	/* Fill the pool: the CPU writes each buffer, the GPU checksums it in
 	 * place, so managed pages migrate with too little device memory for

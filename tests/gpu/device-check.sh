@@ -239,7 +239,7 @@ else
 	run symbols 30 "$CHECK" symbols "$LIB"
 	case $RC in
 	0) record PASS symbols "$LAST" ;;
-	77) record SKIP symbols "$LAST" ;;
+	77) if [ "$DRY" = 1 ]; then record SKIP symbols "$LAST"; else record FAIL symbols "no driver: $LAST"; fi ;;
 	*) record FAIL symbols "$LAST" ;;
 	esac
 fi

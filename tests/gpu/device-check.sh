@@ -130,15 +130,39 @@ if [ "$DRY" = 1 ]; then
 		printf '#!/bin/sh\necho "%s $*" >>"%s/called"\nexit 1\n' "$t" "$SHIMS" >"$SHIMS/$t"
 		chmod +x "$SHIMS/$t"
 	done
+	# Meson's CMake lookup would find cmocka's CMake package here; a bare
+	# machine has none. Not recorded: meson may run cmake for any lookup.
+	printf '#!/bin/sh\nexit 1\n' >"$SHIMS/cmake"
+	chmod +x "$SHIMS/cmake"
 	PATH=$SHIMS:$PATH
 	# Nothing any dependency() could find, and no driver library.
 	mkdir -p "$OUT/logs/empty-pkgconfig"
 	export PKG_CONFIG_LIBDIR=$OUT/logs/empty-pkgconfig PKG_CONFIG_PATH= CMAKE_PREFIX_PATH=
 	unset LD_LIBRARY_PATH LD_PRELOAD
 	say "network: $NET"
-	say "bare:    pkg-config sees nothing; apt, dpkg, curl, wget, pip, git are shims that record calls"
+	say "bare:    pkg-config and cmake find nothing; apt, dpkg, curl, wget, pip, git are shims that record calls"
 fi
 say ""
+
+# ---- the simulation holds: Meson here finds none of what a GPU machine lacks -
+if [ "$DRY" = 1 ]; then
+	found=
+	for want in "cmocka:-Dtests=true -Ddpdk=disabled -Dgpudirect=disabled" \
+		"libdpdk:-Dtests=false -Ddpdk=enabled -Dgpudirect=disabled" \
+		"libibverbs:-Dtests=false -Ddpdk=disabled -Dgpudirect=enabled"; do
+		dep=${want%%:*}
+		rm -rf "$OUT/logs/bare-$dep"
+		(cd "$SRC" && meson setup "$OUT/logs/bare-$dep" ${want#*:} --wrap-mode=nodownload) \
+			>"$OUT/logs/bare-$dep.log" 2>&1
+		grep -q "Dependency \"$dep\" not found" "$OUT/logs/bare-$dep.log" || found="$found $dep"
+		rm -rf "$OUT/logs/bare-$dep"
+	done
+	if [ -z "$found" ]; then
+		record PASS bare-machine "Meson cannot find cmocka, libdpdk or libibverbs here (a setup that needs each fails)"
+	else
+		record FAIL bare-machine "the simulation leaks: Meson still finds$found (logs/bare-*.log)"
+	fi
+fi
 
 # ---- build ------------------------------------------------------------------
 TARGETS="zap zap-uma zap-info test-uma-interop uma-gpu-check"

@@ -381,7 +381,10 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 	for (size_t i = 0; i < pl.n; i++) {
 		const struct zap_prec *r = pl.cand[i];
 
-		rc = zap__open(r, &args, out);
+		/* Probed out of process: load it here now (only this one). */
+		rc = zap__load(r);
+		if (!rc)
+			rc = zap__open(r, &args, out);
 		if (!rc) {
 			if (pl.named && i >= pl.requested) {
 				snprintf(why, sizeof(why), "fallback: %s", pl.unavailable);

@@ -58,6 +58,7 @@ static struct {
 	bool done;
 	bool inprocess;
 	unsigned timeout_ms;
+	char *program_path;    /* zap_scan_attr.plugin_path */
 	struct zap_prec *recs;
 	size_t n;
 	struct dirrec *dirs;
@@ -528,6 +529,13 @@ static void run_scan(void)
 	}
 	finish_rec(r, &o, o.state <= ZAP_PLUGIN_ERROR ? &zap_builtin_default : NULL);
 
+	if (scan.program_path) {
+		char *save = NULL;
+
+		for (char *d = strtok_r(scan.program_path, ":", &save); d;
+		     d = strtok_r(NULL, ":", &save))
+			scan_dir(d, "program");
+	}
 	if (env) {
 		char *copy = xstrdup(env), *save = NULL;
 
@@ -581,6 +589,9 @@ ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr)
 		if (attr && attr->size >= offsetof(struct zap_scan_attr, probe_timeout_ms) +
 						  sizeof(unsigned) && attr->probe_timeout_ms)
 			scan.timeout_ms = attr->probe_timeout_ms;
+		if (attr && attr->size >= offsetof(struct zap_scan_attr, plugin_path) +
+						  sizeof(attr->plugin_path) && attr->plugin_path)
+			scan.program_path = xstrdup(attr->plugin_path);
 		run_scan();
 	}
 	pthread_mutex_unlock(&scan.lock);

@@ -428,7 +428,8 @@ struct zap_report_entry {
 struct zap_dir_entry {
 	size_t size;        /**< sizeof(struct zap_dir_entry) */
 	const char *path;
-	const char *source; /**< "ZAP_PLUGIN_PATH" or "built-in" */
+	const char *source; /**< "program" (zap_scan_attr.plugin_path),
+	                         "ZAP_PLUGIN_PATH" or "built-in" */
 	const char *status; /**< "ok", "missing", or "refused: <why>" */
 };
 
@@ -443,6 +444,13 @@ struct zap_scan_attr {
 	size_t size;               /**< sizeof(struct zap_scan_attr) */
 	unsigned flags;            /**< ZAP_SCAN_ISOLATE or ZAP_SCAN_INPROCESS */
 	unsigned probe_timeout_ms; /**< out-of-process probe limit; 0: 5000 */
+	/**
+	 * NULL, or a ':'-separated list of plugin directories the program
+	 * itself chooses, searched before ZAP_PLUGIN_PATH (source "program"
+	 * in the report). Unlike ZAP_PLUGIN_PATH it is honoured in setuid and
+	 * file-capability programs: it comes from the program, not its caller.
+	 */
+	const char *plugin_path;
 };
 
 /**

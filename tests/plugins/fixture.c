@@ -8,7 +8,9 @@
  *
  *   FIX_NAME="good"       descriptor name (must match libzap-<name>.so)
  *   FIX_RANK=50           descriptor rank
- *   FIX_PROBE=n           0 OK, 1 NOT_PRESENT, 2 ERROR, 3 crash, 4 hang
+ *   FIX_PROBE=n           0 OK, 1 NOT_PRESENT, 2 ERROR, 3 crash, 4 hang,
+ *                         5 NOT_PRESENT with reason "secret=<value>": what
+ *                         host->env_get("ZAP_FIXTURE_SECRET") answered
  *   FIX_ABI_MAJOR=2       put 2 in the descriptor's abi_major field
  *   FIX_SYMBOL_V2         export zap_plugin_v2 (ABI major 2) instead of v1
  *   FIX_NO_SYMBOL         export no descriptor at all
@@ -108,6 +110,16 @@ static enum zap_probe_result fix_probe(const struct zap_host *host,
 	for (;;)
 		pause();
 	return ZAP_PROBE_ERROR; /* not reached */
+#elif FIX_PROBE == 5
+	{
+		const char *v = ZAP_HOST_HAS(host, env_get)
+					? host->env_get("ZAP_FIXTURE_SECRET")
+					: "(host has no env_get)";
+
+		snprintf(info->reason, sizeof(info->reason), "secret=%s",
+			 v ? v : "unset");
+		return ZAP_PROBE_NOT_PRESENT;
+	}
 #else
 	fix_fill_caps(&info->caps);
 	snprintf(info->detail, sizeof(info->detail),

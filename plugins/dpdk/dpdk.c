@@ -72,10 +72,21 @@ struct dp_conf {
 	uint64_t reasm_bytes, rxq_bytes, pool_bytes;
 };
 
-static int env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max,
-		   uint64_t *out, char *why, size_t len)
+/*
+ * The environment through the host (zap_host.env_get): in a setuid or
+ * file-capability program every variable reads as unset, so a caller
+ * cannot hand EAL arguments ("-d lib.so") to a privileged process and dpdk
+ * reports itself not configured. A host without env_get: secure_getenv().
+ */
+static const char *dp_getenv(const struct zap_host *h, const char *name)
 {
-	const char *v = getenv(name);
+	return ZAP_HOST_HAS(h, env_get) ? h->env_get(name) : secure_getenv(name);
+}
+
+static int env_u64(const struct zap_host *h, const char *name, uint64_t def,
+		   uint64_t min, uint64_t max, uint64_t *out, char *why, size_t len)
+{
+	const char *v = dp_getenv(h, name);
 	unsigned long long x;
 	char *end;
 
@@ -126,7 +137,7 @@ bad:
 static int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why,
 			size_t len)
 {
-	const char *v = getenv("ZAP_DPDK_EAL_ARGS");
+	const char *v = dp_getenv(h, "ZAP_DPDK_EAL_ARGS");
 	uint64_t x;
 	int rc = 0;
 
@@ -140,7 +151,7 @@ static int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why,
 		return -EINVAL;
 	}
 	snprintf(c->eal, sizeof(c->eal), "%s", v);
-	v = getenv("ZAP_DPDK_IP");
+	v = dp_getenv(h, "ZAP_DPDK_IP");
 	if (!v || !*v) {
 		snprintf(why, len, "ZAP_DPDK_IP unset (the port's local IPv4 address)");
 		return -EINVAL;
@@ -149,18 +160,18 @@ static int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why,
 		snprintf(why, len, "bad ZAP_DPDK_IP=\"%s\" (want a.b.c.d)", v);
 		return -EINVAL;
 	}
-	rc = env_u64("ZAP_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &x, why, len);
+	rc = env_u64(h, "ZAP_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &x, why, len);
 	c->port = (unsigned)x;
 	c->udp_port = -1;
-	v = getenv("ZAP_DPDK_UDP_PORT");
+	v = dp_getenv(h, "ZAP_DPDK_UDP_PORT");
 	if (!rc && v && *v) {
-		rc = env_u64("ZAP_DPDK_UDP_PORT", 0, 1, 65535, &x, why, len);
+		rc = env_u64(h, "ZAP_DPDK_UDP_PORT", 0, 1, 65535, &x, why, len);
 		c->udp_port = (int)x;
 	}
-	v = getenv("ZAP_DPDK_NEIGHBORS");
+	v = dp_getenv(h, "ZAP_DPDK_NEIGHBORS");
 	if (!rc && v && *v)
 		rc = parse_neighbors(c, v, why, len);
-	v = getenv("ZAP_DPDK_DROP_RX");
+	v = dp_getenv(h, "ZAP_DPDK_DROP_RX");
 	if (!rc && v && *v) {
 		char *end;
 
@@ -171,20 +182,20 @@ static int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why,
 			rc = -EINVAL;
 		}
 	}
-	rc = rc ? rc : env_u64("ZAP_DPDK_MTU", 1500, 576, 9000, &c->mtu, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_MBUFS", 8191, 1023, 1u << 24, &c->mbufs, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_WINDOW", 256, 4, DP_WIN_MAX, &c->window, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_SPIN_US", 100, 0, 1000000, &c->spin_us, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_RTO_MIN_US", 1000, 20, 10000000, &c->rto_min_us, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_PEER_TIMEOUT_MS", 5000, 10, 3600000,
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MTU", 1500, 576, 9000, &c->mtu, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MBUFS", 8191, 1023, 1u << 24, &c->mbufs, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_WINDOW", 256, 4, DP_WIN_MAX, &c->window, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_SPIN_US", 100, 0, 1000000, &c->spin_us, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_RTO_MIN_US", 1000, 20, 10000000, &c->rto_min_us, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_PEER_TIMEOUT_MS", 5000, 10, 3600000,
 			       &c->peer_timeout_ms, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_ARP_TIMEOUT_MS", 3000, 1, 600000, &c->arp_timeout_ms,
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_ARP_TIMEOUT_MS", 3000, 1, 600000, &c->arp_timeout_ms,
 			       why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_START_TIMEOUT_MS", 5000, 0, 600000,
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_START_TIMEOUT_MS", 5000, 0, 600000,
 			       &c->start_timeout_ms, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_PIN", 1, 0, 1, &c->pin, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_PIN", 1, 0, 1, &c->pin, why, len);
 	if (rc)
 		return rc;
 	/* The byte counts go through the host, which words its own reason. */

@@ -132,8 +132,14 @@ static int start(struct job *j, const char *helper)
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	/* A plugin that prints must not corrupt the application's output
-	 * (zap-info --json): its stdout goes where its stderr goes. */
-	posix_spawn_file_actions_adddup2(&fa, 2, 1);
+	 * (zap-info --json): its stdout goes where its stderr goes, or
+	 * nowhere when the application closed its stderr. */
+	if (fcntl(2, F_GETFD) >= 0 && p[0] != 2 && p[1] != 2 && j->pj->fd != 2) {
+		posix_spawn_file_actions_adddup2(&fa, 2, 1);
+	} else {
+		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	}
 	posix_spawn_file_actions_adddup2(&fa, ffd, ZAP_PROBE_FILE_FD);
 	posix_spawn_file_actions_adddup2(&fa, wfd, ZAP_PROBE_PIPE_FD);
 #ifdef HAVE_POSIX_SPAWN_FILE_ACTIONS_ADDCLOSEFROM_NP

@@ -129,6 +129,34 @@ static void test_inprocess(void **state)
 	th_child(child_inprocess_bad, &s, TIMEOUT_MS);
 }
 
+/* ---- the helper's report is hostile input ------------------------------ */
+
+static void child_hostile(void *arg)
+{
+	const struct scene *s = arg;
+
+	th_setenv("ZAP_PLUGIN_PATH", s->dir);
+	th_capture_logs(true);
+	TH_CHECK_ROW("forger", NULL, ZAP_PLUGIN_ERROR, "malformed report", NULL);
+	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_LOADED, NULL, NULL);
+	/* Relayed lines are bounded and carry no control characters. */
+	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, "forger", "line "), 64);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, "forger", "36 more lines"), 1);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, "forger", "\n"), 0);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, "forger", "\033"), 0);
+	TH_CHECK_PICK(NULL, 0, "good");
+	TH_CHECK_MSG(!mapped("libzap-forger.so"), "the forger is mapped");
+}
+
+static void test_hostile_report(void **state)
+{
+	static const char *const f[] = { "good", "forger", NULL };
+	struct scene s = { .dir = th_fixture_dir(f) };
+
+	(void)state;
+	th_child(child_hostile, &s, TIMEOUT_MS);
+}
+
 /* ---- SIGCHLD ignored: a healthy plugin is healthy ----------------------- */
 
 static void child_sigchld(void *arg)
@@ -568,6 +596,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_crash_hang_default),
 		cmocka_unit_test(test_exclusions),
 		cmocka_unit_test(test_inprocess),
+		cmocka_unit_test(test_hostile_report),
 		cmocka_unit_test(test_sigchld_ignored),
 		cmocka_unit_test(test_no_proc),
 		cmocka_unit_test(test_group_writable),

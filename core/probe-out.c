@@ -153,7 +153,11 @@ static int start(struct job *j, const char *helper)
 	sigfillset(&all);
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setsigdefault(&at, &all);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	/* A process group of its own, so that a timeout kills what the probe
+	 * started too; PR_SET_PDEATHSIG in the helper ends it with us. */
+	posix_spawnattr_setpgroup(&at, 0);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+					      POSIX_SPAWN_SETPGROUP);
 	/* In a privileged program the helper (which has no privileges: it is
 	 * exec'd) must not be configured by the caller's environment either. */
 	rc = -posix_spawn(&j->pid, helper, &fa, &at, argv, secure ? empty : environ);
@@ -292,6 +296,10 @@ static void reap(struct job *j, bool block)
 	 * waitpid() took it; the status is then unknown, never made up. */
 	j->status_known = w == j->pid;
 	j->status = status;
+	/* A probe leaves nothing behind: end what it started, still in the
+	 * helper's process group (whose number stays reserved while anyone
+	 * is in it). ESRCH, the usual answer, is fine. */
+	kill(-j->pid, SIGKILL);
 }
 
 static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
@@ -353,35 +361,52 @@ static void run_batch(struct job *jobs, size_t n, const char *helper,
 		int ms;
 
 		for (size_t i = 0; i < n; i++) {
-			if (jobs[i].rfd >= 0) {
-				pfd[np].fd = jobs[i].rfd;
+			struct job *j = &jobs[i];
+
+			if (j->pid && !j->waited)
+				reap(j, false);
+			/* Reported and gone: whatever still holds its pipe is a
+			 * process its probe left behind; stop listening. */
+			if (j->rfd >= 0 && j->waited && j->result && !j->got) {
+				close(j->rfd);
+				j->rfd = -1;
+			}
+			if (j->rfd >= 0) {
+				pfd[np].fd = j->rfd;
 				pfd[np].events = POLLIN;
 				np++;
-			} else if (jobs[i].pid && !jobs[i].waited) {
-				reap(&jobs[i], false);
-				waiting |= !jobs[i].waited;
 			}
+			/* Ended its report but not yet its process: look again
+			 * soon (its pipe may never close: see above). */
+			if (j->pid && !j->waited && (j->rfd < 0 || j->result))
+				waiting = true;
 		}
 		if (!np && !waiting)
 			break;
 		if (now >= deadline) {
 			for (size_t i = 0; i < n; i++) {
-				if (!jobs[i].pid || jobs[i].waited)
-					continue;
-				kill(jobs[i].pid, SIGKILL);
-				reap(&jobs[i], true);
-				jobs[i].killed = true;
-				/* Reported, then slow to exit: the report stands. */
-				jobs[i].timed_out = !jobs[i].result || jobs[i].rfd >= 0;
-				if (jobs[i].rfd >= 0) {
-					close(jobs[i].rfd);
-					jobs[i].rfd = -1;
+				struct job *j = &jobs[i];
+
+				bool running = j->pid && !j->waited;
+
+				if (running) {
+					/* Its process group: the helper and what
+					 * its probe started. */
+					kill(-j->pid, SIGKILL);
+					kill(j->pid, SIGKILL);
+					reap(j, true);
+					j->killed = true;
+				}
+				if ((running || j->rfd >= 0) && !(j->result && !j->got))
+					j->timed_out = true;
+				if (j->rfd >= 0) {
+					close(j->rfd);
+					j->rfd = -1;
 				}
 			}
 			break;
 		}
 		ms = (int)((deadline - now + 999999) / 1000000);
-		/* Ended its pipe but not yet its process: look again soon. */
 		if (waiting && ms > 1)
 			ms = 1;
 		if (poll(pfd, np, ms) < 0 && errno != EINTR)

@@ -157,6 +157,47 @@ static void test_hostile_report(void **state)
 	th_child(child_hostile, &s, TIMEOUT_MS);
 }
 
+/* A probe that leaves a process behind (holding the report pipe) costs
+ * neither the time limit nor a stray process. */
+static void child_straggler(void *arg)
+{
+	const struct scene *s = arg;
+	struct zap_scan_attr sa = { .size = sizeof(sa), .probe_timeout_ms = 10000 };
+	char pidfile[PATH_MAX], stat[64], *text, *st;
+	struct timespec t0, t1;
+	double ms;
+	int pid = 0;
+
+	snprintf(pidfile, sizeof(pidfile), "%s.pid", s->dir);
+	th_setenv("ZAP_PLUGIN_PATH", s->dir);
+	th_setenv("ZAP_FIXTURE_PID_FILE", pidfile);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	TH_CHECK_INT(zap_scan(&sa), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+	TH_CHECK_ROW("spawner", NULL, ZAP_PLUGIN_LOADED, NULL, NULL);
+	TH_CHECK_MSG(ms < 5000, "the scan waited %.0f ms for a straggler", ms);
+	text = th_slurp(pidfile);
+	TH_CHECK(text && sscanf(text, "%d", &pid) == 1 && pid > 0);
+	free(text);
+	usleep(100 * 1000);
+	snprintf(stat, sizeof(stat), "/proc/%d/stat", pid);
+	st = th_slurp(stat);
+	/* Gone, or a zombie nobody reaped yet (a container's init). */
+	TH_CHECK_MSG(!st || strstr(st, ") Z "), "the probe's child %d lives on: %s", pid,
+		     st ? st : "");
+	free(st);
+}
+
+static void test_straggler(void **state)
+{
+	static const char *const f[] = { "spawner", NULL };
+	struct scene s = { .dir = th_fixture_dir(f) };
+
+	(void)state;
+	th_child(child_straggler, &s, TIMEOUT_MS);
+}
+
 /* ---- SIGCHLD ignored: a healthy plugin is healthy ----------------------- */
 
 static void child_sigchld(void *arg)
@@ -600,6 +641,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_exclusions),
 		cmocka_unit_test(test_inprocess),
 		cmocka_unit_test(test_hostile_report),
+		cmocka_unit_test(test_straggler),
 		cmocka_unit_test(test_sigchld_ignored),
 		cmocka_unit_test(test_no_proc),
 		cmocka_unit_test(test_group_writable),

@@ -13,7 +13,10 @@
  *                         host->env_get("ZAP_FIXTURE_SECRET") answered,
  *                         6 hostile when probed out of process: 100 WARN
  *                         lines with control characters, then junk bytes
- *                         on the helper's report pipe (fd 4), then OK
+ *                         on the helper's report pipe (fd 4), then OK,
+ *                         7 OK, leaving a child behind that holds every
+ *                         descriptor for 30 s (its pid in the file
+ *                         ZAP_FIXTURE_PID_FILE names)
  *   FIX_ABI_MAJOR=2       put 2 in the descriptor's abi_major field
  *   FIX_SYMBOL_V2         export zap_plugin_v2 (ABI major 2) instead of v1
  *   FIX_NO_SYMBOL         export no descriptor at all
@@ -121,6 +124,25 @@ static enum zap_probe_result fix_probe(const struct zap_host *host,
 			host->log(ZAP_LOG_WARN, FIX_NAME, "line %d\nzap: ERROR: forged\033[2J", i);
 		if (write(4, junk, sizeof(junk)) < 0) {
 			/* in process (no pipe): nothing to forge */
+		}
+		return ZAP_PROBE_OK;
+	}
+#elif FIX_PROBE == 7
+	{
+		pid_t pid = fork();
+		const char *pf = getenv("ZAP_FIXTURE_PID_FILE");
+
+		if (pid == 0) {
+			sleep(30);
+			_exit(0);
+		}
+		if (pid > 0 && pf) {
+			FILE *f = fopen(pf, "w");
+
+			if (f) {
+				fprintf(f, "%d\n", (int)pid);
+				fclose(f);
+			}
 		}
 		return ZAP_PROBE_OK;
 	}

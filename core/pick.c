@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Choosing a transport (DESIGN.md section 2): parse the preference, turn it
- * into an ordered list of candidates, open the first that opens.
+ * into an ordered list of candidates, load (loader.c: only a plugin picked
+ * is loaded into this process) and open the first that opens.
+ *
+ * Shared state: the first-pick flag (atomic) and the warnings already
+ * given (warn_once(), under its own mutex); the rest is per call.
  */
 #include <ctype.h>
 #include <pthread.h>

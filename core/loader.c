@@ -367,6 +367,7 @@ static int load_failed(struct zap_prec *r, const struct zap_outcome *o)
 	char *why = xasprintf("probed OK, but not loaded into this process: %s", o->reason);
 
 	r->desc = NULL;
+	r->replaced = r->reason;
 	r->reason = why;
 	r->state = o->state == ZAP_PLUGIN_LOADED ? ZAP_PLUGIN_ERROR : o->state;
 	zap__log(ZAP_LOG_WARN, "loader", "transport '%s' (%s): %s", r->name, r->path, why);

@@ -86,6 +86,8 @@ struct zap_prec {
 	const char *name;
 	const char *path;
 	const char *_Atomic reason;
+	const char *replaced;      /* the reason before zap__load() failed:
+	                              still handed out, so kept, not freed */
 	const char *detail;
 	const char *version;
 	_Atomic int state;         /* enum zap_plugin_state */

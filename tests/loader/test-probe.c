@@ -234,7 +234,7 @@ static void child_no_proc(void *arg)
 {
 	const struct scene *s = arg;
 
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	if (unshare(CLONE_NEWNS) || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) ||
 	    umount2("/proc", MNT_DETACH)) {
 		printf("# skipped: cannot unmount /proc in a mount namespace: %s\n",
 		       strerror(errno));

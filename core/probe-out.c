@@ -454,7 +454,8 @@ void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 				memset(&j->pj->o, 0, sizeof(j->pj->o));
 				j->pj->o.state = ZAP_PLUGIN_ERROR;
 				snprintf(j->pj->o.reason, sizeof(j->pj->o.reason),
-					 "not probed: cannot start the probe helper %s: %s",
+					 "not probed: cannot start the probe helper %.160s: %s "
+					 "(ZAP_PROBE_INPROCESS=1 probes in this process)",
 					 helper, strerror(-rc));
 			}
 		}

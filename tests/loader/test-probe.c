@@ -94,6 +94,29 @@ static void test_exclusions(void **state)
 	th_child(child_exclusions, &s, TIMEOUT_MS);
 }
 
+/* No helper: every plugin is a row saying so; default still works. */
+static void child_no_helper(void *arg)
+{
+	const struct scene *s = arg;
+
+	th_setenv("ZAP_PLUGIN_PATH", s->dir);
+	th_setenv("ZAP_PROBE_HELPER", "/nonexistent/zap-probe");
+	th_capture_logs(true);
+	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_ERROR,
+		     "not probed: cannot start the probe helper /nonexistent/zap-probe", NULL);
+	TH_CHECK_PICK(NULL, 0, "default");
+	TH_CHECK_MSG(!mapped("libzap-good.so"), "an unprobed plugin is mapped");
+}
+
+static void test_no_helper(void **state)
+{
+	static const char *const f[] = { "good", NULL };
+	struct scene s = { .dir = th_fixture_dir(f) };
+
+	(void)state;
+	th_child(child_no_helper, &s, TIMEOUT_MS);
+}
+
 /* ZAP_PROBE_INPROCESS=1: the old scan, every plugin loaded here. */
 static void child_inprocess(void *arg)
 {
@@ -640,6 +663,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_crash_hang_default),
 		cmocka_unit_test(test_exclusions),
 		cmocka_unit_test(test_inprocess),
+		cmocka_unit_test(test_no_helper),
 		cmocka_unit_test(test_hostile_report),
 		cmocka_unit_test(test_straggler),
 		cmocka_unit_test(test_sigchld_ignored),

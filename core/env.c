@@ -7,26 +7,65 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
 
 #include "zap-addr.h"
 #include "zap-private.h"
 
 static struct zap_config config;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static atomic_bool env_forbidden;
+
+typedef const char *(*env_fn)(const char *name);
+
+static const char *plain_getenv(const char *name)
+{
+	return getenv(name);
+}
+
+static const char *core_secure_getenv(const char *name)
+{
+	return secure_getenv(name);
+}
+
+bool zap__env_secure(void)
+{
+	return getauxval(AT_SECURE) != 0 || atomic_load(&env_forbidden);
+}
+
+void zap__env_forbid(void)
+{
+	atomic_store(&env_forbidden, true);
+}
+
+/*
+ * A setuid, setgid or file-capability program (AT_SECURE) runs with the
+ * privileges of its file but the environment of its caller: a plugin that
+ * read ZAP_DPDK_EAL_ARGS there would let the caller pick the libraries
+ * DPDK loads ("-d some.so") into a privileged process. So plugins see no
+ * variable at all there; they report themselves not configured.
+ */
+const char *zap__env_get(const char *name)
+{
+	if (!name || zap__env_secure())
+		return NULL;
+	return getenv(name);
+}
 
 /*
  * Trimmed copy of an env value into @buf; NULL when unset or blank. A value
  * that does not fit is never cut short (its head could be valid on its
  * own): @buf gets "" and *@toolong its trimmed length.
  */
-static const char *env_trimmed(const char *name, char *buf, size_t len,
-			       size_t *toolong)
+static const char *env_trimmed_with(env_fn get, const char *name, char *buf,
+				    size_t len, size_t *toolong)
 {
-	const char *v = getenv(name);
+	const char *v = get(name);
 	size_t n;
 
 	*toolong = 0;
@@ -47,6 +86,12 @@ static const char *env_trimmed(const char *name, char *buf, size_t len,
 	memcpy(buf, v, n);
 	buf[n] = '\0';
 	return buf;
+}
+
+static const char *env_trimmed(const char *name, char *buf, size_t len,
+			       size_t *toolong)
+{
+	return env_trimmed_with(plain_getenv, name, buf, len, toolong);
 }
 
 static void config_error(struct zap_config *c, const char *fmt, ...)
@@ -109,12 +154,12 @@ int zap__parse_bytes(const char *s, uint64_t *out)
 	return -EINVAL;
 }
 
-int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
-		   uint64_t *out)
+static int env_bytes_with(env_fn get, const char *name, uint64_t def,
+			  uint64_t min, uint64_t max, uint64_t *out)
 {
 	char buf[64];
 	size_t toolong;
-	const char *v = env_trimmed(name, buf, sizeof(buf), &toolong);
+	const char *v = env_trimmed_with(get, name, buf, sizeof(buf), &toolong);
 	uint64_t n;
 	int rc;
 
@@ -129,13 +174,25 @@ int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 	if (rc)
 		return zap__fail(-EINVAL,
 				 "%s='%s' is not a byte count (e.g. 4096, 64M, 4GiB)",
-				 name, getenv(name));
+				 name, get(name));
 	if (n < min || n > max)
 		return zap__fail(-EINVAL,
 				 "%s=%s is out of range [%llu, %llu] bytes", name, v,
 				 (unsigned long long)min, (unsigned long long)max);
 	*out = n;
 	return 0;
+}
+
+int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
+		   uint64_t *out)
+{
+	return env_bytes_with(plain_getenv, name, def, min, max, out);
+}
+
+int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min,
+			uint64_t max, uint64_t *out)
+{
+	return env_bytes_with(zap__env_get, name, def, min, max, out);
 }
 
 /*
@@ -199,6 +256,20 @@ void zap__config_read(struct zap_config *c)
 			c->quiet = true;
 		else if (strcmp(v, "0"))
 			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not 0 or 1", v);
+	}
+
+	/* Not in a privileged program: there the caller could choose to have
+	 * plugins probed inside it. */
+	v = env_trimmed_with(core_secure_getenv, "ZAP_PROBE_INPROCESS", quiet, sizeof(quiet),
+			     &toolong);
+	if (toolong) {
+		config_error(c, "ZAP_PROBE_INPROCESS is not 0 or 1 (%zu characters)",
+			     toolong);
+	} else if (v) {
+		if (!strcmp(v, "1"))
+			c->probe_inprocess = true;
+		else if (strcmp(v, "0"))
+			config_error(c, "ZAP_PROBE_INPROCESS='%s' is not 0 or 1", v);
 	}
 
 	/* Syntax is checked by the pick parser, which names the variable. */

@@ -12,7 +12,7 @@ const struct zap_host zap__host = {
 	.ctx_fd = zap__ctx_fd,
 	.ctx_timeout_ms = zap__ctx_timeout_ms,
 	.ctx_err = zap_ctx_err,
-	.env_bytes = zap__env_bytes,
+	.env_bytes = zap__host_env_bytes,
 	.pool_new = zap__pool_new,
 	.pool_alloc = zap__pool_alloc,
 	.pool_stats = zap__pool_stats,
@@ -20,4 +20,5 @@ const struct zap_host zap__host = {
 	/* ABI 1.1 */
 	.pool_try_alloc = zap__pool_try_alloc,
 	.last_error = zap_last_error,
+	.env_get = zap__env_get,
 };

@@ -1,39 +1,45 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The plugin host (DESIGN.md section 3): scan the plugin directories once,
- * check every candidate before any of its code runs, probe the valid ones,
- * and keep a load report with one row per candidate.
+ * The plugin host (DESIGN.md sections 3 and 8): scan the plugin directories
+ * once, check every candidate, probe the valid ones (out of process by
+ * default), keep a load report with one row per candidate, and load into
+ * this process only the plugin a pick chooses.
  *
- * Safety rules, in the order they apply:
- *  - a directory that is world-writable or owned by someone other than root
- *    or the effective user is refused whole;
+ * In order:
+ *  - each directory is opened one path component at a time from "/"
+ *    without following symbolic links, and refused whole if any component
+ *    is unsafe (load.c states the owner and mode rules);
  *  - only regular files named libzap-<name>.so, <name> in [a-z0-9_]+, are
  *    candidates; the first directory that holds a name wins, later copies
  *    are reported as shadowed (the built-in default holds "default");
- *  - a candidate is opened with O_NOFOLLOW (symbolic links are refused,
- *    never followed), checked with fstat() on that descriptor (regular,
- *    not world-writable, owned by root or the effective user), and that
- *    same open file is handed to dlopen() through /proc/self/fd, so the
- *    file checked is the file loaded;
- *  - the descriptor is plain data up to its ops pointer; it is checked
- *    (symbol size, ABI major, struct sizes, name, mandatory ops) before the
- *    first call into the plugin, which is its probe.
+ *  - a candidate is opened (O_NOFOLLOW) and checked with fstat();
+ *  - by default every checked candidate is then handed, as that open file,
+ *    to a helper process that loads it, checks its descriptor and probes it
+ *    (probe-out.c): a crash or hang there is a row in the report. With
+ *    ZAP_PROBE_INPROCESS=1 or ZAP_SCAN_INPROCESS this process does it
+ *    itself, as programs that cannot spawn need;
+ *  - the first time a pick chooses a plugin probed out of process,
+ *    zap__load() opens and checks its directory and file again, makes sure
+ *    the file is the one probed, and loads it through /proc/self/fd.
+ *
+ * The descriptor check guards the ABI, not against hostile code: dlopen()
+ * runs constructors first. The ownership rules decide whose code runs;
+ * probing out of process keeps a faulty plugin from taking the program
+ * down, and keeps plugins a program does not pick out of it.
+ *
+ * Locking: scan.lock serialises the scan and every zap__load(); rows are
+ * not moved or freed after the scan (see struct zap_prec).
  */
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
-#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <link.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -50,26 +56,20 @@ struct dirrec {
 static struct {
 	pthread_mutex_t lock;
 	bool done;
-	bool isolate;
+	bool inprocess;
 	unsigned timeout_ms;
+	char *program_path;    /* zap_scan_attr.plugin_path */
 	struct zap_prec *recs;
 	size_t n;
 	struct dirrec *dirs;
 	size_t ndirs;
 	const char **registered;
 	int nregistered;
+	/* Checked candidates waiting to be probed (scan time only). */
+	struct zap_probe_job *jobs;
+	size_t *job_rec;       /* index into recs */
+	size_t njobs;
 } scan = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-/* What loading and probing one candidate found: plain data, so that an
- * isolated child can send it to its parent through a pipe. */
-struct outcome {
-	int state;
-	int rank;
-	char version[ZAP_VERSION_MAX];
-	char reason[256];
-	char detail[1024];
-	struct zap_caps caps;
-};
 
 static char *xstrdup(const char *s)
 {
@@ -143,22 +143,6 @@ static bool candidate_name(const char *file, char name[ZAP_NAME_MAX])
 	return true;
 }
 
-/* Why a file or directory may not be trusted, or NULL. */
-static const char *unsafe_owner_or_mode(const struct stat *st, char *buf,
-					size_t len, const char *what)
-{
-	if (st->st_mode & S_IWOTH) {
-		snprintf(buf, len, "world-writable %s", what);
-		return buf;
-	}
-	if (st->st_uid != 0 && st->st_uid != geteuid()) {
-		snprintf(buf, len, "%s owned by uid %u (only root or uid %u are trusted)",
-			 what, (unsigned)st->st_uid, (unsigned)geteuid());
-		return buf;
-	}
-	return NULL;
-}
-
 #define OP_CHECK(field) { #field, offsetof(struct zap_plugin_ops, field) }
 
 enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
@@ -222,210 +206,6 @@ enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 	return ZAP_PLUGIN_LOADED;
 }
 
-static void run_probe(const struct zap_plugin *d, struct outcome *o)
-{
-	struct zap_probe_info info;
-	enum zap_probe_result r;
-
-	memset(&info, 0, sizeof(info));
-	info.size = sizeof(info);
-	info.caps.size = sizeof(info.caps);
-	r = d->ops->probe(&zap__host, &info);
-	info.reason[sizeof(info.reason) - 1] = '\0';
-	info.detail[sizeof(info.detail) - 1] = '\0';
-	memcpy(o->reason, info.reason, sizeof(o->reason));
-	memcpy(o->detail, info.detail, sizeof(o->detail));
-	switch (r) {
-	case ZAP_PROBE_OK:
-		o->state = ZAP_PLUGIN_LOADED;
-		o->caps = info.caps;
-		o->caps.size = sizeof(o->caps);
-		break;
-	case ZAP_PROBE_NOT_PRESENT:
-		o->state = ZAP_PLUGIN_NOT_PRESENT;
-		break;
-	case ZAP_PROBE_ERROR:
-		o->state = ZAP_PLUGIN_ERROR;
-		break;
-	default:
-		o->state = ZAP_PLUGIN_ERROR;
-		snprintf(o->reason, sizeof(o->reason), "probe returned %d, not a zap_probe_result",
-			 (int)r);
-	}
-}
-
-/*
- * dlopen the open file @fd, check its descriptor, probe it. Returns the
- * descriptor when the plugin is valid (whatever its probe said), keeping
- * it loaded; NULL otherwise, with @o saying why.
- */
-static const struct zap_plugin *load_candidate(int fd, const char *path,
-					       const char *name, struct outcome *o)
-{
-	char fdpath[64];
-	const struct zap_plugin *d;
-	const ElfW(Sym) *sym = NULL;
-	Dl_info info;
-	void *h;
-
-	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
-	h = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char *e = dlerror();
-		size_t n = strlen(fdpath);
-
-		o->state = ZAP_PLUGIN_DLOPEN_FAILED;
-		/* Name the real file, not the descriptor path. */
-		if (e && !strncmp(e, fdpath, n))
-			snprintf(o->reason, sizeof(o->reason), "%s%s", path, e + n);
-		else
-			snprintf(o->reason, sizeof(o->reason), "%s", e ? e : "unknown error");
-		return NULL;
-	}
-	d = dlsym(h, ZAP_PLUGIN_SYMBOL);
-	if (!d) {
-		char other[32];
-
-		o->state = ZAP_PLUGIN_NO_SYMBOL;
-		snprintf(o->reason, sizeof(o->reason), "no symbol %s", ZAP_PLUGIN_SYMBOL);
-		/* A plugin for another ABI names its descriptor differently. */
-		for (unsigned v = 0; v < 10; v++) {
-			if (v == ZAP_PLUGIN_ABI_MAJOR)
-				continue;
-			snprintf(other, sizeof(other), "zap_plugin_v%u", v);
-			if (dlsym(h, other)) {
-				o->state = ZAP_PLUGIN_ABI_MISMATCH;
-				snprintf(o->reason, sizeof(o->reason),
-					 "exports %s: ABI major %u (host supports %u)",
-					 other, v, ZAP_PLUGIN_ABI_MAJOR);
-				break;
-			}
-		}
-		goto reject;
-	}
-	if (!dladdr1(d, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
-	    ELF64_ST_TYPE(sym->st_info) != STT_OBJECT) {
-		o->state = ZAP_PLUGIN_INVALID;
-		snprintf(o->reason, sizeof(o->reason), "%s is not a data object",
-			 ZAP_PLUGIN_SYMBOL);
-		goto reject;
-	}
-	o->state = zap__validate(d, sym->st_size, name, o->reason, sizeof(o->reason));
-	if (o->state != ZAP_PLUGIN_LOADED)
-		goto reject;
-	o->rank = d->rank;
-	snprintf(o->version, sizeof(o->version), "%s", d->version);
-	run_probe(d, o);
-	return d;
-reject:
-	dlclose(h);
-	return NULL;
-}
-
-static void write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return;
-		p += n;
-		len -= (size_t)n;
-	}
-}
-
-/*
- * Load and probe in a child so that a crash or a hang is reported, not
- * fatal. The child sends its struct outcome through a pipe.
- */
-static void load_isolated(int fd, const char *path, const char *name,
-			  struct outcome *o)
-{
-	uint64_t deadline = zap__now_ns() + (uint64_t)scan.timeout_ms * 1000000ull;
-	size_t got = 0;
-	int p[2], status;
-	pid_t pid;
-
-	if (pipe2(p, O_CLOEXEC)) {
-		o->state = ZAP_PLUGIN_ERROR;
-		snprintf(o->reason, sizeof(o->reason), "isolated probe: pipe: %s",
-			 strerror(errno));
-		return;
-	}
-	pid = fork();
-	if (pid < 0) {
-		o->state = ZAP_PLUGIN_ERROR;
-		snprintf(o->reason, sizeof(o->reason), "isolated probe: fork: %s",
-			 strerror(errno));
-		close(p[0]);
-		close(p[1]);
-		return;
-	}
-	if (pid == 0) {
-		/* The caller's crash handlers (a test runner's, a crash
-		 * reporter's) must not catch the plugin's crash and carry on
-		 * in this child: die of it, so the parent can name the signal. */
-		static const int crash[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE,
-					     SIGABRT, SIGSYS, SIGTRAP };
-
-		for (size_t i = 0; i < ZAP_ARRAY_SIZE(crash); i++)
-			signal(crash[i], SIG_DFL);
-		close(p[0]);
-		load_candidate(fd, path, name, o);
-		write_all(p[1], o, sizeof(*o));
-		_exit(0);
-	}
-	close(p[1]);
-	for (;;) {
-		uint64_t now = zap__now_ns();
-		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
-		int ms = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
-		ssize_t n;
-
-		if (poll(&pfd, 1, ms) == 0) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			close(p[0]);
-			memset(o, 0, sizeof(*o));
-			o->state = ZAP_PLUGIN_ERROR;
-			snprintf(o->reason, sizeof(o->reason),
-				 "probe timed out after %u ms (killed)", scan.timeout_ms);
-			return;
-		}
-		n = read(p[0], (char *)o + got, sizeof(*o) - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-		if (got == sizeof(*o))
-			break;
-	}
-	close(p[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (WIFSIGNALED(status)) {
-		int sig = WTERMSIG(status);
-
-		memset(o, 0, sizeof(*o));
-		o->state = ZAP_PLUGIN_ERROR;
-		snprintf(o->reason, sizeof(o->reason), "probe crashed: signal %d (%s)",
-			 sig, strsignal(sig));
-	} else if (got != sizeof(*o)) {
-		memset(o, 0, sizeof(*o));
-		o->state = ZAP_PLUGIN_ERROR;
-		snprintf(o->reason, sizeof(o->reason),
-			 "isolated probe exited with status %d before reporting",
-			 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-	}
-	o->reason[sizeof(o->reason) - 1] = '\0';
-	o->detail[sizeof(o->detail) - 1] = '\0';
-	o->version[sizeof(o->version) - 1] = '\0';
-}
 
 static struct zap_prec *add_rec(const char *name, const char *path)
 {
@@ -443,10 +223,10 @@ static struct zap_prec *add_rec(const char *name, const char *path)
 	return r;
 }
 
-static void finish_rec(struct zap_prec *r, const struct outcome *o,
+static void finish_rec(struct zap_prec *r, const struct zap_outcome *o,
 		       const struct zap_plugin *d)
 {
-	r->state = (enum zap_plugin_state)o->state;
+	r->state = o->state;
 	r->rank = o->rank;
 	r->reason = xstrdup(o->reason);
 	r->detail = xstrdup(o->detail);
@@ -486,17 +266,30 @@ static const struct zap_prec *find_rec(const char *name)
 	return NULL;
 }
 
+static void remember_file(struct zap_prec *r, const struct stat *st)
+{
+	r->dev = st->st_dev;
+	r->ino = st->st_ino;
+	r->file_size = st->st_size;
+	r->mtime = st->st_mtim;
+}
+
+static bool same_file(const struct zap_prec *r, const struct stat *st)
+{
+	return r->dev == st->st_dev && r->ino == st->st_ino &&
+	       r->file_size == st->st_size && r->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       r->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* Check one candidate now; queue it for probing, or finish its row. */
 static void scan_file(int dfd, const char *dir, const char *file, const char *name)
 {
 	char *path = xasprintf("%s/%s", dir, file);
-	const struct zap_plugin *d = NULL;
 	const struct zap_prec *first = find_rec(name);
 	/* add_rec() may move the records: keep the string, not the record. */
 	const char *first_path = first ? first->path : NULL;
 	struct zap_prec *r = add_rec(name, path);
-	struct outcome o;
-	char why[160];
-	const char *bad;
+	struct zap_outcome o;
 	struct stat st;
 	int fd;
 
@@ -505,43 +298,140 @@ static void scan_file(int dfd, const char *dir, const char *file, const char *na
 	if (first_path) {
 		o.state = ZAP_PLUGIN_SHADOWED;
 		snprintf(o.reason, sizeof(o.reason), "shadowed by %s", first_path);
-		goto out;
+		finish_rec(r, &o, NULL);
+		return;
 	}
-	/* O_NONBLOCK: a FIFO posing as a plugin must not hang the scan. */
-	fd = openat(dfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	fd = zap__open_plugin(dfd, file, &st, &o);
 	if (fd < 0) {
-		o.state = ZAP_PLUGIN_REFUSED;
-		if (errno == ELOOP)
-			snprintf(o.reason, sizeof(o.reason),
-				 "symbolic link (plugins must be regular files)");
-		else
-			snprintf(o.reason, sizeof(o.reason), "cannot open: %s",
-				 strerror(errno));
-		goto out;
+		finish_rec(r, &o, NULL);
+		return;
 	}
-	if (fstat(fd, &st)) {
-		o.state = ZAP_PLUGIN_REFUSED;
-		snprintf(o.reason, sizeof(o.reason), "fstat: %s", strerror(errno));
-	} else if (!S_ISREG(st.st_mode)) {
-		o.state = ZAP_PLUGIN_REFUSED;
-		snprintf(o.reason, sizeof(o.reason), "not a regular file");
-	} else if ((bad = unsafe_owner_or_mode(&st, why, sizeof(why), "file"))) {
-		o.state = ZAP_PLUGIN_REFUSED;
-		snprintf(o.reason, sizeof(o.reason), "%s", bad);
-	} else if (scan.isolate) {
-		load_isolated(fd, r->path, name, &o);
+	remember_file(r, &st);
+	scan.jobs = xreallocarray(scan.jobs, scan.njobs + 1, sizeof(*scan.jobs));
+	scan.job_rec = xreallocarray(scan.job_rec, scan.njobs + 1, sizeof(*scan.job_rec));
+	memset(&scan.jobs[scan.njobs], 0, sizeof(scan.jobs[0]));
+	scan.jobs[scan.njobs].fd = fd;
+	scan.job_rec[scan.njobs++] = (size_t)(r - scan.recs);
+}
+
+/* Load, check and probe @j here. The descriptor when valid, else NULL. */
+static const struct zap_plugin *probe_here(struct zap_probe_job *j)
+{
+	const struct zap_plugin *d;
+	bool pinned;
+	void *h;
+
+	d = zap__dlopen_plugin(&j->fd, j->path, j->name, &h, &pinned, &j->o);
+	if (d)
+		zap__run_probe(d, &j->o);
+	/* A loaded (or unloadable) object keeps its descriptor: the dynamic
+	 * loader knows it as /proc/self/fd/N. */
+	if (!pinned)
+		close(j->fd);
+	return d;
+}
+
+/* Probe every queued candidate and finish its row. */
+static void probe_queued(void)
+{
+	for (size_t i = 0; i < scan.njobs; i++) {
+		scan.jobs[i].path = scan.recs[scan.job_rec[i]].path;
+		scan.jobs[i].name = scan.recs[scan.job_rec[i]].name;
+	}
+	if (scan.inprocess) {
+		for (size_t i = 0; i < scan.njobs; i++) {
+			const struct zap_plugin *d = probe_here(&scan.jobs[i]);
+
+			finish_rec(&scan.recs[scan.job_rec[i]], &scan.jobs[i].o, d);
+		}
 	} else {
-		d = load_candidate(fd, r->path, name, &o);
+		zap__probe_out(scan.jobs, scan.njobs, scan.timeout_ms);
+		for (size_t i = 0; i < scan.njobs; i++) {
+			struct zap_prec *r = &scan.recs[scan.job_rec[i]];
+
+			close(scan.jobs[i].fd);
+			r->probed_out = true;
+			finish_rec(r, &scan.jobs[i].o, NULL);
+		}
 	}
-	/*
-	 * A loaded plugin keeps its descriptor open: the dynamic loader knows
-	 * it as "/proc/self/fd/N" and would hand the same object back for a
-	 * later dlopen of that name if N were reused by the next candidate.
-	 */
-	if (!d)
+	free(scan.jobs);
+	free(scan.job_rec);
+	scan.jobs = NULL;
+	scan.job_rec = NULL;
+	scan.njobs = 0;
+}
+
+/* Turn @r into a failed row: it cannot be loaded into this process. */
+static int load_failed(struct zap_prec *r, const struct zap_outcome *o)
+{
+	char *why = xasprintf("probed OK, but not loaded into this process: %s", o->reason);
+
+	r->desc = NULL;
+	r->replaced = r->reason;
+	r->reason = why;
+	r->state = o->state == ZAP_PLUGIN_LOADED ? ZAP_PLUGIN_ERROR : o->state;
+	zap__log(ZAP_LOG_WARN, "loader", "transport '%s' (%s): %s", r->name, r->path, why);
+	return zap__fail(ZAP_ENOTAVAIL, "%s: %s", r->name, why);
+}
+
+static int load_now(struct zap_prec *r)
+{
+	const char *slash = strrchr(r->path, '/');
+	char *dir = xasprintf("%.*s", (int)(slash - r->path), r->path);
+	const struct zap_plugin *d;
+	struct zap_outcome o;
+	struct stat st;
+	char why[256];
+	bool pinned;
+	void *h;
+	int dfd, fd;
+
+	memset(&o, 0, sizeof(o));
+	dfd = zap__open_dir(dir, why, sizeof(why));
+	free(dir);
+	if (dfd < 0) {
+		o.state = ZAP_PLUGIN_REFUSED;
+		snprintf(o.reason, sizeof(o.reason), "its directory: %.200s", why);
+		return load_failed(r, &o);
+	}
+	fd = zap__open_plugin(dfd, slash + 1, &st, &o);
+	close(dfd);
+	if (fd < 0)
+		return load_failed(r, &o);
+	if (!same_file(r, &st)) {
 		close(fd);
-out:
-	finish_rec(r, &o, d);
+		o.state = ZAP_PLUGIN_ERROR;
+		snprintf(o.reason, sizeof(o.reason), "the file changed since it was probed");
+		return load_failed(r, &o);
+	}
+	d = zap__dlopen_plugin(&fd, r->path, r->name, &h, &pinned, &o);
+	if (!pinned)
+		close(fd);
+	if (!d)
+		return load_failed(r, &o);
+	zap__log(ZAP_LOG_DEBUG, "loader", "%s: loaded into this process", r->path);
+	r->desc = d;
+	return 0;
+}
+
+int zap__load(const struct zap_prec *cr)
+{
+	struct zap_prec *r = (struct zap_prec *)cr; /* a row of scan.recs */
+	int rc = 0;
+
+	if (cr->desc)
+		return 0;
+	pthread_mutex_lock(&scan.lock);
+	if (r->desc)
+		rc = 0;
+	else if (r->state != ZAP_PLUGIN_LOADED || !r->probed_out)
+		rc = zap__fail(ZAP_ENOTAVAIL, "%s: %s%s%s", r->name,
+			       zap_plugin_state_name(r->state), r->reason[0] ? ": " : "",
+			       r->reason);
+	else
+		rc = load_now(r);
+	pthread_mutex_unlock(&scan.lock);
+	return rc;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -555,9 +445,7 @@ static void scan_dir(const char *dir, const char *source)
 	char **files = NULL;
 	size_t nfiles = 0;
 	struct dirent *e;
-	struct stat st;
-	char why[160];
-	const char *bad = NULL;
+	char why[256];
 	DIR *dp;
 	int dfd;
 
@@ -569,24 +457,16 @@ static void scan_dir(const char *dir, const char *source)
 	dr->path = xstrdup(dir);
 	dr->source = source;
 
-	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dfd = zap__open_dir(dir, why, sizeof(why));
 	if (dfd < 0) {
 		if (errno == ENOENT) {
 			dr->status = xstrdup("missing");
 			zap__log(ZAP_LOG_DEBUG, "loader", "%s: missing", dir);
 		} else {
-			dr->status = xasprintf("refused: %s", strerror(errno));
+			dr->status = xasprintf("refused: %s", why);
 			zap__log(ZAP_LOG_WARN, "loader", "plugin directory %s: %s", dir,
 				 dr->status);
 		}
-		return;
-	}
-	if (fstat(dfd, &st) ||
-	    (bad = unsafe_owner_or_mode(&st, why, sizeof(why), "directory"))) {
-		dr->status = xasprintf("refused: %s", bad ? bad : strerror(errno));
-		zap__log(ZAP_LOG_WARN, "loader", "plugin directory %s: %s", dir,
-			 dr->status);
-		close(dfd);
 		return;
 	}
 	dp = fdopendir(dfd);
@@ -635,7 +515,7 @@ static void run_scan(void)
 {
 	const char *env = secure_getenv("ZAP_PLUGIN_PATH");
 	struct zap_prec *r;
-	struct outcome o;
+	struct zap_outcome o;
 
 	/* The built-in default, checked like any plugin. */
 	memset(&o, 0, sizeof(o));
@@ -646,10 +526,17 @@ static void run_scan(void)
 	if (o.state == ZAP_PLUGIN_LOADED) {
 		o.rank = zap_builtin_default.rank;
 		snprintf(o.version, sizeof(o.version), "%s", zap_builtin_default.version);
-		run_probe(&zap_builtin_default, &o);
+		zap__run_probe(&zap_builtin_default, &o);
 	}
 	finish_rec(r, &o, o.state <= ZAP_PLUGIN_ERROR ? &zap_builtin_default : NULL);
 
+	if (scan.program_path) {
+		char *save = NULL;
+
+		for (char *d = strtok_r(scan.program_path, ":", &save); d;
+		     d = strtok_r(NULL, ":", &save))
+			scan_dir(d, "program");
+	}
 	if (env) {
 		char *copy = xstrdup(env), *save = NULL;
 
@@ -658,6 +545,7 @@ static void run_scan(void)
 		free(copy);
 	}
 	scan_dir(ZAP_PLUGINDIR, "built-in");
+	probe_queued();
 
 	/* Registered: every valid plugin, best rank first; ties keep report
 	 * order (the sort below is stable). */
@@ -686,17 +574,25 @@ ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr)
 
 	zap__clear_error();
 	if (attr && (attr->size < offsetof(struct zap_scan_attr, flags) + sizeof(unsigned) ||
-		     (attr->flags & ~ZAP_SCAN_ISOLATE)))
+		     (attr->flags & ~(ZAP_SCAN_ISOLATE | ZAP_SCAN_INPROCESS)) ||
+		     (attr->flags & ZAP_SCAN_ISOLATE && attr->flags & ZAP_SCAN_INPROCESS)))
 		return zap__fail(-EINVAL, "zap_scan: bad attributes");
 	pthread_mutex_lock(&scan.lock);
 	if (scan.done) {
 		rc = zap__fail(-EALREADY, "plugins were already scanned in this process");
 	} else {
-		scan.isolate = attr && (attr->flags & ZAP_SCAN_ISOLATE);
+		scan.inprocess = zap__config()->probe_inprocess;
+		if (attr && (attr->flags & ZAP_SCAN_ISOLATE))
+			scan.inprocess = false;
+		if (attr && (attr->flags & ZAP_SCAN_INPROCESS))
+			scan.inprocess = true;
 		scan.timeout_ms = DEFAULT_PROBE_TIMEOUT_MS;
 		if (attr && attr->size >= offsetof(struct zap_scan_attr, probe_timeout_ms) +
 						  sizeof(unsigned) && attr->probe_timeout_ms)
 			scan.timeout_ms = attr->probe_timeout_ms;
+		if (attr && attr->size >= offsetof(struct zap_scan_attr, plugin_path) +
+						  sizeof(attr->plugin_path) && attr->plugin_path)
+			scan.program_path = xstrdup(attr->plugin_path);
 		run_scan();
 	}
 	pthread_mutex_unlock(&scan.lock);
@@ -707,6 +603,7 @@ int zap__plugins(const struct zap_prec **recs, size_t *n)
 {
 	pthread_mutex_lock(&scan.lock);
 	if (!scan.done) {
+		scan.inprocess = zap__config()->probe_inprocess;
 		scan.timeout_ms = DEFAULT_PROBE_TIMEOUT_MS;
 		run_scan();
 	}

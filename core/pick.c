@@ -1,9 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Choosing a transport (DESIGN.md section 2): parse the preference, turn it
- * into an ordered list of candidates, open the first that opens.
+ * into an ordered list of candidates, load (loader.c: only a plugin picked
+ * is loaded into this process) and open the first that opens.
+ *
+ * Shared state: the first-pick flag (atomic) and the warnings already
+ * given (warn_once(), under its own mutex); the rest is per call.
  */
 #include <ctype.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +92,38 @@ int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p)
 		snprintf(p->names[p->n++], ZAP_NAME_MAX, "%s", tok);
 	}
 	return 0;
+}
+
+/*
+ * WARN @msg once per process: the preference comes from ZAP_TRANSPORT, read
+ * once, or from a program that asks the same on every connection; the same
+ * warning on every pick would drown the log. Remembered by a hash of the
+ * text, for the first few distinct texts.
+ */
+static void warn_once(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void warn_once(const char *fmt, ...)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static uint64_t seen[64];
+	static size_t nseen;
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	bool said = false;
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	for (const char *c = msg; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nseen && !said; i++)
+		said = seen[i] == h;
+	if (!said && nseen < ZAP_ARRAY_SIZE(seen))
+		seen[nseen++] = h;
+	pthread_mutex_unlock(&lock);
+	if (!said)
+		zap__log(ZAP_LOG_WARN, "pick", "%s", msg);
 }
 
 static size_t edit_distance(const char *a, const char *b)
@@ -221,7 +259,7 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 		if (strict)
 			return zap__fail(-EINVAL, "%s", text);
 		if (warn)
-			zap__log(ZAP_LOG_WARN, "pick", "%s; ignoring it", text);
+			warn_once("%s; ignoring it", text);
 	}
 	if (!p->n || p->exclude) {
 		add_by_rank(pl, p, (long)INT32_MAX + 1);
@@ -238,9 +276,17 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 
 		if (!r)
 			continue;
-		if (!known || r->rank < lowest)
-			lowest = r->rank;
-		known = true;
+		/*
+		 * Fall back below a transport's rank only when its descriptor
+		 * was read: one that is present but could not even be loaded
+		 * has no rank (0 is not one), and falls back as an absent one
+		 * does.
+		 */
+		if (r->state <= ZAP_PLUGIN_ERROR) {
+			if (!known || r->rank < lowest)
+				lowest = r->rank;
+			known = true;
+		}
 		if (r->state == ZAP_PLUGIN_LOADED) {
 			if (!in_plan(pl, r))
 				pl->cand[pl->n++] = r;
@@ -258,9 +304,17 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 			return zap__fail(ZAP_ENOTAVAIL, "%s", pl->unavailable);
 		return 0;
 	}
-	/* Fall back below the lowest-ranked transport named (all unknown:
-	 * anything goes, as for auto). */
+	/* Fall back below the lowest-ranked transport named (none with a
+	 * rank: anything goes, as for auto), and to default at the end:
+	 * it is always there, whatever rank a failing plugin claimed. */
 	add_by_rank(pl, p, known ? lowest : (long)INT32_MAX + 1);
+	{
+		const struct zap_prec *def = zap__find("default");
+
+		if (def && def->state == ZAP_PLUGIN_LOADED && !in_plan(pl, def) &&
+		    pl->n < MAX_CANDS)
+			pl->cand[pl->n++] = def;
+	}
 	if (!known) {
 		pl->named = false;
 		snprintf(pl->how, sizeof(pl->how),
@@ -348,6 +402,30 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
 	return 0;
 }
 
+/*
+ * Open @r with the asynchronous signals blocked in this thread, so that
+ * the threads a transport starts (accept and progress threads, DPDK's
+ * service thread) inherit a mask that keeps the application's signals on
+ * the application's threads. Faults (SIGSEGV...) stay unblocked: blocking
+ * them would only turn a crash into a silent kill.
+ */
+static int open_blocked(const struct zap_prec *r, const struct zap_open_args *args,
+			struct zap_transport **out)
+{
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
+				      SIGSYS, SIGABRT };
+	sigset_t all, old;
+	int rc;
+
+	sigfillset(&all);
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(faults); i++)
+		sigdelset(&all, faults[i]);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = zap__open(r, args, out);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
 ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			const struct zap_attr *attr, struct zap_transport **out)
 {
@@ -381,13 +459,15 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 	for (size_t i = 0; i < pl.n; i++) {
 		const struct zap_prec *r = pl.cand[i];
 
-		rc = zap__open(r, &args, out);
+		/* Probed out of process: load it here now (only this one). */
+		rc = zap__load(r);
+		if (!rc)
+			rc = open_blocked(r, &args, out);
 		if (!rc) {
 			if (pl.named && i >= pl.requested) {
 				snprintf(why, sizeof(why), "fallback: %s", pl.unavailable);
-				zap__log(ZAP_LOG_WARN, "pick",
-					 "requested transport not available (%s); falling back to '%s'",
-					 pl.unavailable, r->name);
+				warn_once("requested transport not available (%s); falling back to '%s'",
+					  pl.unavailable, r->name);
 			} else {
 				snprintf(why, sizeof(why), "%s", pl.how);
 			}

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include <zap/zap.h>
 #include <zap/zap-plugin.h>
@@ -37,6 +38,7 @@ struct zap_config {
 	enum zap_log_level log_level;
 	bool log_level_set;        /* ZAP_LOG_LEVEL given */
 	bool quiet;                /* ZAP_TRANSPORT_QUIET=1 */
+	bool probe_inprocess;      /* ZAP_PROBE_INPROCESS=1 (secure_getenv) */
 	const char *transport;     /* ZAP_TRANSPORT, or NULL */
 	const char *listen;        /* ZAP_LISTEN, or NULL */
 	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
@@ -52,6 +54,17 @@ int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 		   uint64_t *out);
 int zap__parse_bytes(const char *s, uint64_t *out);
 int zap__check_address(const char *what, const char *addr);
+/*
+ * The environment as plugins may see it: getenv(), except in a program
+ * running with AT_SECURE (setuid, setgid, file capabilities) or after
+ * zap__env_forbid(), where every variable is unset.
+ */
+const char *zap__env_get(const char *name);
+bool zap__env_secure(void);
+void zap__env_forbid(void);
+/* env_bytes() for plugins: like zap__env_bytes(), through zap__env_get(). */
+int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min,
+			uint64_t max, uint64_t *out);
 
 /* ctx.c */
 int zap__ctx_fd(const struct zap_ctx *ctx);
@@ -62,26 +75,89 @@ uint64_t zap__now_ns(void);
 extern const struct zap_host zap__host;
 
 /* loader.c */
+/*
+ * One row of the load report. Written by the scan under the scan lock and
+ * then only by zap__load() (also under it), which may turn a plugin that
+ * cannot be loaded into this process into a failed row: @state, @reason and
+ * @desc are atomic for the readers that do not take the lock. Strings are
+ * never freed (the report hands them out for the life of the process).
+ */
 struct zap_prec {
 	const char *name;
 	const char *path;
-	const char *reason;
+	const char *_Atomic reason;
+	const char *replaced;      /* the reason before zap__load() failed:
+	                              still handed out, so kept, not freed */
 	const char *detail;
 	const char *version;
-	enum zap_plugin_state state;
+	_Atomic int state;         /* enum zap_plugin_state */
 	int rank;
 	bool builtin;
+	bool probed_out;           /* probed in the helper, not loaded here */
 	struct zap_caps caps;
+	/* The file that was checked and probed, to load it only if unchanged. */
+	dev_t dev;
+	ino_t ino;
+	off_t file_size;
+	struct timespec mtime;
 	/* Set only while the plugin is loaded in this process and usable. */
-	const struct zap_plugin *desc;
+	const struct zap_plugin *_Atomic desc;
 };
 /* Scan once (with defaults unless zap_scan() ran first). */
 int zap__plugins(const struct zap_prec **recs, size_t *n);
 const struct zap_prec *zap__find(const char *name);
+/*
+ * Make @r usable in this process: load it now if it was probed out of
+ * process (re-checking its directory and file first, and that the file is
+ * the one probed). 0, or a negative errno with the reason recorded and the
+ * row turned into a failed one.
+ */
+int zap__load(const struct zap_prec *r);
 /* Validate a descriptor; 0 or the failing state with a reason in @why. */
 enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 				    const char *expect_name, char *why,
 				    size_t len);
+
+/* load.c: one candidate; shared with the probe helper. */
+struct zap_outcome {
+	int state;
+	int rank;
+	char version[ZAP_VERSION_MAX];
+	char reason[256];
+	char detail[1024];
+	struct zap_caps caps;
+};
+/* Why @st (a file or directory) may not be trusted, or NULL. @ancestor:
+ * a directory above the plugin directory, where the sticky bit excuses
+ * others' write permission. */
+const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor,
+				      char *buf, size_t len, const char *what);
+/* Open plugin directory @dir component by component (see load.c); an
+ * O_DIRECTORY descriptor, or -1 with errno and @why ("missing" for ENOENT). */
+int zap__open_dir(const char *dir, char *why, size_t len);
+/* Open and check @file in @dfd; the descriptor, or -1 with @o refused. */
+int zap__open_plugin(int dfd, const char *file, struct stat *st,
+		     struct zap_outcome *o);
+/*
+ * dlopen the checked open file *@fdp and validate its descriptor. May move
+ * to another descriptor (*@fdp updated, the old one left open). *@pinned:
+ * the object stays mapped (loaded, or a rejected one that cannot be
+ * unloaded), so *@fdp must never be closed. NULL with @o saying why.
+ */
+const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path,
+					    const char *name, void **handle,
+					    bool *pinned, struct zap_outcome *o);
+void zap__run_probe(const struct zap_plugin *d, struct zap_outcome *o);
+
+/* probe-out.c: probing in helper processes. */
+struct zap_probe_job {
+	int fd;                  /* the checked plugin file */
+	const char *path;
+	const char *name;
+	struct zap_outcome o;    /* the result */
+};
+/* Probe @n candidates, each in its own helper, all at once. */
+void zap__probe_out(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
 
 /*
  * Copy @full (a struct starting with size_t size) into @dst, no further

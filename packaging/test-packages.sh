@@ -220,6 +220,8 @@ for page in man1/zap-info.1 man1/zap-perf.1 man7/libzap.7; do
 done
 check "libzap0 ships no libzap.so link (libzap-dev does)" \
 	test ! -e "/usr/lib/$multiarch/libzap.so"
+check "libzap0 ships the probe helper /usr/lib/$multiarch/zap/zap-probe" \
+	sh -c "dpkg -L libzap0 | grep -qx /usr/lib/$multiarch/zap/zap-probe"
 
 for p in "${expected[@]}"; do
 	step "libzap-plugin-$p"

@@ -6,13 +6,18 @@
  * that exports exactly one symbol: a const struct zap_plugin whose symbol
  * name carries the ABI major, ZAP_PLUGIN_SYMBOL ("zap_plugin_v1"). The host
  * reads and checks that descriptor (ABI major, struct sizes, name, mandatory
- * ops) before it calls any plugin code, so:
+ * ops) before it calls any plugin function, so:
  *
  *  - A plugin must not have constructors (no __attribute__((constructor)),
  *    no C++ static initialisers with side effects): the host cannot stop
- *    them from running at dlopen time, before any check.
+ *    them from running at dlopen time, before any check. Nor can it stop
+ *    the constructors of the libraries a plugin links (DPDK's are many):
+ *    the descriptor check guards the ABI, not against hostile code. What
+ *    guards against that is whose files the host loads at all (owner and
+ *    mode of the file and of every directory above it) and probing in a
+ *    helper process, which a crash or hang cannot take down with it.
  *  - Everything the plugin needs from the host (logging, cancellation,
- *    environment parsing, error reasons, the buffer pool) comes through
+ *    the environment, error reasons, the buffer pool) comes through
  *    struct zap_host, handed to every op. A plugin needs these headers, not
  *    the library: it does not link libzap.so (`pkg-config --cflags
  *    zap-plugin`; there is nothing to add for --libs) and calls no zap_*()
@@ -27,8 +32,14 @@
  *    numbers); readers check the size before touching an appended member.
  *    A plugin built for a newer minor must check host->size before using
  *    host members it knows and the host may lack (ZAP_HOST_HAS()).
- *  - History: 1.0 first release; 1.1 added zap_host.pool_try_alloc and
- *    zap_host.last_error (so plugins need not link libzap.so).
+ *  - History: 1.0 first release; 1.1 added zap_host.pool_try_alloc,
+ *    zap_host.last_error (so plugins need not link libzap.so) and
+ *    zap_host.env_get.
+ *
+ * A plugin's probe normally runs in a helper process (zap-probe, under the
+ * library's libexec directory), and only the plugin a pick chooses is
+ * loaded into the application: a probe must not leave state behind for
+ * open() to rely on.
  */
 #ifndef ZAP_ZAP_PLUGIN_H
 #define ZAP_ZAP_PLUGIN_H
@@ -185,7 +196,8 @@ struct zap_host {
 	int (*ctx_err)(const struct zap_ctx *ctx);
 
 	/**
-	 * Parse environment variable @name as a byte count ("4096", "64M",
+	 * Parse environment variable @name (read as env_get() does) as a
+	 * byte count ("4096", "64M",
 	 * "4GiB"; suffixes K/M/G/T, with or without "iB", powers of 1024).
 	 * Unset or empty: *@out = @def, return 0. Otherwise the value must lie
 	 * in [@min, @max]. Return: 0, or -EINVAL after recording a reason that
@@ -229,6 +241,15 @@ struct zap_host {
 	 * next libzap call.
 	 */
 	const char *(*last_error)(void);
+	/**
+	 * The value of environment variable @name, or NULL when unset. The
+	 * only way a plugin reads its configuration: in a program running
+	 * with AT_SECURE (setuid, setgid, file capabilities) it answers NULL
+	 * for every variable, so a caller cannot configure a plugin inside a
+	 * privileged process. Plugins must not call getenv() themselves. The
+	 * string is getenv()'s: copy it before the environment may change.
+	 */
+	const char *(*env_get)(const char *name);
 };
 
 /**

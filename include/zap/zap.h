@@ -395,7 +395,8 @@ enum zap_plugin_state {
 	ZAP_PLUGIN_LOADED = 0,      /**< valid and its probe said OK */
 	ZAP_PLUGIN_NOT_PRESENT,     /**< valid; the hardware/config is absent */
 	ZAP_PLUGIN_ERROR,           /**< valid; probe found something broken,
-	                                 crashed or hung (isolated scans) */
+	                                 crashed or hung, or the plugin could
+	                                 not be loaded into this process */
 	ZAP_PLUGIN_NO_SYMBOL,       /**< no zap_plugin_v<ABI> descriptor */
 	ZAP_PLUGIN_ABI_MISMATCH,    /**< built for another ABI major */
 	ZAP_PLUGIN_INVALID,         /**< descriptor or ops table short, a
@@ -427,32 +428,49 @@ struct zap_report_entry {
 struct zap_dir_entry {
 	size_t size;        /**< sizeof(struct zap_dir_entry) */
 	const char *path;
-	const char *source; /**< "ZAP_PLUGIN_PATH" or "built-in" */
+	const char *source; /**< "program" (zap_scan_attr.plugin_path),
+	                         "ZAP_PLUGIN_PATH" or "built-in" */
 	const char *status; /**< "ok", "missing", or "refused: <why>" */
 };
 
 /** Flags for struct zap_scan_attr. */
-#define ZAP_SCAN_ISOLATE 0x1u /**< load and probe each plugin in a child */
+#define ZAP_SCAN_ISOLATE 0x1u   /**< probe out of process (the default; even
+                                     with ZAP_PROBE_INPROCESS=1) */
+#define ZAP_SCAN_INPROCESS 0x2u /**< load and probe every plugin in this
+                                     process (for programs that cannot spawn) */
 
 /** struct zap_scan_attr - how to scan plugins (see zap_scan()). */
 struct zap_scan_attr {
 	size_t size;               /**< sizeof(struct zap_scan_attr) */
-	unsigned flags;            /**< ZAP_SCAN_ISOLATE */
-	unsigned probe_timeout_ms; /**< isolated probe limit; 0: 5000 */
+	unsigned flags;            /**< ZAP_SCAN_ISOLATE or ZAP_SCAN_INPROCESS */
+	unsigned probe_timeout_ms; /**< out-of-process probe limit; 0: 5000 */
+	/**
+	 * NULL, or a ':'-separated list of plugin directories the program
+	 * itself chooses, searched before ZAP_PLUGIN_PATH (source "program"
+	 * in the report). Unlike ZAP_PLUGIN_PATH it is honoured in setuid and
+	 * file-capability programs: it comes from the program, not its caller.
+	 */
+	const char *plugin_path;
 };
 
 /**
  * zap_scan() - scan and probe plugins now, with options.
  *
- * Optional: the first zap_pick() or report call scans with defaults. With
- * ZAP_SCAN_ISOLATE every candidate is loaded and probed in a child process,
- * so a plugin that crashes or hangs is reported as ZAP_PLUGIN_ERROR with the
- * signal or the timeout; the calling process then loads no plugin, and
- * zap_pick() can only open the built-in default (tools use this for a
- * report). Call it before any other threads use libzap.
+ * Optional: the first zap_pick() or report call scans with defaults.
  *
- * Return: 0; -EALREADY if the scan already ran; -EINVAL for bad @attr or a
- * bad environment value; -ENOMEM.
+ * By default every candidate is loaded and probed in a helper process of
+ * its own (zap-probe, in the library's libexec directory, started with
+ * posix_spawn(), all at once), so a plugin that crashes or hangs is
+ * reported as ZAP_PLUGIN_ERROR ("probe crashed: signal 11", "probe timed
+ * out after N ms") and the program goes on. This process then loads only
+ * the plugin a pick chooses, when it first chooses it, after checking that
+ * its file is still the one probed. ZAP_PROBE_INPROCESS=1 (ignored in
+ * setuid and file-capability programs) or ZAP_SCAN_INPROCESS loads and
+ * probes every plugin in this process instead, for programs that cannot
+ * start processes; a plugin that crashes then takes the program down.
+ *
+ * Return: 0; -EALREADY if the scan already ran; -EINVAL for bad @attr
+ * (unknown flags, or both flags); -ENOMEM.
  */
 ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr);
 
@@ -485,9 +503,8 @@ struct zap_choice {
 
 /**
  * zap_pick_explain() - decide like zap_pick() without opening anything and
- * without the first-pick log line. After an isolated scan it answers for a
- * process that loads the plugins (what a program would get), not for the
- * calling process, which can only open the built-in default.
+ * without the first-pick log line and without loading any plugin into this
+ * process (it answers from the probes).
  * Return: 0 and @out filled (out->fallback tells whether the request is
  * met); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would, with out->reason set.
  */

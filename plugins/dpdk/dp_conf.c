@@ -16,10 +16,22 @@
 
 #include "dp_int.h"
 
-static int env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max,
+/*
+ * The environment through the host (zap_host.env_get): in a setuid or
+ * file-capability program every variable reads as unset, so a caller
+ * cannot hand EAL arguments ("-d lib.so") to a privileged process and dpdk
+ * reports itself not configured. A host without env_get: secure_getenv().
+ */
+static const char *dp_getenv(const struct zap_host *h, const char *name)
+{
+	return ZAP_HOST_HAS(h, env_get) ? h->env_get(name) : secure_getenv(name);
+}
+
+static int env_u64(const struct zap_host *h, const char *name, uint64_t def,
+		   uint64_t min, uint64_t max,
 		   uint64_t *out, char *why, size_t len)
 {
-	const char *v = getenv(name);
+	const char *v = dp_getenv(h, name);
 	unsigned long long x;
 	char *end;
 
@@ -64,9 +76,10 @@ bad:
 
 /* The EAL arguments and the local address: what makes the transport
  * configured at all. */
-static int conf_identity(struct dp_conf *c, char *why, size_t len)
+static int conf_identity(const struct zap_host *h, struct dp_conf *c, char *why,
+			size_t len)
 {
-	const char *v = getenv("ZAP_DPDK_EAL_ARGS");
+	const char *v = dp_getenv(h, "ZAP_DPDK_EAL_ARGS");
 
 	if (!v || !v[strspn(v, " \t")]) {
 		snprintf(why, len, "not configured: ZAP_DPDK_EAL_ARGS unset");
@@ -77,7 +90,7 @@ static int conf_identity(struct dp_conf *c, char *why, size_t len)
 		return -EINVAL;
 	}
 	snprintf(c->eal, sizeof(c->eal), "%s", v);
-	v = getenv("ZAP_DPDK_IP");
+	v = dp_getenv(h, "ZAP_DPDK_IP");
 	if (!v || !*v) {
 		snprintf(why, len, "ZAP_DPDK_IP unset (the port's local IPv4 address)");
 		return -EINVAL;
@@ -90,24 +103,25 @@ static int conf_identity(struct dp_conf *c, char *why, size_t len)
 }
 
 /* The port, the UDP port, static neighbours and receive drop injection. */
-static int conf_addressing(struct dp_conf *c, char *why, size_t len)
+static int conf_addressing(const struct zap_host *h, struct dp_conf *c, char *why,
+			size_t len)
 {
 	const char *v;
 	uint64_t x;
 	int rc;
 
-	rc = env_u64("ZAP_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &x, why, len);
+	rc = env_u64(h, "ZAP_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &x, why, len);
 	c->port = (unsigned)x;
 	c->udp_port = -1;
-	v = getenv("ZAP_DPDK_UDP_PORT");
+	v = dp_getenv(h, "ZAP_DPDK_UDP_PORT");
 	if (!rc && v && *v) {
-		rc = env_u64("ZAP_DPDK_UDP_PORT", 0, 1, 65535, &x, why, len);
+		rc = env_u64(h, "ZAP_DPDK_UDP_PORT", 0, 1, 65535, &x, why, len);
 		c->udp_port = (int)x;
 	}
-	v = getenv("ZAP_DPDK_NEIGHBORS");
+	v = dp_getenv(h, "ZAP_DPDK_NEIGHBORS");
 	if (!rc && v && *v)
 		rc = parse_neighbors(c, v, why, len);
-	v = getenv("ZAP_DPDK_DROP_RX");
+	v = dp_getenv(h, "ZAP_DPDK_DROP_RX");
 	if (!rc && v && *v) {
 		char *end;
 
@@ -122,24 +136,25 @@ static int conf_addressing(struct dp_conf *c, char *why, size_t len)
 }
 
 /* Sizes, timeouts and switches. */
-static int conf_tuning(struct dp_conf *c, char *why, size_t len)
+static int conf_tuning(const struct zap_host *h, struct dp_conf *c, char *why,
+			size_t len)
 {
 	int rc;
 
-	rc = env_u64("ZAP_DPDK_MTU", 1500, 576, 9000, &c->mtu, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_MBUFS", 8191, 1023, 1u << 24, &c->mbufs, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_WINDOW", 256, 4, DP_WIN_MAX, &c->window, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_SPIN_US", 100, 0, 1000000, &c->spin_us, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_RTO_MIN_US", 1000, 20, 10000000, &c->rto_min_us, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_PEER_TIMEOUT_MS", 5000, 10, 3600000,
+	rc = env_u64(h, "ZAP_DPDK_MTU", 1500, 576, 9000, &c->mtu, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MBUFS", 8191, 1023, 1u << 24, &c->mbufs, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_WINDOW", 256, 4, DP_WIN_MAX, &c->window, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_SPIN_US", 100, 0, 1000000, &c->spin_us, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_RTO_MIN_US", 1000, 20, 10000000, &c->rto_min_us, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_PEER_TIMEOUT_MS", 5000, 10, 3600000,
 			       &c->peer_timeout_ms, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_ARP_TIMEOUT_MS", 3000, 1, 600000, &c->arp_timeout_ms,
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_ARP_TIMEOUT_MS", 3000, 1, 600000, &c->arp_timeout_ms,
 			       why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_START_TIMEOUT_MS", 5000, 0, 600000,
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_START_TIMEOUT_MS", 5000, 0, 600000,
 			       &c->start_timeout_ms, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_PIN", 1, 0, 1, &c->pin, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why, len);
+	rc = rc ? rc : env_u64(h, "ZAP_DPDK_PIN", 1, 0, 1, &c->pin, why, len);
 	return rc;
 }
 
@@ -148,11 +163,11 @@ int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why, size_t 
 	int rc;
 
 	memset(c, 0, sizeof(*c));
-	rc = conf_identity(c, why, len);
+	rc = conf_identity(h, c, why, len);
 	if (rc != DP_CONF_OK)
 		return rc;
-	rc = conf_addressing(c, why, len);
-	rc = rc ? rc : conf_tuning(c, why, len);
+	rc = conf_addressing(h, c, why, len);
+	rc = rc ? rc : conf_tuning(h, c, why, len);
 	if (rc)
 		return rc;
 	/* The byte counts go through the host, which words its own reason. */

@@ -129,7 +129,9 @@ static int parse_dev_env(const char *v, char *name, size_t nl, uint8_t *port)
 
 static enum zap_probe_result pick_port(struct gd_sel *s, char *why, size_t wl)
 {
-	const char *env = getenv("ZAP_GPUDIRECT_DEVICE");
+	/* secure_getenv: unset under AT_SECURE, as zap_host.env_get answers
+	 * (this code has no host table at hand). */
+	const char *env = secure_getenv("ZAP_GPUDIRECT_DEVICE");
 	char want[IBV_SYSFS_NAME_MAX] = "", seen[512] = "", names[256] = "";
 	struct ibv_device **list;
 	enum zap_probe_result r = ZAP_PROBE_NOT_PRESENT;
@@ -225,7 +227,8 @@ static void pick_gpu(struct gd_sel *s)
 {
 	const struct zcu *cu = s->cu;
 	char nic[PATH_MAX], p[PATH_MAX], gpu[PATH_MAX], bus[32];
-	const char *env = getenv("ZAP_CUDA_DEVICE");
+	/* secure_getenv: see pick_port(). */
+	const char *env = secure_getenv("ZAP_CUDA_DEVICE");
 	int n = 0, best = -1, best_d = INT_MAX;
 
 	s->gpu_distance = -1;

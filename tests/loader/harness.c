@@ -153,7 +153,10 @@ int th_each_build_plugin(void (*fn)(const char *dir, const char *path,
 			 void *arg)
 {
 	const char *root = BUILD_ROOT "/plugins";
-	char dir[PATH_MAX], path[PATH_MAX], name[NAME_MAX + 1];
+	char dir[PATH_MAX], path[PATH_MAX];
+	/* Listed first and called after: @fn forks, and a child must not
+	 * inherit open directory streams (valgrind calls them lost). */
+	static char dirs[64][PATH_MAX], paths[64][PATH_MAX], names[64][NAME_MAX + 1];
 	DIR *top = opendir(root), *sub;
 	struct dirent *de, *fe;
 	int n = 0;
@@ -166,17 +169,18 @@ int th_each_build_plugin(void (*fn)(const char *dir, const char *path,
 		sub = opendir(th_join(dir, sizeof(dir), root, de->d_name));
 		if (!sub)
 			continue;
-		while ((fe = readdir(sub))) {
+		while ((fe = readdir(sub)) && n < 64) {
 			size_t len = strlen(fe->d_name);
 
 			/* libzap-<name>.so, <name> not empty */
 			if (strncmp(fe->d_name, "libzap-", 7) != 0 ||
 			    len < 11 || strcmp(fe->d_name + len - 3, ".so"))
 				continue;
-			snprintf(name, sizeof(name), "%.*s", (int)(len - 10),
+			snprintf(names[n], sizeof(names[n]), "%.*s", (int)(len - 10),
 				 fe->d_name + 7);
-			fn(dir, th_join(path, sizeof(path), dir, fe->d_name),
-			   name, arg);
+			snprintf(dirs[n], sizeof(dirs[n]), "%s", dir);
+			snprintf(paths[n], sizeof(paths[n]), "%s",
+				 th_join(path, sizeof(path), dir, fe->d_name));
 			n++;
 		}
 		closedir(sub);
@@ -185,6 +189,8 @@ int th_each_build_plugin(void (*fn)(const char *dir, const char *path,
 	if (n != BUILT_PLUGINS)
 		fail_msg("found %d plugin module(s) under %s, but this build makes %d",
 			 n, root, BUILT_PLUGINS);
+	for (int i = 0; i < n; i++)
+		fn(dirs[i], paths[i], names[i], arg);
 	return n;
 }
 

@@ -762,11 +762,14 @@ static void child_isolate(void *arg)
 	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, NULL, "crash") +
 			     th_log_count(ZAP_LOG_ERROR, NULL, "crash") >= 1,
 		     1);
-	/* This process loaded no plugin... */
+	/* This process loaded no plugin to probe them... */
 	TH_CHECK_MSG(!mapped("libzap-good.so"), "libzap-good.so is mapped");
 	TH_CHECK_MSG(!mapped("libzap-crash.so"), "libzap-crash.so is mapped");
-	/* ...so a pick can only open the built-in default. */
-	TH_CHECK_PICK(NULL, 0, "default");
+	/* ...and a pick loads the one it chooses, and only that one. */
+	TH_CHECK_PICK(NULL, 0, "good");
+	TH_CHECK_MSG(mapped("libzap-good.so"), "libzap-good.so is not mapped");
+	TH_CHECK_MSG(!mapped("libzap-absent.so"), "libzap-absent.so is mapped");
+	TH_CHECK_MSG(!mapped("libzap-crash.so"), "libzap-crash.so is mapped");
 	TH_CHECK_INT(zap_scan(&sa), -EALREADY);
 }
 

@@ -309,6 +309,22 @@ static void test_isolate(void **state)
 	th_proc_free(&p);
 }
 
+/* Without --isolate too: probing out of process is the default now, so
+ * plain zap-info (like any libzap program) survives them as well. */
+static void test_default_survives(void **state)
+{
+	const char *const args[] = { "--timeout", "250", NULL };
+	struct th_proc p;
+
+	(void)state;
+	zap_info(&p, isolate_dir(), NULL, args);
+	EXPECT_STATUS(&p, 0);
+	EXPECT_OUT(&p, "probe crashed: signal 11");
+	EXPECT_OUT(&p, "probe timed out after 250 ms");
+	EXPECT_OUT(&p, "pick: good");
+	th_proc_free(&p);
+}
+
 static void test_isolate_json(void **state)
 {
 	static const char *const expect[] = {
@@ -395,6 +411,7 @@ int main(void)
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[14]),
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[15]),
 		cmocka_unit_test(test_isolate),
+		cmocka_unit_test(test_default_survives),
 		cmocka_unit_test(test_isolate_json),
 		cmocka_unit_test(test_missing_dir),
 		cmocka_unit_test(test_fast),

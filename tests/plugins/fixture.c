@@ -8,7 +8,15 @@
  *
  *   FIX_NAME="good"       descriptor name (must match libzap-<name>.so)
  *   FIX_RANK=50           descriptor rank
- *   FIX_PROBE=n           0 OK, 1 NOT_PRESENT, 2 ERROR, 3 crash, 4 hang
+ *   FIX_PROBE=n           0 OK, 1 NOT_PRESENT, 2 ERROR, 3 crash, 4 hang,
+ *                         5 NOT_PRESENT with reason "secret=<value>": what
+ *                         host->env_get("ZAP_FIXTURE_SECRET") answered,
+ *                         6 hostile when probed out of process: 100 WARN
+ *                         lines with control characters, then junk bytes
+ *                         on the helper's report pipe (fd 4), then OK,
+ *                         7 OK, leaving a child behind that holds every
+ *                         descriptor for 30 s (its pid in the file
+ *                         ZAP_FIXTURE_PID_FILE names)
  *   FIX_ABI_MAJOR=2       put 2 in the descriptor's abi_major field
  *   FIX_SYMBOL_V2         export zap_plugin_v2 (ABI major 2) instead of v1
  *   FIX_NO_SYMBOL         export no descriptor at all
@@ -108,6 +116,46 @@ static enum zap_probe_result fix_probe(const struct zap_host *host,
 	for (;;)
 		pause();
 	return ZAP_PROBE_ERROR; /* not reached */
+#elif FIX_PROBE == 6
+	{
+		static const unsigned char junk[100] = { 0xff, 0xfe, 'z', 'a', 'p' };
+
+		for (int i = 0; i < 100; i++)
+			host->log(ZAP_LOG_WARN, FIX_NAME, "line %d\nzap: ERROR: forged\033[2J", i);
+		if (write(4, junk, sizeof(junk)) < 0) {
+			/* in process (no pipe): nothing to forge */
+		}
+		return ZAP_PROBE_OK;
+	}
+#elif FIX_PROBE == 7
+	{
+		pid_t pid = fork();
+		const char *pf = getenv("ZAP_FIXTURE_PID_FILE");
+
+		if (pid == 0) {
+			sleep(30);
+			_exit(0);
+		}
+		if (pid > 0 && pf) {
+			FILE *f = fopen(pf, "w");
+
+			if (f) {
+				fprintf(f, "%d\n", (int)pid);
+				fclose(f);
+			}
+		}
+		return ZAP_PROBE_OK;
+	}
+#elif FIX_PROBE == 5
+	{
+		const char *v = ZAP_HOST_HAS(host, env_get)
+					? host->env_get("ZAP_FIXTURE_SECRET")
+					: "(host has no env_get)";
+
+		snprintf(info->reason, sizeof(info->reason), "secret=%s",
+			 v ? v : "unset");
+		return ZAP_PROBE_NOT_PRESENT;
+	}
 #else
 	fix_fill_caps(&info->caps);
 	snprintf(info->detail, sizeof(info->detail),

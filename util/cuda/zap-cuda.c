@@ -134,7 +134,8 @@ enum zap_probe_result zcu_open_device(const struct zap_host *host,
 				      struct zcu_device_info *info, char *why,
 				      size_t len)
 {
-	const char *env = getenv("ZAP_CUDA_DEVICE");
+	/* secure_getenv: unset under AT_SECURE (setuid or file capabilities). */
+	const char *env = secure_getenv("ZAP_CUDA_DEVICE");
 	char err[96];
 	zcu_result r;
 	int n = 0;

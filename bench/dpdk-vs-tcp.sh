@@ -26,6 +26,7 @@ srv=
 cleanup() { [ -n "$srv" ] && kill "$srv" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 export ZAP_PLUGIN_PATH=$plugins ZAP_TRANSPORT_QUIET=1 ZAP_LOG_LEVEL=error
+export ZAP_PROBE_HELPER=$build/core/zap-probe  # this build's probe helper
 args=(-s "$SIZES" -T lat,rate -n "$ITERS" -m "$MSGS" --json)
 
 run_pair() { # NAME SERVER_ENV... -- CLIENT_ENV... -- TRANSPORT LISTEN PEER

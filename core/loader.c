@@ -235,7 +235,7 @@ static void finish_rec(struct zap_prec *r, const struct zap_outcome *o,
 		r->caps = o->caps;
 	r->desc = d;
 
-	switch (r->state) {
+	switch ((int)r->state) {
 	case ZAP_PLUGIN_LOADED:
 		zap__log(ZAP_LOG_DEBUG, "loader", "%s: loaded (rank %d, %s)", r->path,
 			 r->rank, r->reason);

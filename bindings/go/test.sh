@@ -25,6 +25,8 @@ export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # plus bindings/go for the gopool test plugin.
 export ZAP_PLUGIN_PATH="$build/plugins/uma:$build/plugins/gpudirect:$build/plugins/dpdk:$build/bindings/go"
 export ZAP_GO_PEER="$build/bindings/go/zap-go-peer"
+# The build tree's out-of-process probe helper (not the installed one).
+export ZAP_PROBE_HELPER="$build/core/zap-probe"
 export ZAP_LISTEN=127.0.0.1:0
 # Caches under the build dir, so root in CI and users share nothing;
 # offline, and no VCS stamping (a worktree or tarball has no usable VCS).

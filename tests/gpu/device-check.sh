@@ -165,10 +165,10 @@ if [ "$DRY" = 1 ]; then
 fi
 
 # ---- build ------------------------------------------------------------------
-TARGETS="zap zap-uma zap-info test-uma-interop uma-gpu-check"
+TARGETS="zap zap-probe zap-uma zap-info test-uma-interop uma-gpu-check"
 [ "$DRY" = 1 ] && TARGETS="$TARGETS cuda" # the mock libcuda.so.1
 OPTS="-Dtests=false -Dgpu_checks=true -Duma=enabled -Ddpdk=disabled -Dgpudirect=disabled -Dbuildtype=debugoptimized --wrap-mode=nodownload"
-NEED="core/libzap.so.0 plugins/uma/libzap-uma.so tools/zap-info tests/uma/test-uma-interop tests/gpu/uma-gpu-check"
+NEED="core/libzap.so.0 core/zap-probe plugins/uma/libzap-uma.so tools/zap-info tests/uma/test-uma-interop tests/gpu/uma-gpu-check"
 
 build() {
 	set -e
@@ -232,6 +232,8 @@ fi
 
 CHECK=$BUILD/tests/gpu/uma-gpu-check
 export ZAP_PLUGIN_PATH=$BUILD/plugins/uma ZAP_TRANSPORT_QUIET=1
+# Plugins are probed in a helper process: this build's, not an installed one.
+export ZAP_PROBE_HELPER=$BUILD/core/zap-probe
 # ZAP_CUDA_DEVICE (an ordinal) picks the GPU, as for the uma plugin.
 
 # ---- checks that need no GPU ------------------------------------------------

@@ -122,14 +122,31 @@ func TestBufferPoolFull(t *testing.T) {
 
 // uma, where this host has it (a CUDA device with managed memory): its
 // pool hands out device-visible buffers, and messages from default land
-// in managed memory, which Recv copies out. Skips with the probe's reason
-// elsewhere.
+// in managed memory, which Recv copies out. Skips, with the probe's
+// reason, only where uma's probe said "not present"; a uma plugin that is
+// missing, failed to load or whose probe failed is a failure.
 func TestUMA(t *testing.T) {
+	rep, err := LoadReport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row *PluginReport
+	for i := range rep.Plugins {
+		if rep.Plugins[i].Name == "uma" {
+			row = &rep.Plugins[i]
+		}
+	}
+	if row == nil {
+		t.Fatalf("no uma row in the load report (ZAP_PLUGIN_PATH?)")
+	}
+	if row.State == "not present" {
+		t.Skipf("needs a CUDA device with managed memory: uma: not present: %s", row.Reason)
+	}
+	if row.State != "loaded" {
+		t.Fatalf("uma: %s: %s", row.State, row.Reason)
+	}
 	tr, err := Pick("=uma")
 	if err != nil {
-		if errors.Is(err, ErrNotAvailable) || errors.Is(err, syscall.EINVAL) {
-			t.Skipf("no uma here: %v", err)
-		}
 		t.Fatal(err)
 	}
 	defer tr.Close()

@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared-memory ring engine (util/shm): messages of every size go
+ * through in order, the ring wraps, a full ring answers -EAGAIN and
+ * resumes, the wake-up handshake is not lost, and a producer that
+ * scribbles on the region (positions, record headers, declared lengths)
+ * makes the ring corrupt (-EPROTO) without any read or write outside it.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "shm_ring.h"
+#include "zap-test.h"
+
+#define LOG2 12u
+
+struct sink {
+	unsigned char *buf;
+	uint64_t cap, len;
+	int msgs;
+	int stop_after; /* fail the chunk callback after this many calls */
+	int calls;
+};
+
+static int collect(void *user, uint64_t total, uint64_t off, const void *data, size_t len,
+		   bool last)
+{
+	struct sink *s = user;
+
+	if (s->stop_after && ++s->calls > s->stop_after)
+		return -ENOBUFS;
+	assert_true(off + len <= total);
+	if (off == 0) {
+		free(s->buf);
+		s->buf = malloc(total ? total : 1);
+		s->cap = total;
+		s->len = 0;
+	}
+	assert_int_equal(off, s->len);
+	memcpy(s->buf + off, data, len);
+	s->len += len;
+	if (last) {
+		assert_int_equal(s->len, total);
+		s->msgs++;
+	}
+	return 0;
+}
+
+struct pair {
+	void *region;
+	struct zshm_tx tx;
+	struct zshm_rx rx;
+};
+
+static void pair_init(struct pair *p, uint64_t max_msg)
+{
+	p->region = aligned_alloc(64, zshm_region_bytes(LOG2));
+	assert_non_null(p->region);
+	assert_int_equal(zshm_tx_init(&p->tx, p->region, LOG2), 0);
+	assert_int_equal(zshm_rx_attach(&p->rx, p->region, LOG2, max_msg), 0);
+}
+
+/* Send @len bytes of pattern @seed, draining the ring whenever it fills. */
+static void send_all(struct pair *p, struct sink *s, size_t len, unsigned seed)
+{
+	unsigned char *m = malloc(len ? len : 1);
+	bool wake;
+	int rc;
+
+	zt_fill(m, len, seed);
+	while ((rc = zshm_send(&p->tx, m, len, &wake)) == -EAGAIN)
+		assert_true(zshm_recv(&p->rx, collect, s) >= 0);
+	assert_int_equal(rc, 0);
+	while (zshm_rx_pending(&p->rx))
+		assert_true(zshm_recv(&p->rx, collect, s) >= 0);
+	assert_int_equal(s->len, len);
+	assert_int_equal(zt_check_fill(s->buf, len, seed), len);
+	free(m);
+}
+
+static void test_sizes_in_order(void **state)
+{
+	static const size_t sizes[] = { 0, 1, 7, 8, 9, 1000, 1008, 1009, 4096, 65536, 1 << 20 };
+	struct sink s = { 0 };
+	struct pair p;
+
+	(void)state;
+	pair_init(&p, 1 << 20);
+	for (int round = 0; round < 3; round++) /* wraps many times */
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+			send_all(&p, &s, sizes[i], (unsigned)(i + 10 * round));
+	assert_int_equal(s.msgs, 33);
+	free(s.buf);
+	free(p.region);
+}
+
+static void test_full_then_resume(void **state)
+{
+	unsigned char m[900];
+	struct sink s = { 0 };
+	struct pair p;
+	bool wake;
+	int sent = 0;
+
+	(void)state;
+	pair_init(&p, 1 << 20);
+	zt_fill(m, sizeof(m), 3);
+	while (zshm_send(&p.tx, m, sizeof(m), &wake) == 0)
+		sent++;
+	assert_true(sent >= 3);
+	/* A callback that stops keeps the record for the next call: the
+	 * first message is taken, the second stays. */
+	s.stop_after = 1;
+	assert_int_equal(zshm_recv(&p.rx, collect, &s), -ENOBUFS);
+	assert_int_equal(s.msgs, 1);
+	s.stop_after = 0;
+	assert_int_equal(zshm_recv(&p.rx, collect, &s), sent - 1);
+	assert_int_equal(zshm_send(&p.tx, m, sizeof(m), &wake), 0); /* the one refused */
+	assert_int_equal(zshm_recv(&p.rx, collect, &s), 1);
+	free(s.buf);
+	free(p.region);
+}
+
+static void test_wake_handshake(void **state)
+{
+	struct sink s = { 0 };
+	struct pair p;
+	bool wake;
+
+	(void)state;
+	pair_init(&p, 64);
+	assert_false(zshm_rx_prepare_sleep(&p.rx)); /* empty: may sleep */
+	assert_int_equal(zshm_send(&p.tx, "hi", 2, &wake), 0);
+	assert_true(wake); /* the sleeper is woken */
+	assert_int_equal(zshm_send(&p.tx, "hi", 2, &wake), 0);
+	assert_false(wake); /* once */
+	assert_true(zshm_rx_prepare_sleep(&p.rx)); /* data there: don't sleep */
+	assert_int_equal(zshm_recv(&p.rx, collect, &s), 2);
+	free(s.buf);
+	free(p.region);
+}
+
+/* One corruption of the region after a good message was published. */
+static void corrupt_case(void (*scribble)(unsigned char *region), int want)
+{
+	struct sink s = { 0 };
+	struct pair p;
+	bool wake;
+
+	pair_init(&p, 4096);
+	assert_int_equal(zshm_send(&p.tx, "hello, ring", 11, &wake), 0);
+	scribble(p.region);
+	assert_int_equal(zshm_recv(&p.rx, collect, &s), want);
+	if (want == -EPROTO) /* and it stays corrupt */
+		assert_int_equal(zshm_recv(&p.rx, collect, &s), -EPROTO);
+	free(s.buf);
+	free(p.region);
+}
+
+static void put64(unsigned char *r, unsigned off, uint64_t v)
+{
+	memcpy(r + off, &v, sizeof(v));
+}
+
+static void put32(unsigned char *r, unsigned off, uint32_t v)
+{
+	memcpy(r + off, &v, sizeof(v));
+}
+
+static void head_far_ahead(unsigned char *r)
+{
+	put64(r, 64, 1ull << 40);
+}
+static void head_unaligned(unsigned char *r)
+{
+	put64(r, 64, 13);
+}
+static void len_huge(unsigned char *r)
+{
+	put32(r, ZSHM_HDR_BYTES, 0xfffffff0u);
+}
+static void total_over_max(unsigned char *r)
+{
+	put64(r, ZSHM_HDR_BYTES + 8, 1ull << 32);
+}
+static void total_shorter(unsigned char *r)
+{
+	put64(r, ZSHM_HDR_BYTES + 8, 3);
+}
+static void flags_junk(unsigned char *r)
+{
+	put32(r, ZSHM_HDR_BYTES + 4, 0x80u | ZSHM_F_FIRST);
+}
+static void no_first(unsigned char *r)
+{
+	put32(r, ZSHM_HDR_BYTES + 4, ZSHM_F_LAST);
+}
+static void pad_midway(unsigned char *r)
+{
+	put32(r, ZSHM_HDR_BYTES + 4, ZSHM_F_PAD);
+}
+static void last_missing(unsigned char *r)
+{
+	put32(r, ZSHM_HDR_BYTES + 4, ZSHM_F_FIRST);
+}
+
+static void test_hostile_region(void **state)
+{
+	(void)state;
+	corrupt_case(head_far_ahead, -EPROTO);
+	corrupt_case(head_unaligned, -EPROTO);
+	corrupt_case(len_huge, -EPROTO);
+	corrupt_case(total_over_max, -EPROTO);
+	corrupt_case(total_shorter, -EPROTO);
+	corrupt_case(flags_junk, -EPROTO);
+	corrupt_case(no_first, -EPROTO);
+	corrupt_case(pad_midway, -EPROTO);
+	corrupt_case(last_missing, -EPROTO);
+}
+
+static void test_hostile_consumer(void **state)
+{
+	unsigned char m[64] = { 0 };
+	struct pair p;
+	bool wake;
+
+	(void)state;
+	pair_init(&p, 4096);
+	put64(p.region, 128, 1ull << 30); /* tail ahead of anything published */
+	assert_int_equal(zshm_send(&p.tx, m, sizeof(m), &wake), -EPROTO);
+	assert_int_equal(zshm_send(&p.tx, m, sizeof(m), &wake), -EPROTO);
+	free(p.region);
+}
+
+static void test_attach_checks(void **state)
+{
+	struct pair p;
+	struct zshm_rx rx;
+
+	(void)state;
+	pair_init(&p, 64);
+	assert_int_equal(zshm_rx_attach(&rx, p.region, LOG2 + 1, 64), -EPROTO); /* size disagrees */
+	put64(p.region, 0, 0);
+	assert_int_equal(zshm_rx_attach(&rx, p.region, LOG2, 64), -EPROTO); /* no magic */
+	assert_int_equal(zshm_rx_attach(&rx, p.region, 40, 64), -EINVAL);
+	free(p.region);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sizes_in_order),  cmocka_unit_test(test_full_then_resume),
+		cmocka_unit_test(test_wake_handshake),  cmocka_unit_test(test_hostile_region),
+		cmocka_unit_test(test_hostile_consumer), cmocka_unit_test(test_attach_checks),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

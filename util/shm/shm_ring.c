@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared-memory ring engine (shm_ring.h says what and why). Shared
+ * state: the region; the producer writes head and the data, the consumer
+ * writes tail and sleeping, and each reads the other's words as hostile
+ * input. The private structs belong to one thread each (the caller's
+ * lock, if several threads use one side).
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "shm_ring.h"
+
+#define OFF_MAGIC 0u
+#define OFF_VERSION 8u
+#define OFF_LOG2 12u
+#define OFF_HEAD 64u
+#define OFF_SLEEPING 72u
+#define OFF_TAIL 128u
+#define REC_HDR 8u
+
+/* Positions and the sleeping flag are accessed as atomics in place. */
+static _Atomic uint64_t *word64(unsigned char *base, unsigned off)
+{
+	return (_Atomic uint64_t *)(void *)(base + off);
+}
+
+static _Atomic uint32_t *word32(unsigned char *base, unsigned off)
+{
+	return (_Atomic uint32_t *)(void *)(base + off);
+}
+
+static uint64_t align8(uint64_t n)
+{
+	return (n + 7u) & ~(uint64_t)7u;
+}
+
+size_t zshm_region_bytes(unsigned log2)
+{
+	return ZSHM_HDR_BYTES + ((size_t)1 << log2);
+}
+
+int zshm_tx_init(struct zshm_tx *tx, void *region, unsigned log2)
+{
+	unsigned char *b = region;
+	uint64_t magic = ZSHM_MAGIC;
+	uint32_t version = ZSHM_VERSION, l2 = log2;
+
+	if (log2 < ZSHM_LOG2_MIN || log2 > ZSHM_LOG2_MAX)
+		return -EINVAL;
+	memset(b, 0, ZSHM_HDR_BYTES);
+	memcpy(b + OFF_MAGIC, &magic, sizeof(magic));
+	memcpy(b + OFF_VERSION, &version, sizeof(version));
+	memcpy(b + OFF_LOG2, &l2, sizeof(l2));
+	atomic_store(word64(b, OFF_HEAD), 0);
+	atomic_store(word64(b, OFF_TAIL), 0);
+	atomic_store(word32(b, OFF_SLEEPING), 0);
+	*tx = (struct zshm_tx){ .base = b, .size = (uint64_t)1 << log2 };
+	return 0;
+}
+
+int zshm_rx_attach(struct zshm_rx *rx, void *region, unsigned log2, uint64_t max_msg)
+{
+	unsigned char *b = region;
+	uint64_t magic;
+	uint32_t version, l2;
+
+	if (log2 < ZSHM_LOG2_MIN || log2 > ZSHM_LOG2_MAX)
+		return -EINVAL;
+	memcpy(&magic, b + OFF_MAGIC, sizeof(magic));
+	memcpy(&version, b + OFF_VERSION, sizeof(version));
+	memcpy(&l2, b + OFF_LOG2, sizeof(l2));
+	if (magic != ZSHM_MAGIC || version != ZSHM_VERSION || l2 != log2 ||
+	    atomic_load(word64(b, OFF_TAIL)) != 0 || atomic_load(word64(b, OFF_HEAD)) != 0)
+		return -EPROTO;
+	*rx = (struct zshm_rx){
+		.base = b, .ctl = b, .size = (uint64_t)1 << log2, .max_msg = max_msg,
+	};
+	return 0;
+}
+
+/* ---- producer ---------------------------------------------------------- */
+
+/* Room the consumer left us, or -1 when its position cannot be. */
+static int64_t tx_room(struct zshm_tx *tx)
+{
+	uint64_t tail = atomic_load_explicit(word64(tx->base, OFF_TAIL), memory_order_acquire);
+	uint64_t used = tx->head - tail;
+
+	if (tail > tx->head || used > tx->size || (tail & 7u))
+		return -1;
+	return (int64_t)(tx->size - used);
+}
+
+static void tx_put(struct zshm_tx *tx, uint32_t len, uint32_t flags, const void *a,
+		   size_t alen, const void *p, size_t plen)
+{
+	unsigned char *rec = tx->base + ZSHM_HDR_BYTES + (tx->head & (tx->size - 1));
+
+	memcpy(rec, &len, sizeof(len));
+	memcpy(rec + 4, &flags, sizeof(flags));
+	if (alen)
+		memcpy(rec + REC_HDR, a, alen);
+	if (plen)
+		memcpy(rec + REC_HDR + alen, p, plen);
+	tx->head += REC_HDR + align8(alen + plen);
+}
+
+/* Write one chunk if it fits; -EAGAIN when it does not. */
+static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len)
+{
+	uint64_t limit = tx->size / 4 - REC_HDR - 8, at = tx->head & (tx->size - 1);
+	uint64_t total = len, left = len - tx->msg_off, chunk, need, tail_room;
+	size_t extra = tx->mid ? 0 : sizeof(total);
+	uint32_t flags = tx->mid ? 0 : ZSHM_F_FIRST;
+	int64_t room = tx_room(tx);
+
+	if (room < 0)
+		return -EPROTO;
+	chunk = left < limit ? left : limit;
+	need = REC_HDR + align8(extra + chunk);
+	tail_room = tx->size - at;
+	if (tail_room < need) { /* records never wrap: pad to the end */
+		if ((uint64_t)room < tail_room + need)
+			return -EAGAIN;
+		/* tail_room is a multiple of 8: the PAD's header, then its
+		 * (unwritten) length, span exactly it. */
+		tx_put(tx, (uint32_t)(tail_room - REC_HDR), ZSHM_F_PAD, NULL, 0, NULL, 0);
+		tx->head += tail_room - REC_HDR;
+		room -= (int64_t)tail_room;
+	}
+	if ((uint64_t)room < need)
+		return -EAGAIN;
+	if (chunk == left)
+		flags |= ZSHM_F_LAST;
+	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + tx->msg_off, chunk);
+	tx->msg_off += chunk;
+	tx->mid = !(flags & ZSHM_F_LAST);
+	return 0;
+}
+
+int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
+{
+	uint64_t start = tx->head;
+	int rc = 0;
+
+	*wake = false;
+	if (tx->corrupt)
+		return -EPROTO;
+	if ((uint64_t)len > (UINT64_MAX >> 1))
+		return -EMSGSIZE;
+	do
+		rc = tx_chunk(tx, msg, len);
+	while (!rc && tx->mid);
+	if (rc == -EPROTO) {
+		tx->corrupt = true;
+		return rc;
+	}
+	if (tx->head != start) {
+		atomic_store_explicit(word64(tx->base, OFF_HEAD), tx->head, memory_order_seq_cst);
+		if (atomic_load(word32(tx->base, OFF_SLEEPING)) &&
+		    atomic_exchange(word32(tx->base, OFF_SLEEPING), 0))
+			*wake = true;
+	}
+	if (!rc)
+		tx->msg_off = 0;
+	return rc;
+}
+
+/* ---- consumer ---------------------------------------------------------- */
+
+static int rx_bad(struct zshm_rx *rx)
+{
+	rx->corrupt = true;
+	return -EPROTO;
+}
+
+/* The producer's position, checked: -1 when it cannot be. */
+static int64_t rx_avail(const struct zshm_rx *rx)
+{
+	uint64_t head = atomic_load_explicit(word64(rx->ctl, OFF_HEAD), memory_order_acquire);
+
+	if (head < rx->tail || head - rx->tail > rx->size || (head & 7u))
+		return -1;
+	return (int64_t)(head - rx->tail);
+}
+
+uint64_t zshm_rx_pending(const struct zshm_rx *rx)
+{
+	int64_t a = rx_avail(rx);
+
+	return a < 0 ? 0 : (uint64_t)a;
+}
+
+/* Check one record's header against the message in progress. */
+static int rx_check(struct zshm_rx *rx, uint32_t len, uint32_t flags, uint64_t avail,
+		    uint64_t at, uint64_t *total)
+{
+	uint64_t span = REC_HDR + align8(len);
+
+	if (flags & ~(uint32_t)(ZSHM_F_FIRST | ZSHM_F_LAST | ZSHM_F_PAD))
+		return -1;
+	if (span > avail || at + span > rx->size)
+		return -1; /* beyond what was published, or wrapping */
+	if (flags & ZSHM_F_PAD)
+		return flags == ZSHM_F_PAD && at + span == rx->size ? 0 : -1;
+	if (!!(flags & ZSHM_F_FIRST) == rx->mid)
+		return -1; /* a FIRST mid-message, or a chunk with no FIRST */
+	if (flags & ZSHM_F_FIRST) {
+		if (len < sizeof(*total))
+			return -1;
+		memcpy(total, rx->base + ZSHM_HDR_BYTES + at + REC_HDR, sizeof(*total));
+		if (*total > rx->max_msg || len - sizeof(*total) > *total)
+			return -1;
+	} else if (len > rx->msg_total - rx->msg_got) {
+		return -1;
+	}
+	return 0;
+}
+
+/* One record at the consumer's position: 1 when it completed a message. */
+static int rx_one(struct zshm_rx *rx, uint64_t avail, zshm_chunk_fn fn, void *user)
+{
+	uint64_t at = rx->tail & (rx->size - 1), total = rx->msg_total, got;
+	const unsigned char *rec = rx->base + ZSHM_HDR_BYTES + at;
+	uint32_t hdr[2];
+	size_t skip;
+	bool last;
+	int rc;
+
+	if (avail < REC_HDR)
+		return rx_bad(rx); /* positions are 8-aligned: a torn record */
+	memcpy(hdr, rec, sizeof(hdr)); /* read once; the copy is what counts */
+	if (rx_check(rx, hdr[0], hdr[1], avail, at, &total))
+		return rx_bad(rx);
+	if (hdr[1] & ZSHM_F_PAD) {
+		rx->tail += REC_HDR + align8(hdr[0]);
+		return 0;
+	}
+	skip = hdr[1] & ZSHM_F_FIRST ? sizeof(total) : 0;
+	got = hdr[1] & ZSHM_F_FIRST ? 0 : rx->msg_got;
+	last = got + (hdr[0] - skip) == total;
+	if (!!(hdr[1] & ZSHM_F_LAST) != last)
+		return rx_bad(rx); /* LAST must mean exactly complete */
+	rc = fn(user, total, got, rec + REC_HDR + skip, hdr[0] - skip, last);
+	if (rc)
+		return rc;
+	rx->tail += REC_HDR + align8(hdr[0]);
+	rx->msg_total = total;
+	rx->msg_got = last ? 0 : got + (hdr[0] - skip);
+	rx->mid = !last;
+	return last;
+}
+
+int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user)
+{
+	int done = 0, rc = 0;
+	int64_t avail;
+
+	if (rx->corrupt)
+		return -EPROTO;
+	while ((avail = rx_avail(rx)) > 0) {
+		rc = rx_one(rx, (uint64_t)avail, fn, user);
+		if (rc < 0)
+			break;
+		done += rc;
+		atomic_store_explicit(word64(rx->ctl, OFF_TAIL), rx->tail, memory_order_release);
+	}
+	if (avail < 0)
+		return rx_bad(rx);
+	return rc < 0 ? rc : done;
+}
+
+bool zshm_rx_prepare_sleep(struct zshm_rx *rx)
+{
+	atomic_store(word32(rx->ctl, OFF_SLEEPING), 1);
+	if (zshm_rx_pending(rx) || rx_avail(rx) < 0) {
+		atomic_store(word32(rx->ctl, OFF_SLEEPING), 0);
+		return true;
+	}
+	return false;
+}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A single-producer, single-consumer message ring in memory shared by two
+ * processes on one host: the engine for same-host paths (the thin layer
+ * that maps the memory and sleeps on it lives with the wire that uses it).
+ * Pure: no system calls, no allocation; it reads and writes the region it
+ * is given and the two small private structs below.
+ *
+ * The other process is hostile. Everything read from the region is input:
+ * the producer's position, the consumer's position and every record
+ * header are read once, copied, and checked against what this side keeps
+ * privately (the ring's size never comes from the region after setup)
+ * before any of it is used as a size or an offset. A violation makes the
+ * ring corrupt for good (-EPROTO): the caller drops this path, which costs
+ * that peer's connection and nothing else.
+ *
+ * Layout of the region (native byte order: both ends are on one host):
+ *
+ *   0    magic "ZAPSHMR1" (u64), version (u32), log2 of the data size (u32)
+ *   64   head: bytes ever published by the producer (u64, release)
+ *   72   sleeping: the consumer is about to sleep (u32, see below)
+ *   128  tail: bytes ever consumed (u64, release)
+ *   192  data: 2^log2 bytes of records
+ *
+ * A record is an 8-byte header (payload length u32, flags u32) and the
+ * payload, padded to 8 bytes; records never wrap: a PAD record fills the
+ * end of the data area when the next one does not fit there. A message is
+ * one or more chunk records: the FIRST carries the message's total length
+ * (u64) before its payload, the LAST completes it; a chunk is at most a
+ * quarter of the data area, so a message of any size flows through.
+ *
+ * Waking: a consumer that finds nothing sets "sleeping", checks again, and
+ * only then sleeps (on whatever the layer above uses); a producer that
+ * publishes and finds "sleeping" set clears it and wakes the consumer.
+ * Both sides use sequentially consistent operations for that handshake.
+ */
+#ifndef ZAP_SHM_RING_H
+#define ZAP_SHM_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ZSHM_MAGIC 0x31524d485350415aull /* "ZAPSHMR1" as a little-endian u64 */
+#define ZSHM_VERSION 1u
+#define ZSHM_HDR_BYTES 192u
+#define ZSHM_LOG2_MIN 12u /* 4 KiB */
+#define ZSHM_LOG2_MAX 30u /* 1 GiB */
+
+enum {
+	ZSHM_F_FIRST = 1u,
+	ZSHM_F_LAST = 2u,
+	ZSHM_F_PAD = 4u,
+};
+
+/* Bytes a region needs for a data area of 2^@log2 bytes. */
+size_t zshm_region_bytes(unsigned log2);
+
+/* The producer's private state. */
+struct zshm_tx {
+	unsigned char *base; /* the region */
+	uint64_t size;       /* data bytes, fixed at setup */
+	uint64_t head;       /* private: what we published */
+	uint64_t msg_off;    /* bytes of the current message already written */
+	bool mid;            /* a message is partly written */
+	bool corrupt;
+};
+
+/* The consumer's private state. */
+struct zshm_rx {
+	const unsigned char *base;
+	unsigned char *ctl;  /* the region, for tail and sleeping */
+	uint64_t size;
+	uint64_t tail;       /* private: what we consumed */
+	uint64_t max_msg;    /* our limit on a message's total length */
+	uint64_t msg_total;  /* declared by the current message's FIRST */
+	uint64_t msg_got;
+	bool mid;
+	bool corrupt;
+};
+
+/*
+ * Lay out a new ring in @region (zshm_region_bytes(@log2) bytes, 64-byte
+ * aligned) and make @tx its producer. The creating side is the producer;
+ * the other side attaches as consumer. Return 0, or -EINVAL for a @log2
+ * outside [ZSHM_LOG2_MIN, ZSHM_LOG2_MAX].
+ */
+int zshm_tx_init(struct zshm_tx *tx, void *region, unsigned log2);
+
+/*
+ * Attach @rx as the consumer of the ring in @region, whose size the two
+ * sides agreed on beforehand (@log2, from the handshake, not from the
+ * region). Checks the header and that the ring is empty. Return 0, or
+ * -EPROTO for a header that does not match.
+ */
+int zshm_rx_attach(struct zshm_rx *rx, void *region, unsigned log2, uint64_t max_msg);
+
+/*
+ * Write as much of the message @msg (@len bytes) as fits, from where the
+ * last call for it stopped. Return 0 when all of it is published,
+ * -EAGAIN when the ring is full (call again with the same message once
+ * the consumer made room), -EMSGSIZE for @len above 2^63, -EPROTO when the
+ * consumer's position is impossible. *@wake is set when the consumer
+ * announced it sleeps and must be woken.
+ */
+int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake);
+
+/*
+ * Called with each chunk of a message as it is read: @total is the
+ * message's length (declared by its first chunk and already checked
+ * against max_msg), @off where this chunk goes, @data/@len the bytes (in
+ * the shared region: copy them out; they are only valid during the call).
+ * Return 0, or a negative errno to stop (the chunk is then not consumed
+ * and the next zshm_recv() starts with it again).
+ */
+typedef int (*zshm_chunk_fn)(void *user, uint64_t total, uint64_t off, const void *data,
+			     size_t len, bool last);
+
+/*
+ * Read records until the ring is empty or @fn stops. Return the number of
+ * messages completed (>= 0), @fn's error, or -EPROTO (corrupt: a position
+ * or a record header that cannot be, a message longer than max_msg or
+ * than it declared, a chunk out of order).
+ */
+int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user);
+
+/*
+ * About to sleep: announce it, then check once more. Return true when
+ * records arrived meanwhile (do not sleep; the flag is cleared), false
+ * when the caller may sleep until woken.
+ */
+bool zshm_rx_prepare_sleep(struct zshm_rx *rx);
+
+/* Bytes published and not yet consumed, as this consumer can see. */
+uint64_t zshm_rx_pending(const struct zshm_rx *rx);
+
+#endif /* ZAP_SHM_RING_H */

@@ -39,6 +39,8 @@ struct node {
 	struct msg msgs[4096];
 	size_t nmsgs;
 	long frames_live; /* allocated and not freed: must return to 0 */
+	long pool;        /* > 0: frames it may hold at once (an mbuf pool) */
+	long pool_low;    /* the fewest free frames seen (pool - live) */
 };
 
 struct wire_frame {
@@ -153,6 +155,18 @@ static void sim_init(struct sim *s, const struct dp_proto_cfg *cfg)
 	}
 }
 
+/* A received frame takes a buffer of @n's pool (the receiver owns the
+ * frame now); false when the pool is empty, as a NIC would drop it. */
+static bool pool_take(struct node *n)
+{
+	if (n->pool && n->frames_live >= n->pool)
+		return false;
+	n->frames_live++;
+	if (n->pool && n->pool - n->frames_live < n->pool_low)
+		n->pool_low = n->pool - n->frames_live;
+	return true;
+}
+
 static struct node *node_at(struct sim *s, struct dp_addr a)
 {
 	for (int i = 0; i < 2; i++)
@@ -179,7 +193,10 @@ static void sim_step(struct sim *s)
 			free(w.f);
 			continue;
 		}
-		dst->frames_live++; /* the receiver owns the frame now */
+		if (!pool_take(dst)) { /* no buffer to receive into: lost */
+			free(w.f);
+			continue;
+		}
 		dp_input(dst->p, w.from, w.f, w.f->b, w.f->len, s->now);
 	}
 	for (int i = 0; i < 2; i++)
@@ -853,6 +870,145 @@ static void t_unseen_old_stream_refused(void **state)
 	sim_free(&s);
 }
 
+
+/* ------------------------------------------------ spoofed and hostile peers */
+
+/* A frame from @from into B as a spoofer sends it (no cookie), through
+ * B's pool like a received frame. */
+static void feed_spoof(struct sim *s, struct dp_addr from, const uint8_t *b, size_t len)
+{
+	struct node *n = &s->n[1];
+	struct frame *f;
+
+	if (!pool_take(n))
+		return;
+	f = malloc(sizeof(*f) + len);
+	f->len = len;
+	memcpy(f->b, b, len);
+	dp_input(n->p, from, f, f->b, len, s->now);
+}
+
+/* Send one @len-byte message from node @from to the other node and carry
+ * frames until it arrives or @steps pass; whether it arrived. */
+static bool one_message(struct sim *s, int from, size_t len, unsigned steps)
+{
+	static uint8_t buf[4096];
+	struct node *a = &s->n[from], *b = &s->n[!from];
+	size_t had = b->nmsgs;
+	struct dp_send snd;
+	int rc = 0;
+
+	fill(buf, len, 77);
+	assert_int_equal(dp_send_begin(a->p, b->addr, len, &snd, s->now), 0);
+	for (unsigned i = 0; i < steps && b->nmsgs == had; i++) {
+		if (rc == 0)
+			rc = dp_send_step(a->p, &snd, buf, s->now);
+		sim_step(s);
+	}
+	dp_send_end(a->p, &snd);
+	if (b->nmsgs == had)
+		return false;
+	assert_int_equal(b->msgs[had].len, len);
+	assert_memory_equal(b->msgs[had].data, buf, len);
+	free(b->msgs[had].data);
+	b->nmsgs = had;
+	return true;
+}
+
+/* Spoofed sources each open a message and send frames far ahead of it.
+ * Early frames used to be held for any source, 255 each, so 36 of them
+ * emptied an 8,191-buffer pool and a legitimate frame was lost: now no
+ * source holds a buffer before it answers a challenge, free buffers stay
+ * above half the pool, and a legitimate message goes through at once. */
+static void t_spoofed_sources_keep_mbufs(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[2048];
+
+	c.window = DP_WIN_MAX;
+	c.max_peers = 256;
+	c.reasm_cap = 256u << 20;
+	sim_init(&s, &c);
+	s.n[1].pool = s.n[1].pool_low = 8191;
+	for (uint32_t i = 0; i < 40; i++) {
+		struct dp_addr src = { 0x0b000000u + i, (uint16_t)(1000 + i) };
+		uint32_t conn = 0x70000001u + (i << 16);
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, conn, 0, 60u << 20, 0, 1400);
+
+		feed_spoof(&s, src, b, n);
+		for (uint32_t k = 2; k < DP_WIN_MAX; k++) {
+			n = hdr(b, DP_T_DATA, 0, conn, k, 60u << 20, 1400 * k, 1400);
+			feed_spoof(&s, src, b, n);
+		}
+	}
+	dp_flush_acks(s.n[1].p);
+	drop_queue(&s);
+	dp_get_stats(s.n[1].p, &st);
+	print_message("spoofed: free frames at least %ld of %ld; held early %u, peers %u\n",
+		      s.n[1].pool_low, s.n[1].pool, st.early_frames, st.peers);
+	assert_true(s.n[1].pool_low >= s.n[1].pool / 2);
+	assert_true(one_message(&s, 0, 100, 200)); /* within 10 ms */
+	assert_int_equal(s.n[1].nmsgs, 0);
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* A spoofed first frame with a new stream id from A's address used to be
+ * delivered as A's message, and A's real stream refused from then on. */
+static void t_spoofed_stream_not_adopted(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[256];
+	size_t n;
+
+	sim_init(&s, &c);
+	transfer(&s, 3, sz_small);
+	for (uint32_t e = 1; e < 64; e++) { /* any epoch, any counter */
+		n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, e << 16 | 9, 0, 5, 0, 5);
+		memcpy(b + DP_HDR_LEN, "evil!", 5);
+		feed_spoof(&s, s.n[0].addr, b, n);
+	}
+	assert_int_equal(s.n[1].nmsgs, 0);
+	transfer(&s, 20, sz_mixed); /* A's stream carries on */
+	dp_get_stats(s.n[0].p, &st);
+	assert_int_equal(st.peers_reset, 0);
+	dp_get_stats(s.n[1].p, &st);
+	assert_int_equal(st.peers_reset, 0);
+	sim_free(&s);
+}
+
+/* 256 spoofed sources used to fill the peer table: the receiver's own
+ * sends to a real peer got -EAGAIN. */
+static void t_spoofed_peers_leave_room(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[256];
+
+	c.max_peers = 256;
+	sim_init(&s, &c);
+	for (uint32_t i = 0; i < 256; i++) {
+		struct dp_addr src = { 0x0c000000u + i, (uint16_t)(2000 + i) };
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 0x50000001u + i, 0, 4, 0, 4);
+
+		feed_spoof(&s, src, b, n);
+	}
+	dp_flush_acks(s.n[1].p);
+	drop_queue(&s);
+	assert_int_equal(s.n[1].nmsgs, 0);
+	dp_get_stats(s.n[1].p, &st);
+	assert_true(st.peers < c.max_peers);
+	assert_true(one_message(&s, 1, 300, 200)); /* B -> A */
+	assert_true(one_message(&s, 0, 300, 200)); /* A -> B */
+	drop_queue(&s);
+	sim_free(&s);
+}
+
 /* ------------------------------------------------------------- framing */
 
 static const struct dp_local loc = { { 2, 0, 0, 0, 0, 1 }, 0x0a000001u, 5000 };
@@ -988,6 +1144,9 @@ int main(void)
 		cmocka_unit_test(t_dropped_partial_rst),
 		cmocka_unit_test(t_silence_before_first_fragment),
 		cmocka_unit_test(t_unseen_old_stream_refused),
+		cmocka_unit_test(t_spoofed_sources_keep_mbufs),
+		cmocka_unit_test(t_spoofed_stream_not_adopted),
+		cmocka_unit_test(t_spoofed_peers_leave_room),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

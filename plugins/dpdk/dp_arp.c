@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Neighbours and ARP for the dpdk transport: the table of IPv4 -> MAC
- * (static entries from ZAP_DPDK_NEIGHBORS, and entries learnt from frames
+ * (static entries from ZAP_DPDK_NEIGHBORS, and entries learnt from ARP frames
  * meant for us, bounded, the least recently used learnt one replaced),
  * answers to ARP requests for our address, and resolution of a peer
  * before the first send to it.

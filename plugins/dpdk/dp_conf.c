@@ -143,6 +143,35 @@ static int conf_tuning(struct dp_conf *c, char *why, size_t len)
 	return rc;
 }
 
+/*
+ * What peers may make us hold of the mbuf pool as early (out-of-order)
+ * frames: in all, a quarter of the pool unless set (at most half), and per
+ * peer an eighth of that (at most DP_WIN_MAX - 1), so that frames arriving
+ * in order, from any peer, always find buffers.
+ */
+static int conf_hold(struct dp_conf *c, char *why, size_t len)
+{
+	int rc;
+
+	rc = env_u64("ZAP_DPDK_RX_HOLD_FRAMES", 0, 0, 1u << 24, &c->hold, why, len);
+	rc = rc ? rc : env_u64("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1,
+			       &c->hold_peer, why, len);
+	if (rc)
+		return rc;
+	if (c->hold > c->mbufs / 2) {
+		snprintf(why, len, "bad ZAP_DPDK_RX_HOLD_FRAMES=%llu (want at most half of "
+			 "ZAP_DPDK_MBUFS=%llu, so that frames in order find buffers)",
+			 (unsigned long long)c->hold, (unsigned long long)c->mbufs);
+		return -EINVAL;
+	}
+	if (!c->hold)
+		c->hold = c->mbufs / 4;
+	if (!c->hold_peer)
+		c->hold_peer = c->hold / 8 < 1 ? 1 : c->hold / 8 > DP_WIN_MAX - 1 ? DP_WIN_MAX - 1
+											  : c->hold / 8;
+	return DP_CONF_OK;
+}
+
 int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why, size_t len)
 {
 	int rc;
@@ -165,7 +194,7 @@ int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why, size_t 
 		snprintf(why, len, "%s", h->last_error());
 		return -EINVAL;
 	}
-	return DP_CONF_OK;
+	return conf_hold(c, why, len);
 }
 
 int dp_split_args(char *s, char **argv, int max)

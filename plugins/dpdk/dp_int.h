@@ -70,6 +70,7 @@ struct dp_conf {
 	uint64_t mtu, mbufs, window, spin_us, rto_min_us, peer_timeout_ms,
 		arp_timeout_ms, start_timeout_ms, linger_ms, max_peers, pin;
 	uint64_t reasm_bytes, rxq_bytes, pool_bytes;
+	uint64_t hold, hold_peer; /* early frames held: all peers, per peer */
 };
 
 /* dp_conf_load()'s answers other than a negative errno. */

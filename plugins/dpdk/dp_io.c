@@ -240,7 +240,10 @@ static void rx_one(struct dp *d, struct rte_mbuf *mb, uint64_t now)
 		rte_pktmbuf_free(mb);
 		return;
 	case DP_FRAME_UDP:
-		dp_neigh_learn(d, fi.src_ip, fi.src_mac, true, now);
+		/* No neighbour is learnt from a datagram: its source address
+		 * is whatever the sender wrote, and a challenge (dp_proto.h)
+		 * must go where the claimed address really is (ARP or
+		 * ZAP_DPDK_NEIGHBORS), not to whoever claims it. */
 		dp_input(d->proto, (struct dp_addr){ fi.src_ip, fi.src_port }, mb, fi.payload,
 			 fi.payload_len, now);
 		return;

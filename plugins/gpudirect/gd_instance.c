@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The gpudirect instance: the plugin's ops and descriptor, the table of
- * peers (one RC pair each), the progress thread that drives their engines,
- * and the queue of received messages. The listen socket, the bootstrap and
- * the accept thread are in gpudirect.c.
+ * The gpudirect instance: the plugin's ops and descriptor, the progress
+ * thread that drives the pairs' engines, and the queue of received
+ * messages. The table of peers is in gd_peers.c; the listen socket, the
+ * bootstrap and the accept thread are in gpudirect.c.
  *
  * Shared state: the peer table under gd_tp.mx, the receive queue under
  * gd_tp.rx_mx, the shutdown flag under both; dials serialised by
@@ -24,97 +24,11 @@
 
 #include "config.h"
 #include "gd_instance.h"
+#include "gd_verbs.h"
 
 #define GD_DEFAULT_POOL_BYTES (1ull << 30)
 #define GD_DEFAULT_CHUNK (1u << 20)
 #define GD_DEFAULT_SLOTS 16u
-
-/* ---- peers -------------------------------------------------------------- */
-
-static void peer_drop(struct gd_peer *p)
-{
-	gd_conn_shutdown(p->conn);
-	gd_conn_put(p->conn);
-}
-
-/* A live pair to @key, referenced; failed pairs leave the table (they are
- * rebuilt by the caller). Dialled pairs first: a side sends on one pair. */
-static struct gd_conn *find_live(struct gd_tp *t, const char *key)
-{
-	struct gd_peer **pp = &t->peers, *dead = NULL, *best = NULL;
-
-	pthread_mutex_lock(&t->mx);
-	while (*pp) {
-		struct gd_peer *p = *pp;
-
-		if (gd_conn_error(p->conn)) {
-			*pp = p->next;
-			p->next = dead;
-			dead = p;
-			continue;
-		}
-		if (!strcmp(p->key, key) && (!best || (p->dialed && !best->dialed)))
-			best = p;
-		pp = &p->next;
-	}
-	if (best)
-		gd_conn_get(best->conn);
-	pthread_mutex_unlock(&t->mx);
-	while (dead) {
-		struct gd_peer *n = dead->next;
-
-		peer_drop(dead);
-		dead = n;
-	}
-	return best ? best->conn : NULL;
-}
-
-void gd_add_peer(struct gd_tp *t, struct gd_peer *p)
-{
-	struct gd_peer **pp, *old = NULL;
-
-	pthread_mutex_lock(&t->mx);
-	/* A peer dials again only when its side of the old pair broke. */
-	for (pp = &t->peers; *pp && !p->dialed;) {
-		struct gd_peer *q = *pp;
-
-		if (!q->dialed && q->instance == p->instance) {
-			*pp = q->next;
-			q->next = old;
-			old = q;
-			continue;
-		}
-		pp = &q->next;
-	}
-	p->next = t->peers;
-	t->peers = p;
-	pthread_mutex_unlock(&t->mx);
-	while (old) {
-		struct gd_peer *n = old->next;
-
-		peer_drop(old);
-		old = n;
-	}
-}
-
-/* ---- the progress thread ------------------------------------------------ */
-
-static void progress_all(struct gd_tp *t)
-{
-	struct gd_conn *cs[64];
-	int n = 0;
-
-	pthread_mutex_lock(&t->mx);
-	for (struct gd_peer *p = t->peers; p && n < 64; p = p->next) {
-		gd_conn_get(p->conn);
-		cs[n++] = p->conn;
-	}
-	pthread_mutex_unlock(&t->mx);
-	for (int i = 0; i < n; i++) {
-		gd_conn_progress(cs[i]);
-		gd_conn_put(cs[i]);
-	}
-}
 
 static void *progress_main(void *arg)
 {
@@ -132,7 +46,7 @@ static void *progress_main(void *arg)
 			break;
 		if (p[0].revents)
 			gd_dev_ack_event(t->dev);
-		progress_all(t);
+		gd_peers_progress(t);
 	}
 	return NULL;
 }
@@ -336,12 +250,7 @@ static void gd_destroy(void *tp)
 		pthread_join(t->accept_th, NULL);
 		pthread_join(t->prog_th, NULL);
 	}
-	while (t->peers) {
-		struct gd_peer *p = t->peers;
-
-		t->peers = p->next;
-		peer_drop(p);
-	}
+	gd_peers_drop_all(t);
 	while (t->rx_head) {
 		struct gd_rxmsg *r = t->rx_head;
 
@@ -373,10 +282,10 @@ static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
 		return -EMSGSIZE;
 	if (__atomic_load_n(&t->shut, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
-	c = find_live(t, peer);
+	c = gd_find_live(t, peer);
 	if (!c) {
 		pthread_mutex_lock(&t->dial_mx);
-		c = find_live(t, peer);
+		c = gd_find_live(t, peer);
 		rc = c ? 0 : gd_dial(t, peer, ctx, &c);
 		pthread_mutex_unlock(&t->dial_mx);
 		if (rc)

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The gpudirect instance, shared by its two halves: gpudirect.c (listen
- * socket, TCP bootstrap, dialling, the accept thread) and gd_instance.c
- * (the plugin's ops and descriptor, the peer table, the progress thread,
- * the receive queue).
+ * The gpudirect instance, shared by its parts: gpudirect.c (listen
+ * socket, TCP bootstrap, dialling, the accept thread), gd_peers.c (the
+ * peer table) and gd_instance.c (the plugin's ops and descriptor, the
+ * progress thread, the receive queue).
  *
  * Threads, per instance: the accept thread bootstraps the pairs peers
  * dial; the progress thread waits on the completion channel and drives
@@ -37,7 +37,9 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_proto.h"
-#include "gd_verbs.h"
+
+struct gd_dev;
+struct gd_qp;
 
 struct gd_tp;
 
@@ -92,11 +94,19 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 /* The accept thread: bootstraps incoming pairs until t->wake fires. */
 void *gd_accept_main(void *arg);
 
-/* gd_instance.c */
+/* gd_peers.c */
 
 /* Put a bootstrapped pair in the table (replacing the pair a re-dialling
  * peer left behind). */
 void gd_add_peer(struct gd_tp *t, struct gd_peer *p);
+/* A live pair to @key, referenced, or NULL; failed pairs leave the table. */
+struct gd_conn *gd_find_live(struct gd_tp *t, const char *key);
+/* Drive every pair's engine once (the progress thread). */
+void gd_peers_progress(struct gd_tp *t);
+/* Drop every pair (destroy, threads stopped). */
+void gd_peers_drop_all(struct gd_tp *t);
+
+/* gd_instance.c */
 /* gd_conn_cfg.deliver: queue a complete message for gd_recv(). */
 void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d);
 

@@ -31,6 +31,7 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_instance.h"
+#include "gd_verbs.h"
 
 #define GD_BOOT_TIMEOUT_MS 10000
 

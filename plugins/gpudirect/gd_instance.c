@@ -29,6 +29,10 @@
 #define GD_DEFAULT_POOL_BYTES (1ull << 30)
 #define GD_DEFAULT_CHUNK (1u << 20)
 #define GD_DEFAULT_SLOTS 16u
+#define GD_DEFAULT_PEER_PIN (64ull << 20) /* per pair: slots + host staging */
+#define GD_DEFAULT_PIN (4ull << 30)       /* all pairs */
+#define GD_DEFAULT_HANDSHAKES 128
+#define GD_DEFAULT_HANDSHAKE_MS 10000
 
 static void *progress_main(void *arg)
 {
@@ -103,19 +107,42 @@ void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
 
 /* ---- plugin ops --------------------------------------------------------- */
 
+/* What bounds a peer: pinned memory and handshakes. */
+struct gd_limits {
+	uint64_t peer_pin, pin, hs_max, hs_ms;
+};
+
 static int read_env(const struct zap_host *host, uint64_t *chunk, uint64_t *slots,
-		    uint64_t *pool)
+		    uint64_t *pool, struct gd_limits *l)
 {
 	if (host->env_bytes("ZAP_GPUDIRECT_CHUNK_BYTES", GD_DEFAULT_CHUNK, GD_SLOT_MIN,
 			    GD_SLOT_MAX, chunk) ||
 	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1,
 			    GD_SLOTS_MAX, slots) ||
 	    host->env_bytes("ZAP_GPUDIRECT_POOL_BYTES", GD_DEFAULT_POOL_BYTES, 1 << 20,
-			    1ull << 50, pool))
+			    1ull << 50, pool) ||
+	    host->env_bytes("ZAP_GPUDIRECT_PEER_PIN_BYTES", GD_DEFAULT_PEER_PIN, 1 << 20,
+			    1ull << 40, &l->peer_pin) ||
+	    host->env_bytes("ZAP_GPUDIRECT_PIN_BYTES", GD_DEFAULT_PIN, 1 << 20, 1ull << 50,
+			    &l->pin) ||
+	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKES", GD_DEFAULT_HANDSHAKES, 1, 4096,
+			    &l->hs_max) ||
+	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKE_MS", GD_DEFAULT_HANDSHAKE_MS, 10, 600000,
+			    &l->hs_ms))
 		return -EINVAL;
 	if (*chunk & (*chunk - 1))
 		return host->fail(-EINVAL, "ZAP_GPUDIRECT_CHUNK_BYTES=%llu is not a "
 				  "power of two", (unsigned long long)*chunk);
+	/* A pair pins our receive slots and one staging buffer at least. */
+	if (*slots * *chunk + *chunk > l->peer_pin)
+		return host->fail(-EINVAL, "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu is below what one "
+				  "pair of this endpoint pins (%llu receive slots of %llu bytes "
+				  "and one staging buffer)", (unsigned long long)l->peer_pin,
+				  (unsigned long long)*slots, (unsigned long long)*chunk);
+	if (l->pin < l->peer_pin)
+		return host->fail(-EINVAL, "ZAP_GPUDIRECT_PIN_BYTES=%llu is below "
+				  "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu", (unsigned long long)l->pin,
+				  (unsigned long long)l->peer_pin);
 	return 0;
 }
 
@@ -134,6 +161,7 @@ static enum zap_probe_result gd_probe(const struct zap_host *host,
 {
 	enum zap_probe_result r;
 	struct gd_sel s;
+	struct gd_limits lim;
 	uint64_t chunk, slots, pool;
 
 	if (!ZAP_HOST_HAS(host, last_error)) { /* host older than ABI 1.1 */
@@ -144,7 +172,7 @@ static enum zap_probe_result gd_probe(const struct zap_host *host,
 	r = gd_select(&s, pi->reason, sizeof(pi->reason));
 	if (r != ZAP_PROBE_OK)
 		return r;
-	if (read_env(host, &chunk, &slots, &pool)) {
+	if (read_env(host, &chunk, &slots, &pool, &lim)) {
 		snprintf(pi->reason, sizeof(pi->reason), "%s", host->last_error());
 		return ZAP_PROBE_ERROR;
 	}
@@ -160,10 +188,11 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 {
 	struct zap_pool_backing backing;
 	uint64_t chunk, slots, pool;
+	struct gd_limits lim;
 	struct gd_tp *t;
 	int rc;
 
-	rc = read_env(host, &chunk, &slots, &pool);
+	rc = read_env(host, &chunk, &slots, &pool, &lim);
 	if (rc)
 		return rc;
 	if (args->pool_bytes)
@@ -176,6 +205,10 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	t->wake = -1;
 	t->chunk = (uint32_t)chunk;
 	t->slots = (uint32_t)slots;
+	t->peer_pin_cap = lim.peer_pin;
+	t->pin_cap = lim.pin;
+	t->hs_max = lim.hs_max;
+	t->hs_ms = lim.hs_ms;
 	t->max_msg = args->max_msg_size;
 	t->rx_tail = &t->rx_head;
 	pthread_mutex_init(&t->mx, NULL);

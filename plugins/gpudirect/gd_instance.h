@@ -23,6 +23,8 @@
  *     takes it under an engine lock, so it must never be held while
  *     taking 2 or 3 (rx_release() runs with no lock held).
  *  @shut is written holding 2 and 4 (and read under 4, or atomically).
+ *  @pinned is atomic (reserved by bootstraps, released by the last
+ *  reference to a pair, on any thread).
  *  Everything else in gd_tp is written in gd_open() before the threads
  *  start and only read afterwards. A gd_peer is immutable once in the
  *  list; its engine reference (@conn) is the table's.
@@ -51,6 +53,7 @@ struct gd_peer {
 	struct gd_qp *qp;
 	char key[ZAP_PEER_MAX];  /* peer string sends name it by */
 	uint64_t instance;
+	uint64_t pinned;         /* bytes reserved in gd_tp.pinned */
 	bool dialed;
 };
 
@@ -69,6 +72,11 @@ struct gd_tp {
 	struct zap_pool *pool;
 	uint64_t instance, max_msg;
 	uint32_t slots, chunk;
+	/* Pinned memory: per pair and all pairs (ZAP_GPUDIRECT_PEER_PIN_BYTES,
+	 * ZAP_GPUDIRECT_PIN_BYTES); @pinned is reserved atomically. */
+	uint64_t peer_pin_cap, pin_cap, pinned;
+	/* Handshakes: in flight at once, and each one's deadline. */
+	uint64_t hs_max, hs_ms;
 	int lfd, wake;
 	char bound[ZAP_PEER_MAX]; /* as bound (may be a wildcard) */
 	char addr[ZAP_PEER_MAX];  /* sendable */

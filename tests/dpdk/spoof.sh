@@ -10,7 +10,7 @@
 # round trips and the fewest free mbufs seen. Needs root and ip(8): exit
 # 77 saying why.
 #
-# usage: spoof.sh DP_PEER DP_SPOOF [SOURCES] [MESSAGES]
+# usage: spoof.sh DP_PEER DP_SPOOF [SOURCES] [MESSAGES]   (SOURCES 0: no spoofer)
 # env:   SPOOF_RATE (frames/s, default 50000), DP_PEER_SIZE (one message
 #        size for the ping, default the mixed sizes 0..100000)
 set -uo pipefail
@@ -53,18 +53,23 @@ ip netns exec "$ns1" env ZAP_LOG_LEVEL=debug \
 echo_pid=$!
 pids+=($echo_pid)
 sleep 1
-ip netns exec "$ns2" "$spoof" "$vb" "$mac" 10.67.0.2:7000 10.67.1.0 "$sources" 600 "$rate" \
-	>"$tmp/spoof.out" 2>&1 &
-spoof_pid=$!
-pids+=($spoof_pid)
-sleep 2 # the flood is on before the real peer starts
+spoof_pid=
+if [ "$sources" -gt 0 ]; then
+	ip netns exec "$ns2" "$spoof" "$vb" "$mac" 10.67.0.2:7000 10.67.1.0 "$sources" 600 "$rate" \
+		>"$tmp/spoof.out" 2>&1 &
+	spoof_pid=$!
+	pids+=($spoof_pid)
+	sleep 2 # the flood is on before the real peer starts
+else
+	: >"$tmp/spoof.out"
+fi
 ip netns exec "$ns2" env \
 	ZAP_DPDK_EAL_ARGS="$eal -l 0 --vdev=net_af_packet0,iface=$vb --file-prefix=zaps2$id" \
 	ZAP_DPDK_IP=10.67.0.1 ZAP_DPDK_UDP_PORT=7001 "$peer" ping 10.67.0.2:7000 "$msgs" \
 	>"$tmp/ping.out" 2>&1
 rc=$?
 sleep 1.2 # one more DEBUG line under the flood
-kill "$spoof_pid" 2>/dev/null; wait "$spoof_pid" 2>/dev/null
+[ -n "$spoof_pid" ] && { kill "$spoof_pid" 2>/dev/null; wait "$spoof_pid" 2>/dev/null; }
 wait "$echo_pid"; erc=$?
 cat "$tmp/ping.out" "$tmp/spoof.out"
 grep 'mbufs free' "$tmp/echo.out" | tail -1

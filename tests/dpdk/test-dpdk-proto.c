@@ -391,11 +391,13 @@ static size_t hdr(uint8_t *b, uint8_t type, uint8_t flags, uint32_t conn, uint32
  * the frame of a routable sender that answered B's challenge. */
 static void stamp(struct sim *s, struct dp_addr from, uint8_t *b, size_t len)
 {
-	uint32_t conn = (uint32_t)b[8] << 24 | (uint32_t)b[9] << 16 | (uint32_t)b[10] << 8 | b[11];
-	uint64_t c = dp_cookie(s->n[1].p, from, conn, s->now);
+	uint32_t conn;
+	uint64_t c;
 
 	if (len < DP_HDR_LEN || b[3] != DP_T_DATA)
-		return;
+		return; /* truncated or not DATA: as it is */
+	conn = (uint32_t)b[8] << 24 | (uint32_t)b[9] << 16 | (uint32_t)b[10] << 8 | b[11];
+	c = dp_cookie(s->n[1].p, from, conn, s->now);
 	for (int i = 0; i < 8; i++)
 		b[24 + i] = (uint8_t)(c >> (56 - 8 * i));
 }

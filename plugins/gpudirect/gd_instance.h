@@ -23,8 +23,9 @@
  *     takes it under an engine lock, so it must never be held while
  *     taking 2 or 3 (rx_release() runs with no lock held).
  *  @shut is written holding 2 and 4 (and read under 4, or atomically).
- *  @pinned is atomic (reserved by bootstraps, released by the last
- *  reference to a pair, on any thread).
+ *  What pairs pin is counted in the device (gd_dev_pinned(), atomic:
+ *  reserved by bootstraps, released by a pair's last reference on any
+ *  thread, possibly after the instance is gone).
  *  Everything else in gd_tp is written in gd_open() before the threads
  *  start and only read afterwards. A gd_peer is immutable once in the
  *  list; its engine reference (@conn) is the table's.
@@ -53,7 +54,8 @@ struct gd_peer {
 	struct gd_qp *qp;
 	char key[ZAP_PEER_MAX];  /* peer string sends name it by */
 	uint64_t instance;
-	uint64_t pinned;         /* bytes reserved in gd_tp.pinned */
+	uint64_t pinned;         /* bytes reserved in *pinctr */
+	uint64_t *pinctr;        /* the device's count (gd_dev_pinned()) */
 	bool dialed;
 };
 
@@ -73,8 +75,8 @@ struct gd_tp {
 	uint64_t instance, max_msg;
 	uint32_t slots, chunk;
 	/* Pinned memory: per pair and all pairs (ZAP_GPUDIRECT_PEER_PIN_BYTES,
-	 * ZAP_GPUDIRECT_PIN_BYTES); @pinned is reserved atomically. */
-	uint64_t peer_pin_cap, pin_cap, pinned;
+	 * ZAP_GPUDIRECT_PIN_BYTES); the count is the device's. */
+	uint64_t peer_pin_cap, pin_cap;
 	/* Handshakes: in flight at once, and each one's deadline. */
 	uint64_t hs_max, hs_ms;
 	int lfd, wake;

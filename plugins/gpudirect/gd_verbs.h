@@ -61,6 +61,10 @@ struct gd_dev;
 int gd_dev_open(const struct zap_host *host, struct gd_dev **out);
 void gd_dev_put(struct gd_dev *d);
 int gd_dev_chan_fd(const struct gd_dev *d);
+/* The device's count of bytes its pairs pin, updated atomically: it lives
+ * as long as the device, so a pair freed after the instance (a message
+ * released late) can still give its share back. */
+uint64_t *gd_dev_pinned(struct gd_dev *d);
 /* Take and acknowledge one completion event (after the fd polled in). */
 void gd_dev_ack_event(struct gd_dev *d);
 

@@ -10,8 +10,9 @@
  * the first send, and the accept thread. The ops, the peer table and the
  * progress thread are in gd_instance.c.
  *
- * Shared state: gd_tp.pinned (atomic: pairs reserve and release what
- * they pin, gd_pin_plan()), nothing else of its own. A dialled bootstrap
+ * Shared state: the device's pinned-bytes count (gd_dev_pinned(), atomic:
+ * pairs reserve and release what they pin, gd_pin_plan()), nothing else
+ * of its own. A dialled bootstrap
  * (handshake()) runs on a sender holding gd_tp.dial_mx; accepted ones run
  * concurrently on the accept thread (gd_hs.c: each with its own deadline,
  * a cap in flight, the pair built only after the peer's message is read
@@ -201,38 +202,44 @@ static int io_all(struct gd_tp *t, int fd, void *buf, size_t len, bool wr,
 
 /* ---- pinned memory ------------------------------------------------------ */
 
-/* Plan and reserve what a pair with @peer pins: 0 with the staging
- * buffers in *@stages and the bytes reserved in *@bytes, or -ENOBUFS. */
-static int pin_reserve(struct gd_tp *t, const struct gd_boot *peer, uint32_t *stages,
-		       uint64_t *bytes, char *why, size_t wl)
+/* Plan and reserve what @p's pair with @peer pins: 0 with the staging
+ * buffers in *@stages (p->pinned, p->pinctr set), or -ENOBUFS. */
+static int pin_reserve(struct gd_tp *t, struct gd_peer *p, const struct gd_boot *peer,
+		       uint32_t *stages, char *why, size_t wl)
 {
-	uint64_t own = (uint64_t)t->slots * t->chunk, all;
-	int rc = gd_pin_plan(own, peer, t->peer_pin_cap, stages, bytes, why, wl);
+	uint64_t own = (uint64_t)t->slots * t->chunk, all, bytes;
+	uint64_t *ctr = gd_dev_pinned(t->dev);
+	int rc = gd_pin_plan(own, peer, t->peer_pin_cap, stages, &bytes, why, wl);
 
 	if (rc)
 		return rc;
-	all = __atomic_add_fetch(&t->pinned, *bytes, __ATOMIC_RELAXED);
+	all = __atomic_add_fetch(ctr, bytes, __ATOMIC_RELAXED);
 	if (all > t->pin_cap) {
-		__atomic_sub_fetch(&t->pinned, *bytes, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(ctr, bytes, __ATOMIC_RELAXED);
 		snprintf(why, wl, "pairs pin %llu bytes already; this one (%llu) would pass "
-			 "ZAP_GPUDIRECT_PIN_BYTES=%llu", (unsigned long long)(all - *bytes),
-			 (unsigned long long)*bytes, (unsigned long long)t->pin_cap);
+			 "ZAP_GPUDIRECT_PIN_BYTES=%llu", (unsigned long long)(all - bytes),
+			 (unsigned long long)bytes, (unsigned long long)t->pin_cap);
 		return -ENOBUFS;
 	}
+	p->pinned = bytes;
+	p->pinctr = ctr;
 	return 0;
 }
 
-static void pin_release(struct gd_tp *t, uint64_t bytes)
+static void pin_release(struct gd_peer *p)
 {
-	__atomic_sub_fetch(&t->pinned, bytes, __ATOMIC_RELAXED);
+	if (p->pinctr)
+		__atomic_sub_fetch(p->pinctr, p->pinned, __ATOMIC_RELAXED);
+	p->pinctr = NULL;
 }
 
 static void peer_destroy(void *user, void *qp)
 {
 	struct gd_peer *p = user;
 
+	/* Before the pair goes: its device reference keeps the count alive. */
+	pin_release(p);
 	gd_qp_free(qp);
-	pin_release(p->tp, p->pinned);
 	free(p);
 }
 
@@ -305,7 +312,7 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
 	if (rc)
 		goto fail;
-	rc = pin_reserve(t, &peer, &stages, &p->pinned, why, sizeof(why));
+	rc = pin_reserve(t, p, &peer, &stages, why, sizeof(why));
 	if (rc)
 		goto fail;
 	rc = gd_qp_connect(p->qp, &peer, stages);
@@ -339,8 +346,8 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	*out = p;
 	return 0;
 fail:
+	pin_release(p);
 	gd_qp_free(p->qp);
-	pin_release(t, p->pinned);
 	free(p);
 	if (!*why)
 		snprintf(why, sizeof(why), "%s", strerror(-rc));
@@ -435,7 +442,7 @@ static int acc_boot(void *user, const struct gd_boot *peer, const char *key, voi
 	if (!p)
 		return -ENOMEM;
 	p->tp = t;
-	rc = pin_reserve(t, peer, &stages, &p->pinned, why, wl);
+	rc = pin_reserve(t, p, peer, &stages, why, wl);
 	if (rc) {
 		free(p);
 		return rc;
@@ -455,8 +462,8 @@ static int acc_boot(void *user, const struct gd_boot *peer, const char *key, voi
 	}
 	if (rc) {
 		snprintf(why, wl, "%s", strerror(-rc));
+		pin_release(p);
 		gd_qp_free(p->qp);
-		pin_release(t, p->pinned);
 		free(p);
 		return rc;
 	}

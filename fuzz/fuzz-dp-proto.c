@@ -173,9 +173,17 @@ static void f_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 }
 
 static const struct dp_proto_cfg cfg = {
-	.payload_max = 64, .window = 8, .max_msg = MAX_MSG,
-	.rto_min_ns = 100000, .rto_max_ns = 2000000, .peer_timeout_ns = 50000000,
-	.max_peers = 4, .reasm_cap = 4096, .hold_max = 10, .hold_peer_max = 6, .seed = 7,
+	.payload_max = 64,
+	.window = 8,
+	.max_msg = MAX_MSG,
+	.rto_min_ns = 100000,
+	.rto_max_ns = 2000000,
+	.peer_timeout_ns = 50000000,
+	.max_peers = 4,
+	.reasm_cap = 4096,
+	.hold_max = 10,
+	.hold_peer_max = 6,
+	.seed = 7,
 	.secret = "fuzz-dp-proto-k",
 };
 
@@ -213,7 +221,8 @@ static void rotate(int dir)
 	q[dir][nq[dir] - 1] = f;
 }
 
-static void inject_from(struct node *dst, struct dp_addr from, const uint8_t *b, size_t len)
+static void inject_from(struct node *dst, struct dp_addr from, const uint8_t *b,
+			size_t len)
 {
 	uint8_t *buf;
 	void *f = f_alloc(dst, len, &buf);

@@ -154,21 +154,27 @@ static int conf_hold(struct dp_conf *c, char *why, size_t len)
 	int rc;
 
 	rc = env_u64("ZAP_DPDK_RX_HOLD_FRAMES", 0, 0, 1u << 24, &c->hold, why, len);
-	rc = rc ? rc : env_u64("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1,
-			       &c->hold_peer, why, len);
+	rc = rc ? rc
+		: env_u64("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1,
+			  &c->hold_peer, why, len);
 	if (rc)
 		return rc;
 	if (c->hold > c->mbufs / 2) {
-		snprintf(why, len, "bad ZAP_DPDK_RX_HOLD_FRAMES=%llu (want at most half of "
+		snprintf(why, len,
+			 "bad ZAP_DPDK_RX_HOLD_FRAMES=%llu (want at most half of "
 			 "ZAP_DPDK_MBUFS=%llu, so that frames in order find buffers)",
 			 (unsigned long long)c->hold, (unsigned long long)c->mbufs);
 		return -EINVAL;
 	}
 	if (!c->hold)
 		c->hold = c->mbufs / 4;
-	if (!c->hold_peer)
-		c->hold_peer = c->hold / 8 < 1 ? 1 : c->hold / 8 > DP_WIN_MAX - 1 ? DP_WIN_MAX - 1
-											  : c->hold / 8;
+	if (!c->hold_peer) {
+		c->hold_peer = c->hold / 8;
+		if (c->hold_peer > DP_WIN_MAX - 1)
+			c->hold_peer = DP_WIN_MAX - 1;
+		if (!c->hold_peer)
+			c->hold_peer = 1;
+	}
 	return DP_CONF_OK;
 }
 

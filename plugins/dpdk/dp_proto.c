@@ -25,14 +25,27 @@ static uint32_t rnd32(struct dp_proto *p)
 
 /* ---- cookies (see dp_proto.h: return routability) */
 
-static uint64_t rotl(uint64_t x, int b) { return x << b | x >> (64 - b); }
+static uint64_t rotl(uint64_t x, int b)
+{
+	return x << b | x >> (64 - b);
+}
 
-#define SIPROUND                                                          \
-	do {                                                              \
-		v0 += v1; v1 = rotl(v1, 13); v1 ^= v0; v0 = rotl(v0, 32); \
-		v2 += v3; v3 = rotl(v3, 16); v3 ^= v2;                    \
-		v0 += v3; v3 = rotl(v3, 21); v3 ^= v0;                    \
-		v2 += v1; v1 = rotl(v1, 17); v1 ^= v2; v2 = rotl(v2, 32); \
+#define SIPROUND                   \
+	do {                       \
+		v0 += v1;          \
+		v1 = rotl(v1, 13); \
+		v1 ^= v0;          \
+		v0 = rotl(v0, 32); \
+		v2 += v3;          \
+		v3 = rotl(v3, 16); \
+		v3 ^= v2;          \
+		v0 += v3;          \
+		v3 = rotl(v3, 21); \
+		v3 ^= v0;          \
+		v2 += v1;          \
+		v1 = rotl(v1, 17); \
+		v1 ^= v2;          \
+		v2 = rotl(v2, 32); \
 	} while (0)
 
 static uint64_t le64(const uint8_t *p)
@@ -52,18 +65,31 @@ static uint64_t siphash16(const uint8_t key[16], uint64_t m0, uint64_t m1)
 	uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
 	uint64_t last = 16ull << 56;
 
-	v3 ^= m0; SIPROUND; SIPROUND; v0 ^= m0;
-	v3 ^= m1; SIPROUND; SIPROUND; v0 ^= m1;
-	v3 ^= last; SIPROUND; SIPROUND; v0 ^= last;
+	v3 ^= m0;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= m0;
+	v3 ^= m1;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= m1;
+	v3 ^= last;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= last;
 	v2 ^= 0xff;
-	SIPROUND; SIPROUND; SIPROUND; SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
 	return v0 ^ v1 ^ v2 ^ v3;
 }
 
 static uint64_t cookie_at(const struct dp_proto *p, struct dp_addr from, uint32_t conn,
 			  uint64_t bucket)
 {
-	uint64_t c = siphash16(p->cfg.secret, (uint64_t)from.ip << 32 | (uint64_t)from.port << 16,
+	uint64_t c = siphash16(p->cfg.secret,
+			       (uint64_t)from.ip << 32 | (uint64_t)from.port << 16,
 			       (uint64_t)conn << 32 ^ bucket);
 
 	return c ? c : 1; /* 0 means "no cookie" on the wire */

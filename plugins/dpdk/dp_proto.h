@@ -118,10 +118,10 @@ struct dp_proto_cfg {
 	uint64_t peer_timeout_ns; /* no progress for this long: give up */
 	uint32_t max_peers;
 	uint64_t reasm_cap;       /* bytes of partial messages, all peers */
-	uint32_t hold_max;        /* early frames held, all peers (0: no cap) */
-	uint32_t hold_peer_max;   /* early frames held per peer (0: DP_WIN_MAX) */
+	uint32_t hold_max;	  /* early frames held, all peers (0: no cap) */
+	uint32_t hold_peer_max;	  /* early frames held per peer (0: DP_WIN_MAX) */
 	uint64_t seed;            /* for stream ids */
-	uint8_t secret[16];       /* cookie key: random per process */
+	uint8_t secret[16];	  /* cookie key: random per process */
 };
 
 /* How the protocol reaches frames and the application (the I/O layer). */
@@ -148,8 +148,8 @@ struct dp_stats {
 	uint64_t reasm_bytes;     /* held by partial messages */
 	uint64_t delivered, retransmits, dups, dropped, acks_sent;
 	uint64_t partials_dropped, peers_reset;
-	uint64_t challenges;      /* CHALLENGE frames sent (unproven sources) */
-	uint64_t hold_refused;    /* early frames dropped at hold_*max */
+	uint64_t challenges;   /* CHALLENGE frames sent (unproven sources) */
+	uint64_t hold_refused; /* early frames dropped at hold_*max */
 };
 
 struct dp_proto;

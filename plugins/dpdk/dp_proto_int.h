@@ -73,8 +73,8 @@ struct dp_peer {
 
 	/* send stream (its id: see dpp_next_conn()) */
 	uint32_t tx_conn, snd_una, snd_nxt;
-	uint64_t tx_cookie; /* the peer's cookie for tx_conn (0: none yet) */
-	bool tx_proven;     /* the peer acknowledged tx_conn: adopted */
+	uint64_t tx_cookie;   /* the peer's cookie for tx_conn (0: none yet) */
+	bool tx_proven;	      /* the peer acknowledged tx_conn: adopted */
 	uint64_t progress_ns; /* last time snd_una moved (or the window filled) */
 	uint64_t srtt, rttvar, rto;
 	struct dp_txslot tx[DP_WIN_MAX];
@@ -114,7 +114,10 @@ static inline void wr32(uint8_t *p, uint32_t v)
 	wr16(p, (uint16_t)(v >> 16));
 	wr16(p + 2, (uint16_t)v);
 }
-static inline uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) << 32 | rd32(p + 4); }
+static inline uint64_t rd64(const uint8_t *p)
+{
+	return (uint64_t)rd32(p) << 32 | rd32(p + 4);
+}
 static inline void wr64(uint8_t *p, uint64_t v)
 {
 	wr32(p, (uint32_t)(v >> 32));

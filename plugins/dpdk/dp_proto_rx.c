@@ -366,7 +366,8 @@ void dpp_input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 		dpp_frame_drop(p, frame);
 		return;
 	}
-	if (d > 0 && (e->early >= p->cfg.hold_peer_max || p->st.early_frames >= p->cfg.hold_max)) {
+	if (d > 0 &&
+	    (e->early >= p->cfg.hold_peer_max || p->st.early_frames >= p->cfg.hold_max)) {
 		/* Held frames are buffers the port receives into: past the
 		 * caps, drop it unreported (the sender sends it again), so
 		 * that in-order frames of every peer always find one. */

@@ -148,8 +148,10 @@ int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
 		if (e->snd_una == e->snd_nxt)
 			e->progress_ns = now; /* the give-up clock starts now */
 		t = &e->tx[e->snd_nxt % DP_WIN_MAX];
-		*t = (struct dp_txslot){ .frame = f, .b = b,
-					 .len = (uint32_t)(DP_HDR_LEN + plen), .tries = 1 };
+		*t = (struct dp_txslot){ .frame = f,
+					 .b = b,
+					 .len = (uint32_t)(DP_HDR_LEN + plen),
+					 .tries = 1 };
 		e->snd_nxt++;
 		p->st.unacked_frames++;
 		s->started = true;

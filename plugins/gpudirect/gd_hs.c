@@ -22,10 +22,10 @@
 
 enum hs_phase {
 	HS_FREE = 0,
-	HS_HDR,  /* reading the peer's header */
+	HS_HDR,	 /* reading the peer's header */
 	HS_BODY, /* reading its body */
-	HS_OUT,  /* pair built: writing ours and the confirmation */
-	HS_OK,   /* reading the peer's confirmation */
+	HS_OUT,	 /* pair built: writing ours and the confirmation */
+	HS_OK,	 /* reading the peer's confirmation */
 };
 
 struct hs {
@@ -96,7 +96,8 @@ int gd_hs_identity(const char *claim, const struct sockaddr *src, unsigned srcle
 
 	src_host(src, srclen, sh, sizeof(sh));
 	if (claim_split(claim, host, sizeof(host), port, sizeof(port))) {
-		snprintf(why, wl, "malformed listen address \"%s\" claimed from %s", claim, sh);
+		snprintf(why, wl, "malformed listen address \"%s\" claimed from %s",
+			 claim, sh);
 		return -EINVAL;
 	}
 	if (!strcmp(sh, "?")) {
@@ -110,13 +111,16 @@ int gd_hs_identity(const char *claim, const struct sockaddr *src, unsigned srcle
 		 * no more). */
 		if (inet_pton(fam, sh, a) != 1 || inet_pton(fam, host, b) != 1 ||
 		    memcmp(a, b, fam == AF_INET ? 4 : 16)) {
-			snprintf(why, wl, "claims to listen on %s but connects from %s: a "
+			snprintf(why, wl,
+				 "claims to listen on %s but connects from %s: a "
 				 "peer's address is its connection's source (give it a "
-				 "listen address on %s, or a wildcard)", claim, sh, sh);
+				 "listen address on %s, or a wildcard)",
+				 claim, sh, sh);
 			return -EPERM;
 		}
 	}
-	if ((size_t)snprintf(key, kl, fam == AF_INET6 ? "[%s]:%s" : "%s:%s", sh, port) >= kl) {
+	if ((size_t)snprintf(key, kl, fam == AF_INET6 ? "[%s]:%s" : "%s:%s", sh, port) >=
+	    kl) {
 		snprintf(why, wl, "source address %s too long", sh);
 		return -EINVAL;
 	}
@@ -131,10 +135,13 @@ int gd_pin_plan(uint64_t own, const struct gd_boot *peer, uint64_t peer_cap,
 	uint64_t n = peer->slots < 8 ? peer->slots : 8;
 
 	if (!peer->slot_bytes || own + peer->slot_bytes > peer_cap) {
-		snprintf(why, wl, "the pair would pin %llu bytes (%llu of receive slots and "
+		snprintf(why, wl,
+			 "the pair would pin %llu bytes (%llu of receive slots and "
 			 "a %u-byte staging buffer for the peer's slot size), above "
-			 "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu", (unsigned long long)(own + peer->slot_bytes),
-			 (unsigned long long)own, peer->slot_bytes, (unsigned long long)peer_cap);
+			 "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu",
+			 (unsigned long long)(own + peer->slot_bytes),
+			 (unsigned long long)own, peer->slot_bytes,
+			 (unsigned long long)peer_cap);
 		return -ENOBUFS;
 	}
 	if (n > (peer_cap - own) / peer->slot_bytes)
@@ -206,7 +213,8 @@ static struct hs *hs_slot(struct gd_hs *g, bool evict)
 	}
 	if (old && evict) {
 		g->st.evicted++;
-		hs_end(g, old, "dropped unfinished to make room for a new connection "
+		hs_end(g, old,
+		       "dropped unfinished to make room for a new connection "
 		       "(ZAP_GPUDIRECT_HANDSHAKES handshakes in flight)");
 	}
 	return old;
@@ -225,8 +233,11 @@ int gd_hs_add(struct gd_hs *g, int fd, uint64_t now)
 
 	if (!h)
 		return -EAGAIN;
-	*h = (struct hs){ .ph = HS_HDR, .fd = fd, .born = now,
-			  .deadline = now + g->cfg.timeout_ns, .need = GD_BOOT_HDR };
+	*h = (struct hs){ .ph = HS_HDR,
+			  .fd = fd,
+			  .born = now,
+			  .deadline = now + g->cfg.timeout_ns,
+			  .need = GD_BOOT_HDR };
 	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
 		src_host((struct sockaddr *)&ss, sl, h->src, sizeof(h->src));
 	else
@@ -245,7 +256,8 @@ unsigned gd_hs_pollfds(const struct gd_hs *g, struct pollfd *pfd, unsigned max)
 		if (h->ph == HS_FREE)
 			continue;
 		pfd[n++] = (struct pollfd){ .fd = h->fd,
-					    .events = h->ph == HS_OUT ? POLLOUT : POLLIN };
+					    .events = h->ph == HS_OUT ? POLLOUT
+								      : POLLIN };
 	}
 	return n;
 }
@@ -280,14 +292,16 @@ static int hs_booted(struct gd_hs *g, struct hs *h, char *why, size_t wl)
 		snprintf(why, wl, "getpeername: %s", strerror(errno));
 		return -errno;
 	}
-	rc = gd_hs_identity(peer.listen, (struct sockaddr *)&ss, sl, key, sizeof(key), why, wl);
+	rc = gd_hs_identity(peer.listen, (struct sockaddr *)&ss, sl, key, sizeof(key),
+			    why, wl);
 	if (rc)
 		return rc;
 	if (peer.instance == g->cfg.instance) {
 		snprintf(why, wl, "claims to be this endpoint (its own instance id)");
 		return -EPERM;
 	}
-	rc = g->cfg.on_boot(g->cfg.user, &peer, key, &h->pair, h->out, sizeof(h->out), why, wl);
+	rc = g->cfg.on_boot(g->cfg.user, &peer, key, &h->pair, h->out, sizeof(h->out),
+			    why, wl);
 	if (rc < 0)
 		return rc;
 	h->outlen = (size_t)rc;
@@ -308,7 +322,8 @@ static int hs_read(struct hs *h, char *why, size_t wl)
 			continue;
 		}
 		if (!k) {
-			snprintf(why, wl, "closed during the handshake (%zu bytes in)", h->got);
+			snprintf(why, wl, "closed during the handshake (%zu bytes in)",
+				 h->got);
 			return -ECONNRESET;
 		}
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -346,7 +361,8 @@ static void hs_run(struct gd_hs *g, struct hs *h)
 			continue;
 		case HS_OUT:
 			while (h->sent < h->outlen) {
-				ssize_t k = send(h->fd, h->out + h->sent, h->outlen - h->sent,
+				ssize_t k = send(h->fd, h->out + h->sent,
+						 h->outlen - h->sent,
 						 MSG_DONTWAIT | MSG_NOSIGNAL);
 
 				if (k > 0) {
@@ -368,7 +384,8 @@ static void hs_run(struct gd_hs *g, struct hs *h)
 			rc = hs_read(h, why, sizeof(why));
 			if (rc <= 0) {
 				if (rc)
-					snprintf(why, sizeof(why), "peer gave up before the pair was ready");
+					snprintf(why, sizeof(why),
+						 "peer gave up before the pair was ready");
 				goto out;
 			}
 			g->cfg.on_ready(g->cfg.user, h->pair);
@@ -399,9 +416,12 @@ void gd_hs_step(struct gd_hs *g, uint64_t now)
 		hs_run(g, h);
 		if (h->ph != HS_FREE && now >= h->deadline) {
 			g->st.timed_out++;
-			hs_end(g, h, h->ph <= HS_BODY ? "no bootstrap message before the deadline "
-				     "(ZAP_GPUDIRECT_HANDSHAKE_MS)" : "peer did not confirm before "
-				     "the deadline (ZAP_GPUDIRECT_HANDSHAKE_MS)");
+			hs_end(g, h,
+			       h->ph <= HS_BODY
+				       ? "no bootstrap message before the deadline "
+					 "(ZAP_GPUDIRECT_HANDSHAKE_MS)"
+				       : "peer did not confirm before "
+					 "the deadline (ZAP_GPUDIRECT_HANDSHAKE_MS)");
 		}
 	}
 }
@@ -432,7 +452,8 @@ int gd_hs_serve(struct gd_hs *g, int lfd, int wake)
 
 		pf[0] = (struct pollfd){ .fd = wake, .events = POLLIN };
 		/* With no room, new connections wait in the listen backlog. */
-		pf[1] = (struct pollfd){ .fd = lfd, .events = gd_hs_room(g) ? POLLIN : 0 };
+		pf[1] = (struct pollfd){ .fd = lfd,
+					 .events = gd_hs_room(g) ? POLLIN : 0 };
 		n = 2 + gd_hs_pollfds(g, pf + 2, max - 2);
 		if (poll(pf, n, gd_hs_timeout_ms(g, now)) < 0 && errno != EINTR) {
 			int rc = -errno;

@@ -42,9 +42,9 @@
 #include "gd_proto.h"
 
 struct gd_hs_cfg {
-	unsigned max_inflight;     /* handshakes at once, >= 1 */
-	uint64_t timeout_ns;       /* each handshake's deadline, from accept */
-	uint64_t instance;         /* ours: a peer claiming it is refused */
+	unsigned max_inflight; /* handshakes at once, >= 1 */
+	uint64_t timeout_ns;   /* each handshake's deadline, from accept */
+	uint64_t instance;     /* ours: a peer claiming it is refused */
 	/*
 	 * The peer's message is valid and it is who it claims (@key: the
 	 * name replies use). Build the pair; write into @out (cap bytes) our
@@ -53,8 +53,8 @@ struct gd_hs_cfg {
 	 */
 	int (*on_boot)(void *user, const struct gd_boot *peer, const char *key,
 		       void **pair, uint8_t *out, size_t cap, char *why, size_t wl);
-	void (*on_ready)(void *user, void *pair);   /* takes the pair */
-	void (*on_fail)(void *user, void *pair);    /* frees the pair */
+	void (*on_ready)(void *user, void *pair); /* takes the pair */
+	void (*on_fail)(void *user, void *pair);  /* frees the pair */
 	/* A handshake dropped, with why (logged by the plugin). */
 	void (*on_drop)(void *user, const char *src, const char *why);
 	void *user;

@@ -30,7 +30,7 @@
 #define GD_DEFAULT_CHUNK (1u << 20)
 #define GD_DEFAULT_SLOTS 16u
 #define GD_DEFAULT_PEER_PIN (64ull << 20) /* per pair: slots + host staging */
-#define GD_DEFAULT_PIN (4ull << 30)       /* all pairs */
+#define GD_DEFAULT_PIN (4ull << 30)	  /* all pairs */
 #define GD_DEFAULT_HANDSHAKES 128
 #define GD_DEFAULT_HANDSHAKE_MS 10000
 
@@ -117,31 +117,36 @@ static int read_env(const struct zap_host *host, uint64_t *chunk, uint64_t *slot
 {
 	if (host->env_bytes("ZAP_GPUDIRECT_CHUNK_BYTES", GD_DEFAULT_CHUNK, GD_SLOT_MIN,
 			    GD_SLOT_MAX, chunk) ||
-	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1,
-			    GD_SLOTS_MAX, slots) ||
+	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1, GD_SLOTS_MAX,
+			    slots) ||
 	    host->env_bytes("ZAP_GPUDIRECT_POOL_BYTES", GD_DEFAULT_POOL_BYTES, 1 << 20,
 			    1ull << 50, pool) ||
 	    host->env_bytes("ZAP_GPUDIRECT_PEER_PIN_BYTES", GD_DEFAULT_PEER_PIN, 1 << 20,
 			    1ull << 40, &l->peer_pin) ||
-	    host->env_bytes("ZAP_GPUDIRECT_PIN_BYTES", GD_DEFAULT_PIN, 1 << 20, 1ull << 50,
-			    &l->pin) ||
+	    host->env_bytes("ZAP_GPUDIRECT_PIN_BYTES", GD_DEFAULT_PIN, 1 << 20,
+			    1ull << 50, &l->pin) ||
 	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKES", GD_DEFAULT_HANDSHAKES, 1, 4096,
 			    &l->hs_max) ||
-	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKE_MS", GD_DEFAULT_HANDSHAKE_MS, 10, 600000,
-			    &l->hs_ms))
+	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKE_MS", GD_DEFAULT_HANDSHAKE_MS, 10,
+			    600000, &l->hs_ms))
 		return -EINVAL;
 	if (*chunk & (*chunk - 1))
 		return host->fail(-EINVAL, "ZAP_GPUDIRECT_CHUNK_BYTES=%llu is not a "
 				  "power of two", (unsigned long long)*chunk);
 	/* A pair pins our receive slots and one staging buffer at least. */
 	if (*slots * *chunk + *chunk > l->peer_pin)
-		return host->fail(-EINVAL, "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu is below what one "
-				  "pair of this endpoint pins (%llu receive slots of %llu bytes "
-				  "and one staging buffer)", (unsigned long long)l->peer_pin,
-				  (unsigned long long)*slots, (unsigned long long)*chunk);
+		return host->fail(
+			-EINVAL,
+			"ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu is below what one "
+			"pair of this endpoint pins (%llu receive slots of %llu bytes "
+			"and one staging buffer)",
+			(unsigned long long)l->peer_pin, (unsigned long long)*slots,
+			(unsigned long long)*chunk);
 	if (l->pin < l->peer_pin)
-		return host->fail(-EINVAL, "ZAP_GPUDIRECT_PIN_BYTES=%llu is below "
-				  "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu", (unsigned long long)l->pin,
+		return host->fail(-EINVAL,
+				  "ZAP_GPUDIRECT_PIN_BYTES=%llu is below "
+				  "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu",
+				  (unsigned long long)l->pin,
 				  (unsigned long long)l->peer_pin);
 	return 0;
 }

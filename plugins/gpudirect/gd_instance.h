@@ -54,8 +54,8 @@ struct gd_peer {
 	struct gd_qp *qp;
 	char key[ZAP_PEER_MAX];  /* peer string sends name it by */
 	uint64_t instance;
-	uint64_t pinned;         /* bytes reserved in *pinctr */
-	uint64_t *pinctr;        /* the device's count (gd_dev_pinned()) */
+	uint64_t pinned;  /* bytes reserved in *pinctr */
+	uint64_t *pinctr; /* the device's count (gd_dev_pinned()) */
 	bool dialed;
 };
 

@@ -40,7 +40,6 @@
 #include "gd_instance.h"
 #include "gd_verbs.h"
 
-
 /* ---- addresses ---------------------------------------------------------- */
 
 /* "host:port" or "[v6]:port" into getaddrinfo's parts. */
@@ -216,9 +215,11 @@ static int pin_reserve(struct gd_tp *t, struct gd_peer *p, const struct gd_boot 
 	all = __atomic_add_fetch(ctr, bytes, __ATOMIC_RELAXED);
 	if (all > t->pin_cap) {
 		__atomic_sub_fetch(ctr, bytes, __ATOMIC_RELAXED);
-		snprintf(why, wl, "pairs pin %llu bytes already; this one (%llu) would pass "
-			 "ZAP_GPUDIRECT_PIN_BYTES=%llu", (unsigned long long)(all - bytes),
-			 (unsigned long long)bytes, (unsigned long long)t->pin_cap);
+		snprintf(why, wl,
+			 "pairs pin %llu bytes already; this one (%llu) would pass "
+			 "ZAP_GPUDIRECT_PIN_BYTES=%llu",
+			 (unsigned long long)(all - bytes), (unsigned long long)bytes,
+			 (unsigned long long)t->pin_cap);
 		return -ENOBUFS;
 	}
 	p->pinned = bytes;
@@ -490,16 +491,22 @@ static void acc_drop(void *user, const char *src, const char *why)
 {
 	struct gd_tp *t = user;
 
-	t->host->log(ZAP_LOG_WARN, "gpudirect", "bootstrap from %s refused: %s", src, why);
+	t->host->log(ZAP_LOG_WARN, "gpudirect", "bootstrap from %s refused: %s", src,
+		     why);
 }
 
 void *gd_accept_main(void *arg)
 {
 	struct gd_tp *t = arg;
 	struct gd_hs_cfg cfg = {
-		.max_inflight = (unsigned)t->hs_max, .timeout_ns = t->hs_ms * 1000000ull,
-		.instance = t->instance, .on_boot = acc_boot, .on_ready = acc_ready,
-		.on_fail = acc_fail, .on_drop = acc_drop, .user = t,
+		.max_inflight = (unsigned)t->hs_max,
+		.timeout_ns = t->hs_ms * 1000000ull,
+		.instance = t->instance,
+		.on_boot = acc_boot,
+		.on_ready = acc_ready,
+		.on_fail = acc_fail,
+		.on_drop = acc_drop,
+		.user = t,
 	};
 	struct gd_hs *hs;
 	int rc;
@@ -510,7 +517,9 @@ void *gd_accept_main(void *arg)
 		gd_hs_free(hs);
 	}
 	if (rc)
-		t->host->log(ZAP_LOG_ERROR, "gpudirect", "the accept thread stopped: %s; "
-			     "peers can no longer dial this endpoint", strerror(-rc));
+		t->host->log(ZAP_LOG_ERROR, "gpudirect",
+			     "the accept thread stopped: %s; "
+			     "peers can no longer dial this endpoint",
+			     strerror(-rc));
 	return NULL;
 }

@@ -54,7 +54,8 @@ int main(int argc, char **argv)
 			CHECK(!strcmp(zap_msg_peer(m), argv[2]), "answer from %s", zap_msg_peer(m));
 			clock_gettime(CLOCK_MONOTONIC, &t1);
 			if (i < 100000)
-				rtt[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull +
+				rtt[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) *
+						 1000000000ull +
 					 (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
 		}
 		zap_msg_release(m);
@@ -65,7 +66,8 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "ping") && n > 0 && n <= 100000) {
 		qsort(rtt, (size_t)n, sizeof(rtt[0]), cmp_u64);
 		printf("ping: round trip median %.1f us, p99 %.1f us, max %.1f us\n",
-		       rtt[n / 2] / 1e3, rtt[(size_t)n * 99 / 100] / 1e3, rtt[n - 1] / 1e3);
+		       rtt[n / 2] / 1e3, rtt[(size_t)n * 99 / 100] / 1e3,
+		       rtt[n - 1] / 1e3);
 	}
 	return 0;
 }

@@ -67,10 +67,12 @@ int main(int argc, char **argv)
 	uint64_t start, gap;
 	int fd;
 
-	if (argc < 7 || dp_parse_mac(argv[2], dmac) || dp_parse_ip_port(argv[3], &dip, &dport) ||
-	    dp_parse_ip(argv[4], &snet)) {
-		fprintf(stderr, "usage: %s IFACE DST_MAC DST_IP:PORT SRC_NET SOURCES SECONDS "
-			"[RATE]\n", argv[0]);
+	if (argc < 7 || dp_parse_mac(argv[2], dmac) ||
+	    dp_parse_ip_port(argv[3], &dip, &dport) || dp_parse_ip(argv[4], &snet)) {
+		fprintf(stderr,
+			"usage: %s IFACE DST_MAC DST_IP:PORT SRC_NET SOURCES SECONDS "
+			"[RATE]\n",
+			argv[0]);
 		return 2;
 	}
 	sources = (unsigned)atoi(argv[5]);
@@ -96,8 +98,8 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_term);
 	gap = 1000000000ull / rate;
 	start = now_ns();
-	for (uint32_t round = 1; !stop && now_ns() - start < (uint64_t)secs * 1000000000ull;
-	     round++) {
+	for (uint32_t round = 1;
+	     !stop && now_ns() - start < (uint64_t)secs * 1000000000ull; round++) {
 		for (unsigned i = 0; i < sources && !stop; i++) {
 			uint32_t conn = (0x5000u + round) << 16 | (i & 0xffff);
 			uint32_t payload = 1400, msg_len = 60u << 20;
@@ -119,10 +121,12 @@ int main(int argc, char **argv)
 				put32(b + 16, msg_len);
 				put32(b + 20, seq * payload);
 				memset(b + DP_HDR_LEN, 0xee, payload);
-				n = dp_wire_udp(f, smac, dmac, snet + i, dip, (uint16_t)(20000 + i), dport,
+				n = dp_wire_udp(f, smac, dmac, snet + i, dip,
+						(uint16_t)(20000 + i), dport,
 						DP_HDR_LEN + payload);
 				dp_wire_csum(f);
-				if (sendto(fd, f, n, 0, (struct sockaddr *)&sll, sizeof(sll)) > 0)
+				if (sendto(fd, f, n, 0, (struct sockaddr *)&sll,
+					   sizeof(sll)) > 0)
 					sent++;
 				if (now_ns() - start < sent * gap) {
 					uint64_t ahead = sent * gap - (now_ns() - start);

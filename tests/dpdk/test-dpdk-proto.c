@@ -39,8 +39,8 @@ struct node {
 	struct msg msgs[4096];
 	size_t nmsgs;
 	long frames_live; /* allocated and not freed: must return to 0 */
-	long pool;        /* > 0: frames it may hold at once (an mbuf pool) */
-	long pool_low;    /* the fewest free frames seen (pool - live) */
+	long pool;	  /* > 0: frames it may hold at once (an mbuf pool) */
+	long pool_low;	  /* the fewest free frames seen (pool - live) */
 };
 
 struct wire_frame {
@@ -901,7 +901,6 @@ static void t_unseen_old_stream_refused(void **state)
 	sim_free(&s);
 }
 
-
 /* ------------------------------------------------ spoofed and hostile peers */
 
 /* A frame from @from into B, through B's pool like a received frame: as
@@ -985,8 +984,9 @@ static void t_spoofed_sources_keep_mbufs(void **state)
 	dp_flush_acks(s.n[1].p);
 	drop_queue(&s);
 	dp_get_stats(s.n[1].p, &st);
-	print_message("spoofed: free frames at least %ld of %ld; held early %u, peers %u\n",
-		      s.n[1].pool_low, s.n[1].pool, st.early_frames, st.peers);
+	print_message(
+		"spoofed: free frames at least %ld of %ld; held early %u, peers %u\n",
+		s.n[1].pool_low, s.n[1].pool, st.early_frames, st.peers);
 	assert_true(s.n[1].pool_low >= s.n[1].pool / 2);
 	assert_true(one_message(&s, 0, 100, 200)); /* within 10 ms */
 	assert_int_equal(s.n[1].nmsgs, 0);
@@ -1028,16 +1028,18 @@ static void t_hostile_peers_hold_capped(void **state)
 	dp_flush_acks(s.n[1].p);
 	drop_queue(&s);
 	dp_get_stats(s.n[1].p, &st);
-	print_message("routable: free frames at least %ld of %ld; held early %u, refused %llu\n",
-		      s.n[1].pool_low, s.n[1].pool, st.early_frames,
-		      (unsigned long long)st.hold_refused);
+	print_message(
+		"routable: free frames at least %ld of %ld; held early %u, refused %llu\n",
+		s.n[1].pool_low, s.n[1].pool, st.early_frames,
+		(unsigned long long)st.hold_refused);
 	assert_true(s.n[1].pool_low >= s.n[1].pool - (long)c.hold_max - 1);
 	assert_true(st.hold_refused > 0);
 	assert_true(one_message(&s, 0, 3000, 200)); /* three frames, within 10 ms */
 	/* Per peer: one source may hold hold_peer_max. */
 	{
 		struct dp_addr src = { 0x0d000001u, 999 };
-		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, 0x0d0d0001u, 0, 60u << 20, 0, 1400);
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, 0x0d0d0001u, 0, 60u << 20, 0,
+			       1400);
 
 		s.now += 3 * c.peer_timeout_ns; /* the flood is forgotten */
 		dp_timers(s.n[1].p, s.now);
@@ -1049,14 +1051,17 @@ static void t_hostile_peers_hold_capped(void **state)
 		dp_proto_free(s.n[1].p);
 		assert_int_equal(s.n[1].frames_live, 0);
 		{
-			struct dp_proto_ops ops = { .user = &s.n[1], .frame_alloc = f_alloc,
-						    .frame_free = f_free, .frame_xmit = f_xmit,
+			struct dp_proto_ops ops = { .user = &s.n[1],
+						    .frame_alloc = f_alloc,
+						    .frame_free = f_free,
+						    .frame_xmit = f_xmit,
 						    .deliver = f_deliver };
 			assert_int_equal(dp_proto_new(&c, &ops, &s.n[1].p), 0);
 		}
 		feed_pool(&s, src, b, n, true);
 		for (uint32_t k = 2; k < DP_WIN_MAX; k++) {
-			n = hdr(b, DP_T_DATA, 0, 0x0d0d0001u, k, 60u << 20, 1400 * k, 1400);
+			n = hdr(b, DP_T_DATA, 0, 0x0d0d0001u, k, 60u << 20, 1400 * k,
+				1400);
 			feed_pool(&s, src, b, n, true);
 		}
 		dp_get_stats(s.n[1].p, &st);
@@ -1106,7 +1111,8 @@ static void t_spoofed_peers_leave_room(void **state)
 	sim_init(&s, &c);
 	for (uint32_t i = 0; i < 256; i++) {
 		struct dp_addr src = { 0x0c000000u + i, (uint16_t)(2000 + i) };
-		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 0x50000001u + i, 0, 4, 0, 4);
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 0x50000001u + i, 0,
+			       4, 0, 4);
 
 		feed_spoof(&s, src, b, n);
 	}

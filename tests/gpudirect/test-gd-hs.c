@@ -52,8 +52,13 @@ static int s_on_boot(void *user, const struct gd_boot *peer, const char *key, vo
 		     uint8_t *out, size_t cap, char *why, size_t wl)
 {
 	struct srv *s = user;
-	struct gd_boot me = { .instance = OUR_INSTANCE, .qpn = 1, .psn = 2, .mtu = 5,
-			      .slots = 16, .slot_bytes = 1 << 20, .credit_addr = 4096,
+	struct gd_boot me = { .instance = OUR_INSTANCE,
+			      .qpn = 1,
+			      .psn = 2,
+			      .mtu = 5,
+			      .slots = 16,
+			      .slot_bytes = 1 << 20,
+			      .credit_addr = 4096,
 			      .credit_rkey = 1 };
 	int n;
 
@@ -63,7 +68,7 @@ static int s_on_boot(void *user, const struct gd_boot *peer, const char *key, vo
 	snprintf(me.listen, sizeof(me.listen), "127.0.0.1:%u", s->port);
 	n = gd_boot_encode(&me, out, cap - 1);
 	assert_true(n > 0);
-	out[n] = 1; /* the confirmation: "receives posted" */
+	out[n] = 1;	     /* the confirmation: "receives posted" */
 	*pair = strdup(key); /* what the plugin allocates here: the pair */
 	pthread_mutex_lock(&s->mx);
 	s->boots++;
@@ -116,9 +121,14 @@ static struct srv *srv_start(unsigned cap, unsigned timeout_ms)
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sa);
 	struct gd_hs_cfg cfg = {
-		.max_inflight = cap, .timeout_ns = timeout_ms * 1000000ull,
-		.instance = OUR_INSTANCE, .on_boot = s_on_boot, .on_ready = s_on_ready,
-		.on_fail = s_on_fail, .on_drop = s_on_drop, .user = s,
+		.max_inflight = cap,
+		.timeout_ns = timeout_ms * 1000000ull,
+		.instance = OUR_INSTANCE,
+		.on_boot = s_on_boot,
+		.on_ready = s_on_ready,
+		.on_fail = s_on_fail,
+		.on_drop = s_on_drop,
+		.user = s,
 	};
 
 	assert_non_null(s);
@@ -196,7 +206,8 @@ static uint64_t mono_us(void)
 
 static void sleep_ms(unsigned ms)
 {
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+	struct timespec ts = { .tv_sec = ms / 1000,
+			       .tv_nsec = (long)(ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);
 }
@@ -242,8 +253,14 @@ static int read_full(int fd, void *buf, size_t len, int ms)
 static int client_handshake(struct srv *s, const char *src, const char *claim,
 			    uint64_t instance)
 {
-	struct gd_boot me = { .instance = instance, .qpn = 7, .psn = 9, .mtu = 5, .slots = 16,
-			      .slot_bytes = 1 << 20, .credit_addr = 8192, .credit_rkey = 3 };
+	struct gd_boot me = { .instance = instance,
+			      .qpn = 7,
+			      .psn = 9,
+			      .mtu = 5,
+			      .slots = 16,
+			      .slot_bytes = 1 << 20,
+			      .credit_addr = 8192,
+			      .credit_rkey = 3 };
 	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
 	struct gd_boot peer;
 	char why[200];
@@ -260,7 +277,9 @@ static int client_handshake(struct srv *s, const char *src, const char *claim,
 		rc = read_full(fd, in + GD_BOOT_HDR, body, 5000);
 	}
 	if (!rc) {
-		assert_int_equal(gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why)), 0);
+		assert_int_equal(gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why,
+						sizeof(why)),
+				 0);
 		assert_int_equal(peer.instance, OUR_INSTANCE);
 		assert_int_equal(send(fd, &ok, 1, MSG_NOSIGNAL), 1);
 		rc = read_full(fd, &ok, 1, 5000);
@@ -280,8 +299,12 @@ static int client_handshake(struct srv *s, const char *src, const char *claim,
 static void test_nothing_before_boot(void **state)
 {
 	struct srv *s = srv_start(128, 2000);
-	struct gd_boot b = { .instance = 5, .qpn = 1, .mtu = 5, .slots = 4,
-			     .slot_bytes = 4096, .credit_rkey = 1 };
+	struct gd_boot b = { .instance = 5,
+			     .qpn = 1,
+			     .mtu = 5,
+			     .slots = 4,
+			     .slot_bytes = 4096,
+			     .credit_rkey = 1 };
 	uint8_t msg[GD_BOOT_MAX];
 	int fds[8], n;
 
@@ -325,11 +348,14 @@ static void test_idle_sockets_do_not_stall(void **state)
 	sleep_ms(50); /* all accepted, all idle */
 	for (int i = 0; i < 5; i++) {
 		t0 = mono_us();
-		assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7100", 100 + i), 0);
+		assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7100",
+						  100 + i),
+				 0);
 		lat[i] = mono_us() - t0;
 	}
 	print_message("handshake latency with 100 idle sockets open: %llu %llu %llu %llu "
-		      "%llu us\n", (unsigned long long)lat[0], (unsigned long long)lat[1],
+		      "%llu us\n",
+		      (unsigned long long)lat[0], (unsigned long long)lat[1],
 		      (unsigned long long)lat[2], (unsigned long long)lat[3],
 		      (unsigned long long)lat[4]);
 	for (int i = 0; i < 5; i++)
@@ -370,10 +396,12 @@ static void test_identity_over_tcp(void **state)
 	struct srv *s = srv_start(16, 2000);
 
 	/* From 127.0.0.2, claiming 127.0.0.1: refused, naming the source. */
-	assert_int_equal(client_handshake(s, "127.0.0.2", "127.0.0.1:7300", 1), -ECONNRESET);
+	assert_int_equal(client_handshake(s, "127.0.0.2", "127.0.0.1:7300", 1),
+			 -ECONNRESET);
 	assert_true(srv_drop_has(s, "connects from 127.0.0.2"));
 	assert_int_equal(srv_get(s, &s->boots), 0);
-	assert_int_equal(client_handshake(s, "127.0.0.3", "10.1.2.3:7300", 2), -ECONNRESET);
+	assert_int_equal(client_handshake(s, "127.0.0.3", "10.1.2.3:7300", 2),
+			 -ECONNRESET);
 	assert_true(srv_drop_has(s, "127.0.0.3"));
 	/* A wildcard claim becomes the source. */
 	assert_int_equal(client_handshake(s, "127.0.0.2", "0.0.0.0:7301", 3), 0);
@@ -398,34 +426,44 @@ static void test_identity_rule(void **state)
 	char key[ZAP_PEER_MAX], why[256];
 
 	inet_pton(AF_INET, "192.0.2.7", &v4.sin_addr);
-	assert_int_equal(gd_hs_identity("192.0.2.7:80", (struct sockaddr *)&v4, sizeof(v4), key,
-					sizeof(key), why, sizeof(why)), 0);
+	assert_int_equal(gd_hs_identity("192.0.2.7:80", (struct sockaddr *)&v4,
+					sizeof(v4), key, sizeof(key), why, sizeof(why)),
+			 0);
 	assert_string_equal(key, "192.0.2.7:80");
 	assert_int_equal(gd_hs_identity(":81", (struct sockaddr *)&v4, sizeof(v4), key,
-					sizeof(key), why, sizeof(why)), 0);
+					sizeof(key), why, sizeof(why)),
+			 0);
 	assert_string_equal(key, "192.0.2.7:81");
-	assert_int_equal(gd_hs_identity("192.0.2.8:80", (struct sockaddr *)&v4, sizeof(v4), key,
-					sizeof(key), why, sizeof(why)), -EPERM);
+	assert_int_equal(gd_hs_identity("192.0.2.8:80", (struct sockaddr *)&v4,
+					sizeof(v4), key, sizeof(key), why, sizeof(why)),
+			 -EPERM);
 	assert_non_null(strstr(why, "192.0.2.7"));
-	assert_int_equal(gd_hs_identity("peer.example:80", (struct sockaddr *)&v4, sizeof(v4),
-					key, sizeof(key), why, sizeof(why)), -EPERM);
-	assert_int_equal(gd_hs_identity("192.0.2.7:0", (struct sockaddr *)&v4, sizeof(v4), key,
-					sizeof(key), why, sizeof(why)), -EINVAL);
-	assert_int_equal(gd_hs_identity("192.0.2.7", (struct sockaddr *)&v4, sizeof(v4), key,
-					sizeof(key), why, sizeof(why)), -EINVAL);
+	assert_int_equal(gd_hs_identity("peer.example:80", (struct sockaddr *)&v4,
+					sizeof(v4), key, sizeof(key), why, sizeof(why)),
+			 -EPERM);
+	assert_int_equal(gd_hs_identity("192.0.2.7:0", (struct sockaddr *)&v4, sizeof(v4),
+					key, sizeof(key), why, sizeof(why)),
+			 -EINVAL);
+	assert_int_equal(gd_hs_identity("192.0.2.7", (struct sockaddr *)&v4, sizeof(v4),
+					key, sizeof(key), why, sizeof(why)),
+			 -EINVAL);
 	inet_pton(AF_INET6, "2001:db8::5", &v6.sin6_addr);
-	assert_int_equal(gd_hs_identity("[2001:db8:0::5]:9", (struct sockaddr *)&v6, sizeof(v6),
-					key, sizeof(key), why, sizeof(why)), 0);
+	assert_int_equal(gd_hs_identity("[2001:db8:0::5]:9", (struct sockaddr *)&v6,
+					sizeof(v6), key, sizeof(key), why, sizeof(why)),
+			 0);
 	assert_string_equal(key, "[2001:db8::5]:9");
 	assert_int_equal(gd_hs_identity("[::]:9", (struct sockaddr *)&v6, sizeof(v6), key,
-					sizeof(key), why, sizeof(why)), 0);
+					sizeof(key), why, sizeof(why)),
+			 0);
 	assert_string_equal(key, "[2001:db8::5]:9");
-	assert_int_equal(gd_hs_identity("[2001:db8::6]:9", (struct sockaddr *)&v6, sizeof(v6),
-					key, sizeof(key), why, sizeof(why)), -EPERM);
+	assert_int_equal(gd_hs_identity("[2001:db8::6]:9", (struct sockaddr *)&v6,
+					sizeof(v6), key, sizeof(key), why, sizeof(why)),
+			 -EPERM);
 	/* A v4-mapped source is its v4 address. */
 	inet_pton(AF_INET6, "::ffff:192.0.2.7", &v6.sin6_addr);
-	assert_int_equal(gd_hs_identity("192.0.2.7:10", (struct sockaddr *)&v6, sizeof(v6), key,
-					sizeof(key), why, sizeof(why)), 0);
+	assert_int_equal(gd_hs_identity("192.0.2.7:10", (struct sockaddr *)&v6,
+					sizeof(v6), key, sizeof(key), why, sizeof(why)),
+			 0);
 	assert_string_equal(key, "192.0.2.7:10");
 }
 
@@ -440,20 +478,24 @@ static void test_pin_plan(void **state)
 
 	/* The old plan: 8 x 64 MiB staging, whatever the peer asked. */
 	assert_int_equal(gd_pin_plan(16u << 20, &b, 64u << 20, &stages, &bytes, why,
-				     sizeof(why)), -ENOBUFS);
+				     sizeof(why)),
+			 -ENOBUFS);
 	assert_non_null(strstr(why, "ZAP_GPUDIRECT_PEER_PIN_BYTES"));
 	assert_int_equal(gd_pin_plan(16u << 20, &b, 128u << 20, &stages, &bytes, why,
-				     sizeof(why)), 0);
+				     sizeof(why)),
+			 0);
 	assert_int_equal(stages, 1);
 	assert_int_equal(bytes, 80u << 20);
 	b.slot_bytes = 1 << 20;
 	assert_int_equal(gd_pin_plan(16u << 20, &b, 64u << 20, &stages, &bytes, why,
-				     sizeof(why)), 0);
+				     sizeof(why)),
+			 0);
 	assert_int_equal(stages, 8);
 	assert_int_equal(bytes, 24u << 20);
 	b.slots = 2;
 	assert_int_equal(gd_pin_plan(16u << 20, &b, 64u << 20, &stages, &bytes, why,
-				     sizeof(why)), 0);
+				     sizeof(why)),
+			 0);
 	assert_int_equal(stages, 2);
 }
 

@@ -337,34 +337,52 @@ static void test_nothing_before_boot(void **state)
  * idle socket stalled every new peer. Now 100 idle sockets hold their
  * handshakes open while a peer bootstraps at once; each is dropped at its
  * own deadline. */
+/* Median of @n round trips of client_handshake() (microseconds). */
+static uint64_t handshake_median_us(struct srv *s, int n, uint64_t *max)
+{
+	uint64_t lat[64], t;
+
+	*max = 0;
+	for (int i = 0; i < n; i++) {
+		t = mono_us();
+		assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7100",
+						  1000 + (uint64_t)i),
+				 0);
+		lat[i] = mono_us() - t;
+		if (lat[i] > *max)
+			*max = lat[i];
+	}
+	for (int i = 1; i < n; i++) /* insertion sort: a handful */
+		for (int j = i; j > 0 && lat[j] < lat[j - 1]; j--) {
+			t = lat[j];
+			lat[j] = lat[j - 1];
+			lat[j - 1] = t;
+		}
+	return lat[n / 2];
+}
+
 static void test_idle_sockets_do_not_stall(void **state)
 {
-	struct srv *s = srv_start(128, 1000);
+	struct srv *s = srv_start(128, 1500);
+	uint64_t base, busy, base_max, busy_max;
 	int fds[100];
-	uint64_t t0, lat[5];
 
+	base = handshake_median_us(s, 21, &base_max);
 	for (int i = 0; i < 100; i++)
 		fds[i] = client_connect(s, "127.0.0.1");
 	sleep_ms(50); /* all accepted, all idle */
-	for (int i = 0; i < 5; i++) {
-		t0 = mono_us();
-		assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7100",
-						  100 + i),
-				 0);
-		lat[i] = mono_us() - t0;
-	}
-	print_message("handshake latency with 100 idle sockets open: %llu %llu %llu %llu "
-		      "%llu us\n",
-		      (unsigned long long)lat[0], (unsigned long long)lat[1],
-		      (unsigned long long)lat[2], (unsigned long long)lat[3],
-		      (unsigned long long)lat[4]);
-	for (int i = 0; i < 5; i++)
-		assert_true(lat[i] < 500000);
-	assert_int_equal(srv_get(s, &s->readies), 5);
-	sleep_ms(1300); /* past every idle socket's deadline */
+	busy = handshake_median_us(s, 21, &busy_max);
+	print_message("handshake latency, median (max) of 21: %llu (%llu) us alone, %llu "
+		      "(%llu) us with 100 idle sockets holding handshakes open\n",
+		      (unsigned long long)base, (unsigned long long)base_max,
+		      (unsigned long long)busy, (unsigned long long)busy_max);
+	assert_true(busy_max < 500000); /* one idle socket used to stall it 10 s */
+	assert_int_equal(srv_get(s, &s->readies), 42);
+	assert_int_equal(srv_get(s, &s->drops), 0); /* the idle ones still held */
+	sleep_ms(1800); /* past every idle socket's deadline */
 	assert_int_equal(srv_get(s, &s->drops), 100);
 	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKE_MS"));
-	assert_int_equal(srv_get(s, &s->boots), 5);
+	assert_int_equal(srv_get(s, &s->boots), 42);
 	srv_stop(s);
 	for (int i = 0; i < 100; i++)
 		close(fds[i]);

@@ -149,16 +149,13 @@ static int conf_tuning(struct dp_conf *c, char *why, size_t len)
  * peer an eighth of that (at most DP_WIN_MAX - 1), so that frames arriving
  * in order, from any peer, always find buffers.
  */
-static int conf_hold(struct dp_conf *c, char *why, size_t len)
+static int conf_hold(const struct zap_host *h, struct dp_conf *c, char *why, size_t len)
 {
-	int rc;
-
-	rc = env_u64("ZAP_DPDK_RX_HOLD_FRAMES", 0, 0, 1u << 24, &c->hold, why, len);
-	rc = rc ? rc
-		: env_u64("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1,
-			  &c->hold_peer, why, len);
-	if (rc)
-		return rc;
+	if (h->env_bytes("ZAP_DPDK_RX_HOLD_FRAMES", 0, 0, 1u << 24, &c->hold) ||
+	    h->env_bytes("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1, &c->hold_peer)) {
+		snprintf(why, len, "%s", h->last_error());
+		return -EINVAL;
+	}
 	if (c->hold > c->mbufs / 2) {
 		snprintf(why, len,
 			 "bad ZAP_DPDK_RX_HOLD_FRAMES=%llu (want at most half of "
@@ -200,7 +197,7 @@ int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why, size_t 
 		snprintf(why, len, "%s", h->last_error());
 		return -EINVAL;
 	}
-	return conf_hold(c, why, len);
+	return conf_hold(h, c, why, len);
 }
 
 int dp_split_args(char *s, char **argv, int max)

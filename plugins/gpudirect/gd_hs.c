@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "gd_hs.h"
+#include "zap-addr.h"
 
 enum hs_phase {
 	HS_FREE = 0,
@@ -47,81 +48,43 @@ struct gd_hs {
 
 /* ---- the identity rule -------------------------------------------------- */
 
-/* "host:port" or "[v6]:port" (numeric port) into its parts. */
-static int claim_split(const char *s, char *host, size_t hl, char *port, size_t pl)
-{
-	const char *h = s, *p, *c;
-	size_t n;
-
-	if (*s == '[') {
-		c = strchr(s, ']');
-		if (!c || c[1] != ':')
-			return -EINVAL;
-		h = s + 1;
-		n = (size_t)(c - h);
-		p = c + 2;
-	} else {
-		c = strrchr(s, ':');
-		if (!c || memchr(s, ':', (size_t)(c - s)))
-			return -EINVAL;
-		n = (size_t)(c - s);
-		p = c + 1;
-	}
-	if (n >= hl || !*p || strlen(p) >= pl || strspn(p, "0123456789") != strlen(p) ||
-	    strlen(p) > 5 || atol(p) > 65535 || !atol(p))
-		return -EINVAL;
-	memcpy(host, h, n);
-	host[n] = '\0';
-	strcpy(port, p);
-	return 0;
-}
-
-/* The source address, numeric, a v4-mapped v6 one as v4. */
-static void src_host(const struct sockaddr *sa, unsigned sl, char *h, size_t hl)
-{
-	if (getnameinfo(sa, sl, h, (socklen_t)hl, NULL, 0, NI_NUMERICHOST)) {
-		snprintf(h, hl, "?");
-		return;
-	}
-	if (!strncmp(h, "::ffff:", 7) && strchr(h, '.'))
-		memmove(h, h + 7, strlen(h + 7) + 1);
-}
-
+/*
+ * The claim is parsed by the one address grammar (zap-addr.h); the source
+ * is formatted by the same code, so both sides of the comparison are
+ * spelled alike. A claimed name is refused: it would have to be resolved,
+ * and would prove no more than the source address does.
+ */
 int gd_hs_identity(const char *claim, const struct sockaddr *src, unsigned srclen,
 		   char *key, size_t kl, char *why, size_t wl)
 {
-	char host[ZAP_PEER_MAX], port[8], sh[NI_MAXHOST];
+	struct zaddr c, from;
+	char sa[ZAP_PEER_MAX];
 	uint8_t a[16], b[16];
 	int fam;
 
-	src_host(src, srclen, sh, sizeof(sh));
-	if (claim_split(claim, host, sizeof(host), port, sizeof(port))) {
-		snprintf(why, wl, "malformed listen address \"%s\" claimed from %s",
-			 claim, sh);
-		return -EINVAL;
-	}
-	if (!strcmp(sh, "?")) {
+	if (zaddr_format(src, (socklen_t)srclen, 0, sa, sizeof(sa)) ||
+	    zaddr_parse(sa, &from)) {
 		snprintf(why, wl, "unusable source address");
 		return -EINVAL;
 	}
-	fam = strchr(sh, ':') ? AF_INET6 : AF_INET;
-	if (*host && strcmp(host, "0.0.0.0") && strcmp(host, "::")) {
-		/* Not a wildcard: the same address as the source, spelled
-		 * numerically (a name would have to be resolved, and proves
-		 * no more). */
-		if (inet_pton(fam, sh, a) != 1 || inet_pton(fam, host, b) != 1 ||
-		    memcmp(a, b, fam == AF_INET ? 4 : 16)) {
-			snprintf(why, wl,
-				 "claims to listen on %s but connects from %s: a "
-				 "peer's address is its connection's source (give it a "
-				 "listen address on %s, or a wildcard)",
-				 claim, sh, sh);
-			return -EPERM;
-		}
+	if (zaddr_parse(claim, &c) || !c.port_num) {
+		snprintf(why, wl, "malformed listen address \"%s\" claimed from %s", claim,
+			 from.host);
+		return -EINVAL;
 	}
-	if ((size_t)snprintf(key, kl, fam == AF_INET6 ? "[%s]:%s" : "%s:%s", sh, port) >=
-	    kl) {
-		snprintf(why, wl, "source address %s too long", sh);
+	fam = from.kind == ZADDR_IPV6 ? AF_INET6 : AF_INET;
+	if (!c.wildcard &&
+	    (c.kind == ZADDR_NAME || inet_pton(fam, from.host, a) != 1 ||
+	     inet_pton(fam, c.host, b) != 1 || memcmp(a, b, fam == AF_INET ? 4 : 16))) {
+		snprintf(why, wl,
+			 "claims to listen on %s but connects from %s: a peer's address is "
+			 "its connection's source (give it a listen address on %s, or a "
+			 "wildcard)",
+			 claim, from.host, from.host);
+		return -EPERM;
+	}
+	if (zaddr_join(&from, c.port, key, kl)) {
+		snprintf(why, wl, "source address %s too long", from.host);
 		return -EINVAL;
 	}
 	return 0;

@@ -154,6 +154,20 @@ int zap__check_address(const char *what, const char *addr)
 	return 0;
 }
 
+int zap__parse_bool(const char *s)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i]))
+			return 1;
+		if (!strcasecmp(s, no[i]))
+			return 0;
+	}
+	return -EINVAL;
+}
+
 int zap__parse_log_level(const char *s, enum zap_log_level *out)
 {
 	static const char *const names[] = { "error", "warn", "info", "debug" };
@@ -192,13 +206,16 @@ void zap__config_read(struct zap_config *c)
 
 	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet), &toolong);
 	if (toolong) {
-		config_error(c, "ZAP_TRANSPORT_QUIET is not 0 or 1 (%zu characters)",
-			     toolong);
+		config_error(c, "ZAP_TRANSPORT_QUIET is not a boolean (%zu characters; "
+			     ZAP_BOOL_SPELLINGS ")", toolong);
 	} else if (v) {
-		if (!strcmp(v, "1"))
-			c->quiet = true;
-		else if (strcmp(v, "0"))
-			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not 0 or 1", v);
+		int b = zap__parse_bool(v);
+
+		if (b < 0)
+			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not a boolean ("
+				     ZAP_BOOL_SPELLINGS ")", v);
+		else
+			c->quiet = b;
 	}
 
 	/* Syntax is checked by the pick parser, which names the variable. */

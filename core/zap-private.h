@@ -36,7 +36,7 @@ struct zap_config {
 	char error_msg[256];
 	enum zap_log_level log_level;
 	bool log_level_set;        /* ZAP_LOG_LEVEL given */
-	bool quiet;                /* ZAP_TRANSPORT_QUIET=1 */
+	bool quiet;                /* ZAP_TRANSPORT_QUIET true */
 	const char *transport;     /* ZAP_TRANSPORT, or NULL */
 	const char *listen;        /* ZAP_LISTEN, or NULL */
 	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
@@ -48,6 +48,14 @@ const struct zap_config *zap__config(void);
  * fuzz harnesses. */
 void zap__config_read(struct zap_config *c);
 int zap__parse_log_level(const char *s, enum zap_log_level *out);
+/*
+ * A boolean variable's value (already trimmed): 1 for 1/yes/true/on, 0 for
+ * 0/no/false/off (any case), -EINVAL otherwise. Every boolean ZAP_*
+ * variable takes these spellings; ZAP_BOOL_SPELLINGS lists them for
+ * messages.
+ */
+int zap__parse_bool(const char *s);
+#define ZAP_BOOL_SPELLINGS "1/0, yes/no, true/false, on/off"
 int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 		   uint64_t *out);
 int zap__parse_bytes(const char *s, uint64_t *out);

@@ -364,6 +364,54 @@ PICK_TEST(quiet_zero)
 	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", ""), 1);
 }
 
+/*
+ * Booleans take the usual spellings, in any case and with blanks: every
+ * one of these silences the line (or keeps it), none fails the pick.
+ */
+static const char *const bool_true[] = { "1", "yes", "YES", "true", "True",
+					 " on ", "On", NULL };
+static const char *const bool_false[] = { "0", "no", "No", "false", "FALSE",
+					  "off", " Off\t", NULL };
+
+static void bool_case(void *arg, const char *value, bool quiet)
+{
+	th_setenv("ZAP_PLUGIN_PATH", arg);
+	th_capture_logs(true);
+	th_setenv("ZAP_TRANSPORT_QUIET", value);
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_MSG(th_log_count(ZAP_LOG_INFO, "pick", "") == (quiet ? 0 : 1),
+		     "ZAP_TRANSPORT_QUIET='%s': %d INFO lines", value,
+		     th_log_count(ZAP_LOG_INFO, "pick", ""));
+}
+
+static void child_bool_true(void *arg)
+{
+	const char *v = getenv("TH_BOOL_VALUE");
+
+	bool_case(arg, v, true);
+}
+
+static void child_bool_false(void *arg)
+{
+	const char *v = getenv("TH_BOOL_VALUE");
+
+	bool_case(arg, v, false);
+}
+
+static void test_quiet_spellings(void **state)
+{
+	(void)state;
+	for (int i = 0; bool_true[i]; i++) {
+		setenv("TH_BOOL_VALUE", bool_true[i], 1);
+		run(child_bool_true);
+	}
+	for (int i = 0; bool_false[i]; i++) {
+		setenv("TH_BOOL_VALUE", bool_false[i], 1);
+		run(child_bool_false);
+	}
+	unsetenv("TH_BOOL_VALUE");
+}
+
 /* ZAP_LOG_LEVEL=error silences the line and the warnings. */
 PICK_TEST(level_error)
 {
@@ -407,7 +455,7 @@ struct bad_env {
 
 static const struct bad_env bad_envs[] = {
 	{ "ZAP_TRANSPORT", "dp dk!" },
-	{ "ZAP_TRANSPORT_QUIET", "yes" },
+	{ "ZAP_TRANSPORT_QUIET", "maybe" },
 	{ "ZAP_LOG_LEVEL", "loud" },
 	{ "ZAP_MAX_MSG_BYTES", "abc" },
 	{ "ZAP_LISTEN", "nonsense" },
@@ -459,6 +507,7 @@ int main(void)
 		cmocka_unit_test(test_explain_silent),
 		cmocka_unit_test(test_quiet),
 		cmocka_unit_test(test_quiet_zero),
+		cmocka_unit_test(test_quiet_spellings),
 		cmocka_unit_test(test_level_error),
 		cmocka_unit_test(test_level_debug),
 		cmocka_unit_test(test_registered),

@@ -18,6 +18,7 @@ struct plan {
 	size_t n;
 	size_t requested;     /* cand[0..requested) were asked for by name */
 	bool named;           /* the preference named transports */
+	bool all_unknown;     /* ... but none of them is registered */
 	char unavailable[512]; /* why the named ones cannot be used */
 	char how[128];        /* how the list was made, for the summary */
 };
@@ -115,6 +116,18 @@ static size_t edit_distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/*
+ * Whether @r can be named in a suggestion: a transport this process can
+ * attempt (zap_registered()), never one whose file failed to load (no
+ * symbol, ABI mismatch, refused, dlopen failed...) or was shadowed:
+ * suggesting it would only lead to a second error.
+ */
+static bool suggestable(const struct zap_prec *r)
+{
+	return r->state == ZAP_PLUGIN_LOADED || r->state == ZAP_PLUGIN_NOT_PRESENT ||
+	       r->state == ZAP_PLUGIN_ERROR;
+}
+
 /* "unknown transport 'x' (did you mean 'y'?)" or with the known names. */
 static void unknown_text(const char *name, char *buf, size_t len)
 {
@@ -126,7 +139,7 @@ static void unknown_text(const char *name, char *buf, size_t len)
 	for (size_t i = 0; i < n; i++) {
 		size_t d;
 
-		if (recs[i].state == ZAP_PLUGIN_SHADOWED)
+		if (!suggestable(&recs[i]))
 			continue;
 		d = edit_distance(name, recs[i].name);
 		if (d < bestd) {
@@ -140,7 +153,7 @@ static void unknown_text(const char *name, char *buf, size_t len)
 	}
 	off = (size_t)snprintf(buf, len, "unknown transport '%s' (known:", name);
 	for (size_t i = 0; i < n && off < len; i++)
-		if (recs[i].state != ZAP_PLUGIN_SHADOWED)
+		if (suggestable(&recs[i]))
 			off += (size_t)snprintf(buf + off, len - off, " %s", recs[i].name);
 	if (off < len)
 		snprintf(buf + off, len - off, ")");
@@ -187,6 +200,20 @@ static void add_by_rank(struct plan *pl, const struct zap_pref *p, long below)
 	}
 }
 
+/*
+ * @reason without a leading "<name>: ", so that text built as
+ * "<name>: <state>: <reason>" does not say the name twice (plugins often
+ * start their reasons with their own name).
+ */
+static const char *unprefixed(const char *name, const char *reason)
+{
+	size_t n = strlen(name);
+
+	if (!strncmp(reason, name, n) && reason[n] == ':' && reason[n + 1] == ' ')
+		return reason + n + 2;
+	return reason;
+}
+
 static void append(char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t len, const char *fmt, ...)
@@ -222,6 +249,9 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 			return zap__fail(-EINVAL, "%s", text);
 		if (warn)
 			zap__log(ZAP_LOG_WARN, "pick", "%s; ignoring it", text);
+		if (!p->exclude)
+			append(pl->unavailable, sizeof(pl->unavailable), "%s%s",
+			       pl->unavailable[0] ? "; " : "", text);
 	}
 	if (!p->n || p->exclude) {
 		add_by_rank(pl, p, (long)INT32_MAX + 1);
@@ -249,7 +279,7 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 		append(pl->unavailable, sizeof(pl->unavailable), "%s%s: %s%s%s",
 		       pl->unavailable[0] ? "; " : "", r->name,
 		       zap_plugin_state_name(r->state), r->reason[0] ? ": " : "",
-		       r->reason);
+		       unprefixed(r->name, r->reason));
 	}
 	pl->requested = pl->n;
 	snprintf(pl->how, sizeof(pl->how), "requested%s", strict ? ", strict" : "");
@@ -262,7 +292,9 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 	 * anything goes, as for auto). */
 	add_by_rank(pl, p, known ? lowest : (long)INT32_MAX + 1);
 	if (!known) {
-		pl->named = false;
+		/* Still a fallback (zap-info must not call it success), but the
+		 * unknown-name WARN above already said so. */
+		pl->all_unknown = true;
 		snprintf(pl->how, sizeof(pl->how),
 			 "auto: no known transport was named");
 	}
@@ -288,8 +320,12 @@ static int plan_for(const char *pref, unsigned flags, bool warn, struct plan *pl
 	return make_plan(&p, *strict, warn, pl);
 }
 
-/* One line: every transport probed and its outcome. */
-static void probed_text(char *buf, size_t len)
+/*
+ * The first-pick line: "name=state" per transport and the winner, short
+ * enough to read on every start. The reasons (driver error strings can be
+ * long) go to a DEBUG line, to zap-info and to the load report.
+ */
+static void probed_text(char *buf, size_t len, bool reasons)
 {
 	const struct zap_prec *recs;
 	size_t n;
@@ -301,11 +337,13 @@ static void probed_text(char *buf, size_t len)
 
 		if (r->state == ZAP_PLUGIN_SHADOWED)
 			continue;
-		append(buf, len, "%s%s=%s%s%s%s", i ? ", " : "", r->name,
-		       r->state == ZAP_PLUGIN_LOADED ? "ok" : zap_plugin_state_name(r->state),
-		       r->reason[0] && r->state != ZAP_PLUGIN_LOADED ? " (" : "",
-		       r->state != ZAP_PLUGIN_LOADED ? r->reason : "",
-		       r->reason[0] && r->state != ZAP_PLUGIN_LOADED ? ")" : "");
+		if (!reasons)
+			append(buf, len, "%s%s=%s", buf[0] ? " " : "", r->name,
+			       r->state == ZAP_PLUGIN_LOADED
+				       ? "ok" : zap_plugin_state_name(r->state));
+		else if (r->state != ZAP_PLUGIN_LOADED && r->reason[0])
+			append(buf, len, "%s%s: %s", buf[0] ? "; " : "", r->name,
+			       unprefixed(r->name, r->reason));
 	}
 }
 
@@ -316,8 +354,13 @@ static void first_pick_summary(const char *winner, const char *why)
 
 	if (atomic_flag_test_and_set(&said))
 		return;
-	probed_text(probed, sizeof(probed));
-	zap__log_pick_summary("probed %s; picked %s (%s)", probed, winner, why);
+	probed_text(probed, sizeof(probed), false);
+	zap__log_pick_summary("%s; picked %s (%s)", probed, winner, why);
+	if (zap__log_enabled(ZAP_LOG_DEBUG)) {
+		probed_text(probed, sizeof(probed), true);
+		if (probed[0])
+			zap__log(ZAP_LOG_DEBUG, "pick", "probe reasons: %s", probed);
+	}
 }
 
 static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
@@ -370,12 +413,12 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 		return rc;
 	rc = plan_for(pref, flags, true, &pl, &strict);
 	if (rc) {
+		/* Returned with its reason, not also logged: the caller decides
+		 * what a failed pick means. */
 		char reason[512];
 
 		snprintf(reason, sizeof(reason), "%s", zap_last_error());
-		first_pick_summary("none", reason);
-		/* The caller gets the reason too; a WARN keeps it visible. */
-		zap__log(ZAP_LOG_WARN, "pick", "%s", reason);
+		first_pick_summary("none", "nothing usable");
 		return zap__fail(rc, "%s", reason);
 	}
 	for (size_t i = 0; i < pl.n; i++) {
@@ -384,9 +427,16 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 		rc = zap__open(r, &args, out);
 		if (!rc) {
 			if (pl.named && i >= pl.requested) {
-				snprintf(why, sizeof(why), "fallback: %s", pl.unavailable);
-				zap__log(ZAP_LOG_WARN, "pick",
-					 "requested transport not available (%s); falling back to '%s'",
+				snprintf(why, sizeof(why), "fallback");
+				if (!pl.all_unknown)
+					zap__log(ZAP_LOG_WARN, "pick",
+						 "requested transport not available (%s); falling back to '%s'",
+						 pl.unavailable, r->name);
+			} else if (i > 0) {
+				/* Auto, or a list, whose better candidate did
+				 * not open: say once why this one won. */
+				snprintf(why, sizeof(why), "%s, after open failures", pl.how);
+				zap__log(ZAP_LOG_WARN, "pick", "%s; using '%s'",
 					 pl.unavailable, r->name);
 			} else {
 				snprintf(why, sizeof(why), "%s", pl.how);
@@ -395,14 +445,21 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			return 0;
 		}
 		append(pl.unavailable, sizeof(pl.unavailable), "%s%s: open failed: %s",
-		       pl.unavailable[0] ? "; " : "", r->name, zap_last_error());
+		       pl.unavailable[0] ? "; " : "", r->name,
+		       unprefixed(r->name, zap_last_error()));
 		if (strict && i + 1 >= pl.requested)
 			break;
-		zap__log(ZAP_LOG_WARN, "pick", "transport '%s' failed to open (%s)%s",
-			 r->name, zap_last_error(),
-			 i + 1 < pl.n ? "; trying the next" : "");
+		zap__log(ZAP_LOG_DEBUG, "pick", "'%s' failed to open (%s)%s", r->name,
+			 zap_last_error(), i + 1 < pl.n ? "; trying the next" : "");
 	}
-	first_pick_summary("none", pl.unavailable);
+	first_pick_summary("none", "nothing usable");
+	/*
+	 * Strict: the open error of the transport asked for (zap.h). Not
+	 * strict: every candidate was tried, so the request is unavailable
+	 * here; the reasons say what each one answered.
+	 */
+	if (!strict)
+		rc = ZAP_ENOTAVAIL;
 	return zap__fail(rc, "%s", pl.unavailable);
 }
 

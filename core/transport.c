@@ -55,13 +55,14 @@ int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
 		return -ENOMEM;
 	t->plugin = rec->desc;
 	t->ops = rec->desc->ops;
+	zap__clear_error(); /* a reason left by an earlier candidate is not this one's */
 	rc = t->ops->open(&zap__host, args, &t->tp);
 	if (rc) {
 		free(t);
 		if (rc > 0 || rc < -4095) /* a plugin bug; keep the contract */
 			rc = -EIO;
 		if (!zap_last_error()[0])
-			zap__fail(rc, "%s: open failed", rec->name);
+			zap__fail(rc, "%s: %s", rec->name, strerror(-rc));
 		return rc;
 	}
 	*out = t;

@@ -209,17 +209,25 @@ struct zap_attr {
  * @out:   the new transport; each call opens a new instance.
  *
  * The first call in a process scans the plugin directories, probes every
- * plugin once, and logs one INFO line naming every transport probed, its
- * outcome and the winner (ZAP_TRANSPORT_QUIET=1 silences that line only).
+ * plugin once, and logs one short INFO line, "name=state" per transport
+ * and the winner (ZAP_TRANSPORT_QUIET=1 silences that line only; the probe
+ * reasons are at DEBUG level and in zap-info). A fallback is logged as one
+ * WARN with its reasons. A failure returned to the caller is not logged.
+ *
+ * A transport whose open fails (its listen address is taken, say) is
+ * treated like an unavailable one: without strict, the next candidate is
+ * tried.
  *
  * Return: 0 on success;
- *  ZAP_ENOTAVAIL: strict and the requested transport is unavailable, or
- *                 every candidate was excluded or failed to open;
+ *  ZAP_ENOTAVAIL: strict and the requested transport is unavailable; or
+ *                 not strict and every candidate was excluded, unavailable
+ *                 or failed to open (the reason lists each, once);
  *  -EINVAL:       malformed preference, an unknown name in strict mode, a
  *                 bad attribute, or a bad environment value (the reason
  *                 names the variable);
- *  -ENOMEM, or an error from the chosen transport's open (strict only;
- *  otherwise it falls back).
+ *  -ENOMEM;
+ *  strict only: the open error of the transport asked for (-EADDRINUSE,
+ *  -EADDRNOTAVAIL, -EACCES, ...).
  */
 ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			const struct zap_attr *attr, struct zap_transport **out);
@@ -489,7 +497,10 @@ struct zap_choice {
  * process that loads the plugins (what a program would get), not for the
  * calling process, which can only open the built-in default.
  * Return: 0 and @out filled (out->fallback tells whether the request is
- * met); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would, with out->reason set.
+ * met: true when the named transports are unavailable or all unknown, and
+ * out->reason then says why); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would,
+ * with out->reason set. It opens nothing, so it cannot foresee an open
+ * failure.
  */
 ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
 				struct zap_choice *out);

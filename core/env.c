@@ -242,6 +242,22 @@ void zap__config_read(struct zap_config *c)
 	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, 1ull << 40,
 			   &c->max_msg_size))
 		config_error(c, "%s", zap_last_error());
+
+	v = env_trimmed("ZAP_SEND_TIMEOUT_MS", buf, sizeof(buf), &toolong);
+	if (toolong) {
+		config_error(c, "ZAP_SEND_TIMEOUT_MS is too long (%zu characters)", toolong);
+	} else if (v) {
+		char *end;
+		unsigned long long ms;
+
+		errno = 0;
+		ms = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || ms > UINT32_MAX)
+			config_error(c, "ZAP_SEND_TIMEOUT_MS='%s' is not a number of "
+				     "milliseconds in [0, %u] (0: no timeout)", v, UINT32_MAX);
+		else
+			c->send_timeout_ms = ms;
+	}
 	zap__clear_error();
 }
 

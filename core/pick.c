@@ -363,7 +363,8 @@ static void first_pick_summary(const char *winner, const char *why)
 	}
 }
 
-static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
+static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
+			uint64_t *send_timeout_ms)
 {
 	const struct zap_config *cfg = zap__config();
 	size_t sz = attr ? attr->size : 0;
@@ -387,6 +388,10 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
 						       : ZAP_DEFAULT_MAX_MSG_BYTES;
 	if (HAS(pool_bytes))
 		args->pool_bytes = attr->pool_bytes;
+	*send_timeout_ms = cfg->send_timeout_ms;
+	if (HAS(send_timeout_ms) && attr->send_timeout_ms)
+		*send_timeout_ms = attr->send_timeout_ms == ZAP_TIMEOUT_NONE
+					   ? 0 : attr->send_timeout_ms;
 #undef HAS
 	return 0;
 }
@@ -396,6 +401,7 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 {
 	const struct zap_config *cfg = zap__config();
 	struct zap_open_args args;
+	uint64_t send_timeout_ms = 0;
 	struct plan pl;
 	bool strict = false;
 	char why[768];
@@ -408,7 +414,7 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 		zap__log(ZAP_LOG_ERROR, "core", "%s", cfg->error_msg);
 		return zap__fail(cfg->error, "%s", cfg->error_msg);
 	}
-	rc = resolve_attr(attr, &args);
+	rc = resolve_attr(attr, &args, &send_timeout_ms);
 	if (rc)
 		return rc;
 	rc = plan_for(pref, flags, true, &pl, &strict);
@@ -424,7 +430,7 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 	for (size_t i = 0; i < pl.n; i++) {
 		const struct zap_prec *r = pl.cand[i];
 
-		rc = zap__open(r, &args, out);
+		rc = zap__open(r, &args, send_timeout_ms, out);
 		if (!rc) {
 			if (pl.named && i >= pl.requested) {
 				snprintf(why, sizeof(why), "fallback");

@@ -40,6 +40,7 @@ struct zap_config {
 	const char *transport;     /* ZAP_TRANSPORT, or NULL */
 	const char *listen;        /* ZAP_LISTEN, or NULL */
 	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
+	uint64_t send_timeout_ms;  /* ZAP_SEND_TIMEOUT_MS, or 0 (none) */
 	char transport_buf[256];   /* storage for @transport and @listen */
 	char listen_buf[ZAP_PEER_MAX];
 };
@@ -117,8 +118,9 @@ struct zap_pref {
 };
 /* Parse @src; @origin names it in the error ("ZAP_TRANSPORT"). 0 or -EINVAL. */
 int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p);
+/* Open @rec; @send_timeout_ms (0: none) bounds zap_send() without a ctx. */
 int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
-	      struct zap_transport **out);
+	      uint64_t send_timeout_ms, struct zap_transport **out);
 
 /* The built-in default transport, from plugins/default. */
 extern const struct zap_plugin zap_builtin_default;

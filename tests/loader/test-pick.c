@@ -608,6 +608,8 @@ static const struct bad_env bad_envs[] = {
 	{ "ZAP_LOG_LEVEL", "loud" },
 	{ "ZAP_MAX_MSG_BYTES", "abc" },
 	{ "ZAP_LISTEN", "nonsense" },
+	{ "ZAP_SEND_TIMEOUT_MS", "soon" },
+	{ "ZAP_SEND_TIMEOUT_MS", "-5" },
 };
 
 static const struct bad_env *cur_bad_env;
@@ -672,6 +674,8 @@ int main(void)
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[2]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[3]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[4]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[5]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[6]),
 	};
 
 	return cmocka_run_group_tests_name("pick", tests, th_group_setup,

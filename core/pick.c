@@ -338,7 +338,7 @@ static void probed_text(char *buf, size_t len, bool reasons)
 		if (r->state == ZAP_PLUGIN_SHADOWED)
 			continue;
 		if (!reasons)
-			append(buf, len, "%s%s=%s", buf[0] ? " " : "", r->name,
+			append(buf, len, "%s%s=%s", buf[0] ? ", " : "", r->name,
 			       r->state == ZAP_PLUGIN_LOADED
 				       ? "ok" : zap_plugin_state_name(r->state));
 		else if (r->state != ZAP_PLUGIN_LOADED && r->reason[0])

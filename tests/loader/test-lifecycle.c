@@ -9,9 +9,11 @@
  * use the built-in default (TCP on loopback), whose send blocks once the
  * kernel buffers to a peer that does not read are full.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -326,6 +328,66 @@ static void test_send_timeout_attr(void **state)
 	th_child(child_send_timeout_attr, NULL, TIMEOUT_MS);
 }
 
+/* ---- a far end that is not libzap --------------------------------------- */
+
+/* Accept one connection, answer like another protocol would, hold it. */
+static void *fake_server(void *arg)
+{
+	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+	static const char banner[] = "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n";
+	char sink[4096];
+
+	if (fd < 0)
+		return NULL;
+	if (write(fd, banner, sizeof(banner) - 1) < 0) {
+		/* the client will see the close instead */
+	}
+	while (read(fd, sink, sizeof(sink)) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+/*
+ * zap_send() to a port where something else listens: -EPROTO, as zap.h
+ * documents, with a reason saying the far end is not a zap peer.
+ */
+static void child_not_libzap(void *arg)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	struct zap_transport *t;
+	char peer[64];
+	pthread_t th;
+	int lfd, err;
+
+	(void)arg;
+	th_capture_logs(true);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	TH_CHECK(lfd >= 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	TH_CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	TH_CHECK(listen(lfd, 4) == 0);
+	TH_CHECK(getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	TH_CHECK(pthread_create(&th, NULL, fake_server, &lfd) == 0);
+	t = open_tcp(0);
+	err = zap_send(t, peer, "hello", 5, NULL);
+	TH_CHECK_MSG(err == -EPROTO, "zap_send to a non-libzap peer = %d (%s)", err,
+		     zap_strerror(err));
+	TH_CHECK_HAS(zap_last_error(), "not a zap peer");
+	zap_close(t);
+	close(lfd);
+	pthread_cancel(th);
+	pthread_join(th, NULL);
+}
+
+static void test_not_libzap(void **state)
+{
+	(void)state;
+	th_child(child_not_libzap, NULL, TIMEOUT_MS);
+}
+
 /* ---- fork() -------------------------------------------------------------- */
 
 /* Every socket and eventfd this process holds is close-on-exec. */
@@ -442,6 +504,7 @@ int main(void)
 		cmocka_unit_test(test_send_timeout_env),
 		cmocka_unit_test(test_send_timeout_attr),
 		cmocka_unit_test(test_fork),
+		cmocka_unit_test(test_not_libzap),
 	};
 
 	return cmocka_run_group_tests_name("lifecycle", tests, th_group_setup,

@@ -245,7 +245,8 @@ void zap__config_read(struct zap_config *c)
 
 	v = env_trimmed("ZAP_SEND_TIMEOUT_MS", buf, sizeof(buf), &toolong);
 	if (toolong) {
-		config_error(c, "ZAP_SEND_TIMEOUT_MS is too long (%zu characters)", toolong);
+		config_error(c, "ZAP_SEND_TIMEOUT_MS is too long (%zu characters)",
+			     toolong);
 	} else if (v) {
 		char *end;
 		unsigned long long ms;
@@ -253,8 +254,10 @@ void zap__config_read(struct zap_config *c)
 		errno = 0;
 		ms = strtoull(v, &end, 10);
 		if (errno || end == v || *end || v[0] == '-' || ms > UINT32_MAX)
-			config_error(c, "ZAP_SEND_TIMEOUT_MS='%s' is not a number of "
-				     "milliseconds in [0, %u] (0: no timeout)", v, UINT32_MAX);
+			config_error(c,
+				     "ZAP_SEND_TIMEOUT_MS='%s' is not a number of "
+				     "milliseconds in [0, %u] (0: no timeout)",
+				     v, UINT32_MAX);
 		else
 			c->send_timeout_ms = ms;
 	}

@@ -441,7 +441,8 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			} else if (i > 0) {
 				/* Auto, or a list, whose better candidate did
 				 * not open: say once why this one won. */
-				snprintf(why, sizeof(why), "%s, after open failures", pl.how);
+				snprintf(why, sizeof(why), "%s, after open failures",
+					 pl.how);
 				zap__log(ZAP_LOG_WARN, "pick", "%s; using '%s'",
 					 pl.unavailable, r->name);
 			} else {

@@ -58,8 +58,9 @@ static int env_bool(const char *name, uint64_t def, uint64_t *out, char *why,
 			return 0;
 		}
 	}
-	snprintf(why, len, "bad %s=\"%s\" (want a boolean: 1/0, yes/no, true/false, on/off)",
-		 name, v);
+	snprintf(why, len,
+		 "bad %s=\"%s\" (want a boolean: 1/0, yes/no, true/false, on/off)", name,
+		 v);
 	return -EINVAL;
 }
 

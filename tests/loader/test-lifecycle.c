@@ -58,7 +58,8 @@ static const char *good_dir(void)
 /* A default transport on loopback (any port). */
 static struct zap_transport *open_tcp(uint64_t send_timeout_ms)
 {
-	struct zap_attr attr = { .size = sizeof(attr), .listen = "127.0.0.1:0",
+	struct zap_attr attr = { .size = sizeof(attr),
+				 .listen = "127.0.0.1:0",
 				 .send_timeout_ms = send_timeout_ms };
 	struct zap_transport *t = NULL;
 	int err = zap_pick("=default", 0, &attr, &t);
@@ -75,8 +76,8 @@ struct worker {
 	const char *peer;
 	atomic_int progress; /* messages sent so far */
 	atomic_int done;     /* 1 once the call returned */
-	int err;             /* what the last call returned */
-	double end_ms;       /* when */
+	int err;	     /* what the last call returned */
+	double end_ms;	     /* when */
 };
 
 static void *recv_worker(void *arg)
@@ -127,8 +128,8 @@ static void wait_blocked(struct worker *w, int n)
 
 		for (int i = 0; i < n; i++) {
 			TH_CHECK_MSG(!atomic_load(&w[i].done),
-				     "a sender returned %d (%s) before blocking", w[i].err,
-				     zap_strerror(w[i].err));
+				     "a sender returned %d (%s) before blocking",
+				     w[i].err, zap_strerror(w[i].err));
 			sum += atomic_load(&w[i].progress);
 		}
 		same = sum == last ? same + 1 : 0;
@@ -161,13 +162,15 @@ static void child_shutdown_recv(void *arg)
 	}
 	sleep_ms(200);
 	for (int i = 0; i < 4; i++)
-		TH_CHECK_MSG(!atomic_load(&w[i].done), "recv returned %d early", w[i].err);
+		TH_CHECK_MSG(!atomic_load(&w[i].done), "recv returned %d early",
+			     w[i].err);
 	t0 = now_ms();
 	TH_CHECK_INT(zap_shutdown(t), 0);
 	for (int i = 0; i < 4; i++) {
 		TH_CHECK(pthread_join(w[i].th, NULL) == 0);
 		TH_CHECK_INT(w[i].err, -ESHUTDOWN);
-		TH_CHECK_MSG(w[i].end_ms - t0 < 2000, "woken after %.0f ms", w[i].end_ms - t0);
+		TH_CHECK_MSG(w[i].end_ms - t0 < 2000, "woken after %.0f ms",
+			     w[i].end_ms - t0);
 	}
 	/* Later calls fail too; the handle is still valid. */
 	TH_CHECK_INT(zap_recv(t, NULL, &m), -ESHUTDOWN);
@@ -215,7 +218,8 @@ static void child_shutdown_send(void *arg)
 		TH_CHECK(pthread_join(w[i].th, NULL) == 0);
 		TH_CHECK_MSG(w[i].err == -ESHUTDOWN, "thread %d: %d (%s)", i, w[i].err,
 			     zap_strerror(w[i].err));
-		TH_CHECK_MSG(w[i].end_ms - t0 < 2000, "woken after %.0f ms", w[i].end_ms - t0);
+		TH_CHECK_MSG(w[i].end_ms - t0 < 2000, "woken after %.0f ms",
+			     w[i].end_ms - t0);
 	}
 	zap_close(cli);
 	zap_close(srv);
@@ -275,7 +279,8 @@ static void child_send_timeout_env(void *arg)
 	TH_CHECK_INT(zap_transport_address(srv, addr, sizeof(addr)), 0);
 	err = flood(cli, addr, &blocked);
 	TH_CHECK_MSG(err == -ETIMEDOUT, "send = %d (%s)", err, zap_strerror(err));
-	TH_CHECK_MSG(blocked >= 250 && blocked < 3000, "timed out after %.0f ms", blocked);
+	TH_CHECK_MSG(blocked >= 250 && blocked < 3000, "timed out after %.0f ms",
+		     blocked);
 	zap_close(cli);
 	zap_close(srv);
 	/* A deadline firing mid-send is not a warning on the sending side. */
@@ -307,7 +312,8 @@ static void child_send_timeout_attr(void *arg)
 	cli = open_tcp(400);
 	err = flood(cli, addr, &blocked);
 	TH_CHECK_MSG(err == -ETIMEDOUT, "send = %d (%s)", err, zap_strerror(err));
-	TH_CHECK_MSG(blocked >= 350 && blocked < 3000, "timed out after %.0f ms", blocked);
+	TH_CHECK_MSG(blocked >= 350 && blocked < 3000, "timed out after %.0f ms",
+		     blocked);
 	zap_close(cli);
 
 	cli = open_tcp(ZAP_TIMEOUT_NONE);
@@ -413,8 +419,8 @@ static void check_cloexec(void)
 		if (strncmp(target, "socket:", 7) && !strstr(target, "eventfd"))
 			continue;
 		n++;
-		TH_CHECK_MSG(fcntl(fd, F_GETFD) & FD_CLOEXEC, "fd %d (%s) is not close-on-exec",
-			     fd, target);
+		TH_CHECK_MSG(fcntl(fd, F_GETFD) & FD_CLOEXEC,
+			     "fd %d (%s) is not close-on-exec", fd, target);
 	}
 	closedir(d);
 	TH_CHECK_MSG(n >= 2, "found only %d sockets", n);
@@ -467,9 +473,10 @@ static void child_fork(void *arg)
 		_exit(rc);
 	}
 	TH_CHECK(waitpid(pid, &status, 0) == pid);
-	TH_CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		     "fork child: status 0x%x (bits: 1 send, 2 reason, 4 recv, 8 other calls)",
-		     status);
+	TH_CHECK_MSG(
+		WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		"fork child: status 0x%x (bits: 1 send, 2 reason, 4 recv, 8 other calls)",
+		status);
 	/* The parent's transports are intact: old and new connections. */
 	TH_CHECK_INT(zap_send(b, addr, "two", 3, NULL), 0);
 	TH_CHECK_INT(zap_recv(a, NULL, &m), 0);

@@ -204,7 +204,10 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 			      w->dom, c->raddr);
 	} else if (err && done) {
 		/* A partial frame cannot be taken back: the stream is lost. */
-		w->host->log(stopped || err == -ESHUTDOWN ? ZAP_LOG_DEBUG : ZAP_LOG_WARN, w->dom,
+		/* Our own deadline or shutdown: the caller has the error. */
+		w->host->log(stopped || err == -ESHUTDOWN ? ZAP_LOG_DEBUG
+							  : ZAP_LOG_WARN,
+			     w->dom,
 			     "dropping connection to %s: send interrupted mid-frame (%s)",
 			     c->raddr, strerror(-err));
 		tw_conn_kill(w, c);

@@ -498,6 +498,18 @@ PICK_TEST(open_fail_fallback)
 	TH_CHECK_INT(th_log_count(ZAP_LOG_ERROR, NULL, ""), 0);
 }
 
+/* Auto: the best transport fails to open, the next one is used, with
+ * one WARN saying why. */
+PICK_TEST(open_fail_auto)
+{
+	pick_env(arg, true);
+	th_setenv("ZAP_FIXTURE_OPEN_FAIL", "top");
+	TH_CHECK_PICK(NULL, 0, "better");
+	TH_CHECK_INT(pick_warns("top: open failed: cannot listen"), 1);
+	TH_CHECK_INT(pick_warns("using 'better'"), 1);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", "picked better"), 1);
+}
+
 /* ... and when nothing opens, ZAP_ENOTAVAIL with every reason. */
 PICK_TEST(open_fail_none)
 {
@@ -664,6 +676,7 @@ int main(void)
 		cmocka_unit_test(test_registered),
 		cmocka_unit_test(test_info_line_short),
 		cmocka_unit_test(test_open_fail_fallback),
+		cmocka_unit_test(test_open_fail_auto),
 		cmocka_unit_test(test_open_fail_none),
 		cmocka_unit_test(test_default_addr_in_use),
 		cmocka_unit_test(test_strict_silent),

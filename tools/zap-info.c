@@ -564,7 +564,7 @@ static void gather_pick(struct info *in, const struct opts *o)
 						      : EXIT_AVAILABLE;
 		/* `zap-info -t x && run-job` must not pass silently. */
 		if (in->choice.fallback)
-			fprintf(stderr, "zap-info: fallback: %s\n", in->choice.reason);
+			fprintf(stderr, "zap-info: %s\n", in->choice.reason); /* "fallback to ..." */
 	} else if (in->pick_err == ZAP_ENOTAVAIL) {
 		in->pick_status = "not available";
 		in->exit_status = EXIT_NONE;

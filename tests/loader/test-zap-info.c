@@ -260,7 +260,8 @@ static void test_status_stderr(void **state)
 	(void)state;
 	zap_info(&p, std_dir(), NULL, fb);
 	EXPECT_STATUS(&p, 1);
-	if (!strstr(p.err, "zap-info: fallback: ") || !strstr(p.err, "hardware absent"))
+	if (!strstr(p.err, "zap-info: fallback to better") ||
+	    !strstr(p.err, "hardware absent"))
 		fail_msg("no fallback reason on stderr:\n%s", p.err);
 	th_proc_free(&p);
 	zap_info(&p, std_dir(), NULL, none);

@@ -562,9 +562,10 @@ static void gather_pick(struct info *in, const struct opts *o)
 		in->pick_status = in->choice.fallback ? "fallback" : "ok";
 		in->exit_status = in->choice.fallback ? EXIT_FALLBACK
 						      : EXIT_AVAILABLE;
-		/* `zap-info -t x && run-job` must not pass silently. */
+		/* `zap-info -t x && run-job` must not pass silently; the
+		 * reason reads "fallback to <name> (rank <n>): <why>". */
 		if (in->choice.fallback)
-			fprintf(stderr, "zap-info: %s\n", in->choice.reason); /* "fallback to ..." */
+			fprintf(stderr, "zap-info: %s\n", in->choice.reason);
 	} else if (in->pick_err == ZAP_ENOTAVAIL) {
 		in->pick_status = "not available";
 		in->exit_status = EXIT_NONE;

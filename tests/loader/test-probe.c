@@ -478,7 +478,7 @@ static void child_fallback(void *arg)
 	TH_CHECK_PICK("nosuch", 0, "good");
 	TH_CHECK_PICK("nosym", 0, "good");
 	TH_CHECK_PICK("misnamed", 0, "good");
-	/* A valid descriptor gives a rank: below it, as DESIGN.md says. */
+	/* A valid descriptor gives a rank: below it, as docs/loader.md says. */
 	TH_CHECK_PICK("crash", 0, "default");
 	/* zap_pick_explain() agrees, and says what an absent name gets. */
 	TH_CHECK_INT(zap_pick_explain("nosym", 0, &c), 0);

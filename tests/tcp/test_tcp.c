@@ -899,13 +899,19 @@ static void test_ipv6_and_names(void **state)
 	(void)state;
 
 	struct zap_msg *m;
+	struct zap_transport *a6 = NULL;
 	if (zap_pick("=default", 0, &at, &b) == 0) {
+		/* The sender listens on IPv6 too: a HELLO's host must be the
+		 * connection's source (127.0.0.1 cannot claim to be ::1). */
+		assert_int_equal(zap_pick("=default", 0, &at, &a6), 0);
 		ep_addr(b, ab);
 		assert_true(!strncmp(ab, "[::1]:", 6));
-		send_ok(a, ab, "v6", 2);
+		send_ok(a6, ab, "v6", 2);
 		m = recv_ok(b);
 		assert_memory_equal(zap_msg_data(m), "v6", 2);
+		assert_true(!strncmp(zap_msg_peer(m), "[::1]:", 6));
 		zap_msg_release(m);
+		zap_close(a6);
 		zap_close(b);
 	} /* else: no IPv6 loopback on this host */
 
@@ -927,7 +933,16 @@ static void test_ipv6_and_names(void **state)
 /* Hostile input                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* Connect to @addr from the local address @from (NULL: any). Loopback
+ * addresses 127.0.0.2 and up stand for other hosts. */
+static int raw_connect_from(const char *addr, const char *from);
+
 static int raw_connect(const char *addr)
+{
+	return raw_connect_from(addr, NULL);
+}
+
+static int raw_connect_from(const char *addr, const char *from)
 {
 	char host[64];
 	const char *colon = strrchr(addr, ':');
@@ -938,6 +953,11 @@ static int raw_connect(const char *addr)
 	sa.sin_port = htons((uint16_t)atoi(colon + 1));
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(fd >= 0);
+	if (from) {
+		struct sockaddr_in me = {.sin_family = AF_INET};
+		inet_pton(AF_INET, from, &me.sin_addr);
+		assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+	}
 	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	return fd;
 }
@@ -959,14 +979,21 @@ static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
 	return 16;
 }
 
+/* A HELLO from instance @id with @nonce announcing @addr. */
+static size_t hello_full(unsigned char *p, uint64_t id, uint64_t nonce,
+			 const char *addr)
+{
+	size_t n = hdr(p, 1, 16 + strlen(addr));
+	be64(p + n, id);
+	be64(p + n + 8, nonce);
+	memcpy(p + n + 16, addr, strlen(addr));
+	return n + 16 + strlen(addr);
+}
+
 /* A HELLO announcing @addr. */
 static size_t hello_addr(unsigned char *p, const char *addr)
 {
-	size_t n = hdr(p, 1, 16 + strlen(addr));
-	be64(p + n, 0x1234567887654321ull);
-	be64(p + n + 8, 42);
-	memcpy(p + n + 16, addr, strlen(addr));
-	return n + 16 + strlen(addr);
+	return hello_full(p, 0x1234567887654321ull, 42, addr);
 }
 
 static size_t hello(unsigned char *p)
@@ -1057,6 +1084,7 @@ struct hostile_case {
 	bool pump;         /* data frames: read only while someone receives */
 	bool served_first; /* a normal peer is served while this is refused */
 	const char *why;   /* the reason logged, or NULL */
+	const char *from;  /* local address to connect from, NULL: any */
 };
 
 static size_t hb_junk(unsigned char *p)
@@ -1130,28 +1158,50 @@ static size_t hb_hello_zone(unsigned char *p)
 	return hello_addr(p, "[fe80::1%lo]:9");
 }
 
+/* Identity: a HELLO's host must be the connection's source. */
+static size_t hb_hello_name(unsigned char *p)
+{
+	return hello_addr(p, "localhost:9");
+}
+
+static size_t hb_hello_other_host(unsigned char *p)
+{
+	return hello_addr(p, "127.0.0.1:9"); /* sent from 127.0.0.2 */
+}
+
+static size_t hb_hello_id0(unsigned char *p)
+{
+	return hello_full(p, 0, 42, "127.0.0.1:9");
+}
+
 static const struct hostile_case hostile_cases[] = {
-	{"hostile: random bytes", hb_junk, END_STAY, false, false, "bad magic"},
+	{"hostile: random bytes", hb_junk, END_STAY, false, false, "bad magic", NULL},
 	{"hostile: bad magic after HELLO", hb_bad_magic_after_hello, END_STAY,
-	 true, false, "bad magic"},
+	 true, false, "bad magic", NULL},
 	{"hostile: 4 GiB length after HELLO", hb_4g_after_hello, END_STAY, true,
-	 true, "exceeds the maximum"},
+	 true, "exceeds the maximum", NULL},
 	{"hostile: 4 GiB length as the first frame", hb_4g_first, END_STAY, false,
-	 false, NULL},
+	 false, NULL, NULL},
 	{"hostile: half a HELLO", hb_half_hello, END_CLOSE, false, false,
-	 "closed during the handshake"},
+	 "closed during the handshake", NULL},
 	{"hostile: HELLO, half a data header", hb_hello_half_header, END_FIN, true,
-	 false, "closed mid-frame"},
+	 false, "closed mid-frame", NULL},
 	{"hostile: FIN mid-message", hb_fin_mid_message, END_FIN, true, false,
-	 "closed mid-message"},
+	 "closed mid-message", NULL},
 	{"hostile: reset mid-message", hb_reset_mid_message, END_RESET, true, false,
-	 "reset"},
+	 "reset", NULL},
 	{"hostile: HELLO from *", hb_hello_star, END_STAY, false, false,
-	 "malformed address"},
+	 "malformed address", NULL},
 	{"hostile: HELLO from an octal IPv4", hb_hello_octal, END_STAY, false,
-	 false, "malformed address"},
+	 false, "malformed address", NULL},
 	{"hostile: HELLO with an IPv6 zone", hb_hello_zone, END_STAY, false, false,
-	 "malformed address"},
+	 "malformed address", NULL},
+	{"hostile: HELLO claiming a host name", hb_hello_name, END_STAY, false,
+	 false, "HELLO from 127.0.0.1:", NULL},
+	{"hostile: HELLO claiming another host", hb_hello_other_host, END_STAY,
+	 false, false, "HELLO from 127.0.0.2:", "127.0.0.2"},
+	{"hostile: HELLO with instance id 0", hb_hello_id0, END_STAY, false, false,
+	 "instance id 0", NULL},
 };
 
 static void test_hostile(void **state)
@@ -1164,7 +1214,7 @@ static void test_hostile(void **state)
 	assert_non_null(p);
 	ep_addr(b, ab);
 	log_clear();
-	int fd = raw_connect(ab);
+	int fd = raw_connect_from(ab, hc->from);
 	write_all(fd, p, hc->bytes(p));
 	if (hc->end == END_FIN) {
 		shutdown(fd, SHUT_WR);
@@ -1266,6 +1316,209 @@ static unsigned long rx_queued(unsigned port)
 	}
 	fclose(f);
 	return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Identity: what a HELLO may claim (hostile peers on 127.0.0.2 and up)      */
+/* ------------------------------------------------------------------------ */
+
+/* One message on @t within @ms, or NULL. */
+static struct zap_msg *recv_within(struct zap_transport *t, unsigned ms)
+{
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, ms * 1000000ull);
+	if (zap_recv(t, ctx, &m))
+		m = NULL;
+	zap_ctx_free(ctx);
+	return m;
+}
+
+/* @b has a live connection from @v, which it knows by @av. */
+static void link_up(struct zap_transport *v, struct zap_transport *b,
+		    const char *av, const char *ab)
+{
+	send_ok(v, ab, "hi", 2);
+	struct zap_msg *m = recv_ok(b);
+	assert_string_equal(zap_msg_peer(m), av);
+	zap_msg_release(m);
+}
+
+/* @b sends to @av and @v gets it, labelled @ab; and back. */
+static void still_linked(struct zap_transport *v, struct zap_transport *b,
+			 const char *av, const char *ab)
+{
+	send_ok(b, av, "secret", 6);
+	struct zap_msg *m = recv_within(v, 3000);
+	assert_non_null(m);
+	assert_memory_equal(zap_msg_data(m), "secret", 6);
+	assert_string_equal(zap_msg_peer(m), ab);
+	zap_msg_release(m);
+	link_up(v, b, av, ab);
+}
+
+/*
+ * A host that is not the victim claims the victim's address, instance id
+ * and the smallest nonce. It used to take the route over (B's replies to
+ * the victim went to it) and retire the victim's connection.
+ */
+static void test_hijack_from_other_host(void **state)
+{
+	struct zap_transport *v = ep_open(), *b = ep_open();
+	char av[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(v, av);
+	ep_addr(b, ab);
+	link_up(v, b, av, ab);
+	uint64_t vid = instance_id(av);
+	log_clear();
+	int fd = raw_connect_from(ab, "127.0.0.2");
+	write_all(fd, p, hello_full(p, vid, 0, av));
+	pump(b, 100);
+	still_linked(v, b, av, ab);
+	assert_true(dropped(fd));
+	close(fd);
+	/* The log names the real source, not the claim. */
+	assert_true(log_wait("dropping connection from 127.0.0.2:"));
+	assert_true(log_wait("not its source address"));
+	zap_close(v);
+	zap_close(b);
+}
+
+/*
+ * Another process on the victim's host (same source address: plaintext
+ * cannot tell them apart) claims the victim's address as another
+ * instance: the live victim keeps its route.
+ */
+static void test_route_held_by_live_peer(void **state)
+{
+	struct zap_transport *v = ep_open(), *b = ep_open();
+	char av[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(v, av);
+	ep_addr(b, ab);
+	link_up(v, b, av, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	write_all(fd, p, hello_full(p, 0x1234567887654321ull, 1, av));
+	pump(b, 100);
+	still_linked(v, b, av, ab);
+	assert_true(dropped(fd));
+	close(fd);
+	assert_true(log_wait("another live peer holds that address"));
+	zap_close(v);
+	zap_close(b);
+}
+
+/* A HELLO claiming our own listen address (it started an endless echo of
+ * replies to ourselves) or our own instance id is refused. */
+static void test_hello_claims_us(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	write_all(fd, p, hello_addr(p, ab));
+	expect_dropped(b, fd, false, "claims our own listen address");
+
+	uint64_t bid = instance_id(ab);
+	log_clear();
+	fd = raw_connect_from(ab, "127.0.0.3");
+	write_all(fd, p, hello_full(p, bid, 7, "127.0.0.3:9"));
+	expect_dropped(b, fd, false, "claims our own instance id");
+	served(b, ab);
+	/* Sending to ourselves still works (the nonce exchange proves it). */
+	send_ok(b, ab, "me", 2);
+	struct zap_msg *m = recv_ok(b);
+	assert_string_equal(zap_msg_peer(m), ab);
+	zap_msg_release(m);
+	zap_close(b);
+}
+
+/* A raw acceptor that answers a dialer's HELLO wrongly. */
+struct fake_acceptor {
+	int lfd;
+	char addr[64];
+	int mode; /* 0: wrong nonce echo, 1: another port, 2: our id */
+	uint64_t id;
+};
+
+static void *fake_accept(void *arg)
+{
+	struct fake_acceptor *f = arg;
+	unsigned char in[256], out[256];
+	size_t got = 0;
+	int fd = accept(f->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	while (got < 16 || got < 16 + (size_t)in[15]) {
+		ssize_t k = recv(fd, in + got, sizeof(in) - got, 0);
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	uint64_t id = 0, nonce = 0;
+	for (int i = 0; i < 8; i++) {
+		id = id << 8 | in[16 + i];
+		nonce = nonce << 8 | in[24 + i];
+	}
+	char claim[64];
+	snprintf(claim, sizeof(claim), "%s", f->addr);
+	if (f->mode == 1)
+		snprintf(strrchr(claim, ':'), 8, ":%u", 9u);
+	size_t n = hello_full(out, f->mode == 2 ? id : 0x55, f->mode == 0 ? nonce + 1 : nonce,
+			      claim);
+	ssize_t k = send(fd, out, n, MSG_NOSIGNAL);
+	(void)k;
+	while (recv(fd, in, sizeof(in), 0) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+static void test_dialer_checks_answer(void **state)
+{
+	static const char *const why[] = {"does not echo our connection nonce",
+					  "another port than the one dialed",
+					  "claims our own instance id"};
+	(void)state;
+
+	for (int mode = 0; mode < 3; mode++) {
+		struct zap_transport *b = ep_open();
+		struct fake_acceptor f = {.mode = mode};
+		struct sockaddr_in sa = {.sin_family = AF_INET};
+		socklen_t sl = sizeof(sa);
+		inet_pton(AF_INET, "127.0.0.4", &sa.sin_addr);
+		f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+		assert_int_equal(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_int_equal(listen(f.lfd, 4), 0);
+		getsockname(f.lfd, (struct sockaddr *)&sa, &sl);
+		snprintf(f.addr, sizeof(f.addr), "127.0.0.4:%u", ntohs(sa.sin_port));
+		pthread_t th;
+		pthread_create(&th, NULL, fake_accept, &f);
+		log_clear();
+		struct zap_ctx *ctx;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 3000000000ull);
+		int r = zap_send(b, f.addr, "x", 1, ctx);
+		zap_ctx_free(ctx);
+		if (r != -EPROTO)
+			fprintf(stderr, "mode %d: send returned %d\n", mode, r);
+		assert_int_equal(r, -EPROTO);
+		assert_non_null(strstr(zap_strerror(r), why[mode]));
+		zap_close(b);
+		pthread_join(th, NULL);
+		close(f.lfd);
+	}
 }
 
 struct late_arg {
@@ -1577,6 +1830,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_nothing_listens),
 		cmocka_unit_test(test_ipv6_and_names),
 		cmocka_unit_test(test_hostile_idle_1000),
+		cmocka_unit_test(test_hijack_from_other_host),
+		cmocka_unit_test(test_route_held_by_live_peer),
+		cmocka_unit_test(test_hello_claims_us),
+		cmocka_unit_test(test_dialer_checks_answer),
 		cmocka_unit_test(test_env_garbage),
 		cmocka_unit_test(test_spin_pingpong),
 		cmocka_unit_test(test_spin_cancel_deadline_close),

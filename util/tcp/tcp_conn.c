@@ -8,6 +8,7 @@
  * leader is polling, so the leader's snapshot of the table stays valid.
  */
 #include "tcp_int.h"
+#include "zap-addr.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -30,6 +31,17 @@ uint64_t tw_rand64(void)
 		    ((uint64_t)getpid() << 16) ^ (uint64_t)(uintptr_t)&ts;
 	}
 	return v ? v : 1;
+}
+
+void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa,
+		     socklen_t sl)
+{
+	if (sl > sizeof(c->sa))
+		sl = 0;
+	memcpy(&c->sa, sa, sl);
+	c->salen = sl;
+	if (!sl || zaddr_format(sa, sl, -1, c->src, sizeof(c->src)))
+		snprintf(c->src, sizeof(c->src), "?");
 }
 
 void tw_tune_socket(int fd)
@@ -242,8 +254,49 @@ void tw_reap(struct tcp_wire *w)
 }
 
 /*
- * Add an established connection (HELLO seen). @dial_addr: the string the
- * application dialed, or NULL. Returns -ENOMEM on failure (c not added).
+ * Whether @c's HELLO carrying our own instance id comes from ourselves
+ * (mu held): an accepted end must echo the nonce of a dial we are making,
+ * a dialed end must have been registered by our accept thread under its
+ * nonce (the acceptor registers before it answers).
+ */
+bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c)
+{
+	if (c->rid != w->id)
+		return false;
+	if (!c->dialed) {
+		for (const struct tcp_dial *d = w->dials; d; d = d->next)
+			if (d->nonce == c->nonce)
+				return true;
+		return false;
+	}
+	for (const struct tcp_conn *x = w->conns; x; x = x->next)
+		if (!x->dialed && x->rid == w->id && x->nonce == c->nonce)
+			return true;
+	return false;
+}
+
+/* Whether @p still has a connection the peer has not closed (mu held): a
+ * FIN or reset waiting unread on a socket counts as closed, so a peer that
+ * restarted on the same address is not locked out by its own past. */
+static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
+{
+	for (const struct tcp_conn *x = w->conns; x; x = x->next) {
+		char b;
+		if (x->peer != p || x->dead || x->rx_eof)
+			continue;
+		ssize_t k = recv(x->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Add an established connection (HELLO seen, its address proven as far as
+ * plaintext can: tcp_hello_peer()). @dial_addr: the string the application
+ * dialed, or NULL. Returns -ENOMEM (c not added), or -EADDRINUSE for an
+ * accepted connection whose address a different live peer holds: an
+ * accepted connection never takes a route over (c not added).
  */
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 			 const char *dial_addr)
@@ -251,6 +304,14 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 	struct tcp_peer *p = NULL;
 	bool self = c->rid == w->id;
 
+	if (!self || c->dialed) {
+		for (p = w->peers; p; p = p->next)
+			if (p->rid == c->rid && !strcmp(p->addr, c->raddr))
+				break;
+		struct tcp_route *r = tw_route_find(w, c->raddr);
+		if (!c->dialed && !p && r && r->peer && peer_live(w, r->peer))
+			return -EADDRINUSE;
+	}
 	c->rbuf = malloc(TCP_RBUF);
 	if (!c->rbuf)
 		return -ENOMEM;
@@ -262,9 +323,6 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		c->peer = NULL;
 		goto out;
 	}
-	for (p = w->peers; p; p = p->next)
-		if (p->rid == c->rid)
-			break;
 	if (!p) {
 		p = calloc(1, sizeof(*p));
 		if (!p) {
@@ -274,6 +332,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 			return -ENOMEM;
 		}
 		p->rid = c->rid;
+		snprintf(p->addr, sizeof(p->addr), "%s", c->raddr);
 		p->next = w->peers;
 		w->peers = p;
 	}

@@ -52,6 +52,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
@@ -82,7 +83,10 @@ struct tcp_conn {
 	bool dialed;             /* we connected; else accepted */
 	uint64_t rid;            /* remote instance id, from its HELLO */
 	uint64_t nonce;          /* dialer's connection nonce */
-	char raddr[ZAP_PEER_MAX]; /* replyable remote address */
+	char raddr[ZAP_PEER_MAX]; /* replyable remote address (proven host) */
+	struct sockaddr_storage sa; /* remote address, from accept/connect */
+	socklen_t salen;
+	char src[ZAP_PEER_MAX];  /* the same as text, for logs ("?" if none) */
 	struct tcp_peer *peer;   /* mu; NULL for the accepted end of a self-connection */
 
 	/* mu */
@@ -110,10 +114,16 @@ struct tcp_conn {
 	uint64_t hs_deadline_ms;
 };
 
-/* One remote transport instance, by its id. */
+/*
+ * One remote transport instance, by its id and its address as the
+ * connection proved it (source host, claimed port): an instance id alone
+ * is a claim anyone can copy, so a connection from elsewhere that repeats
+ * it is another peer and never touches this one's connections.
+ */
 struct tcp_peer {
 	struct tcp_peer *next;
 	uint64_t rid;
+	char addr[ZAP_PEER_MAX];
 	struct tcp_conn *tx;     /* the connection our sends use, NULL if none */
 	unsigned nconns;
 };
@@ -124,6 +134,12 @@ struct tcp_route {
 	struct tcp_peer *peer;
 	bool dialing;
 	char addr[ZAP_PEER_MAX];
+};
+
+/* A dial in progress (mu): its nonce proves a connection to ourselves. */
+struct tcp_dial {
+	struct tcp_dial *next;
+	uint64_t nonce;
 };
 
 struct tcp_waiter {
@@ -179,6 +195,7 @@ struct tcp_wire {
 	struct tcp_conn *conns;
 	struct tcp_peer *peers;
 	struct tcp_route *routes;
+	struct tcp_dial *dials;
 	struct tcp_rx_msg *qhead, *qtail;
 	struct tcp_waiter *waiters;
 	unsigned nwaiters;
@@ -249,6 +266,8 @@ void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
 /* tcp_conn.c: wake-ups */
 uint64_t tw_rand64(void);
 void tw_tune_socket(int fd);
+void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa,
+		     socklen_t sl);
 void tw_kick(struct tcp_wire *w);
 void tw_wake_all(struct tcp_wire *w);
 void tw_notify(struct tcp_wire *w, bool tx);
@@ -268,6 +287,7 @@ void tw_conn_free(struct tcp_conn *c);
 void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		     const char *dial_addr);
+bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
 bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c);
 
 /* tcp_handshake.c */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +364,42 @@ static int wait_fd(struct tcp_wire *w, int fd, short events,
 	}
 }
 
+/*
+ * Dial from the host we listen on, when we listen on one: our HELLO
+ * claims that host, and the acceptor checks it against the source
+ * (an endpoint on 127.0.0.2 would otherwise dial from 127.0.0.1). Best
+ * effort: a family mismatch or a failed bind leaves the kernel's choice,
+ * and the acceptor then refuses us with a reason.
+ */
+static void bind_source(const struct tcp_wire *w, int fd, int family)
+{
+	struct zaddr b;
+	struct sockaddr_storage ss = {0};
+	socklen_t sl = 0;
+
+	if (zaddr_parse(w->bound, &b) || b.wildcard)
+		return;
+	if (family == AF_INET && b.kind == ZADDR_IPV4) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		s4->sin_family = AF_INET;
+		if (inet_pton(AF_INET, b.host, &s4->sin_addr) == 1)
+			sl = sizeof(*s4);
+	} else if (family == AF_INET6 && b.kind == ZADDR_IPV6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		s6->sin6_family = AF_INET6;
+		if (inet_pton(AF_INET6, b.host, &s6->sin6_addr) == 1)
+			sl = sizeof(*s6);
+	}
+#ifdef IP_BIND_ADDRESS_NO_PORT
+	int one = 1;
+	if (sl) /* pick the port at connect, by the whole 4-tuple */
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+#endif
+	if (sl && bind(fd, (struct sockaddr *)&ss, sl) < 0)
+		w->host->log(ZAP_LOG_DEBUG, w->dom, "cannot dial from %s: %s", b.host,
+			     strerror(errno));
+}
+
 static int dial_one(struct tcp_wire *w, const char *peer,
 		    const struct addrinfo *ai, struct zap_ctx *ctx, int *out)
 {
@@ -372,6 +409,7 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 		return w->host->fail(-errno, "%s: socket: %s", w->dom,
 				     strerror(errno));
 	tw_tune_socket(fd);
+	bind_source(w, fd, ai->ai_family);
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		if (errno != EINPROGRESS) {
 			int e = errno;

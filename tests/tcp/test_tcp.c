@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <cmocka.h>
 
 #include <zap/zap.h>
@@ -1448,7 +1450,7 @@ static void test_hello_claims_us(void **state)
 struct fake_acceptor {
 	int lfd;
 	char addr[64];
-	int mode; /* 0: wrong nonce echo, 1: another port, 2: our id */
+	int mode; /* 0: wrong nonce echo, 1: another port, 2: our id, 3: sink */
 	uint64_t id;
 };
 
@@ -1479,6 +1481,13 @@ static void *fake_accept(void *arg)
 			      claim);
 	ssize_t k = send(fd, out, n, MSG_NOSIGNAL);
 	(void)k;
+	if (f->mode == 3) {
+		/* A sink that never reads: wait for the test to shut us. */
+		char c;
+		recv(f->lfd, &c, 1, 0);
+		close(fd);
+		return NULL;
+	}
 	while (recv(fd, in, sizeof(in), 0) > 0)
 		;
 	close(fd);
@@ -1519,6 +1528,244 @@ static void test_dialer_checks_answer(void **state)
 		pthread_join(th, NULL);
 		close(f.lfd);
 	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory: nothing declared is held before it arrives, and not forever       */
+/* ------------------------------------------------------------------------ */
+
+static long vm_rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+struct staller {
+	char addr[ZAP_PEER_MAX];
+	char from[16];
+	size_t send; /* payload bytes of a 64 MiB message to send, then stall */
+	int fd;
+};
+
+static void *stall_main(void *p)
+{
+	struct staller *st = p;
+	unsigned char h[256];
+	char claim[32];
+	struct timeval tv = {.tv_sec = 3};
+
+	snprintf(claim, sizeof(claim), "%s:9", st->from);
+	st->fd = raw_connect_from(st->addr, st->from);
+	setsockopt(st->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	size_t n = hello_addr(h, claim);
+	n += hdr(h + n, 2, 64ull << 20);
+	assert_int_equal(send(st->fd, h, n, MSG_NOSIGNAL), (ssize_t)n);
+	unsigned char *junk = calloc(1, st->send);
+	size_t done = 0;
+	while (done < st->send) {
+		ssize_t k = send(st->fd, junk + done, st->send - done, MSG_NOSIGNAL);
+		if (k <= 0)
+			break;
+		done += (size_t)k;
+	}
+	free(junk);
+	return NULL;
+}
+
+/*
+ * Eight peers (127.0.0.2-9) each announce a 64 MiB message, send 16 MiB of
+ * it and stall. The endpoint's partial-message budget (4 MiB here) bounds
+ * what it holds, one message past it at a time; the stalled frames are
+ * dropped after ZAP_TCP_STALL_MS (0.4 s here); a well-behaved peer is served
+ * throughout. It used to hold all 128 MiB until the peers went away.
+ */
+static void test_partial_budget_and_stall(void **state)
+{
+	enum { NS = 8 };
+	struct staller st[NS];
+	pthread_t th[NS];
+	char ab[ZAP_PEER_MAX];
+	(void)state;
+
+	/* Large blocks always mmapped, so that RSS follows what is held
+	 * (glibc's dynamic threshold keeps freed blocks after earlier tests). */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	setenv("ZAP_TCP_PARTIAL_BYTES", "4194304", 1);
+	setenv("ZAP_TCP_STALL_MS", "400", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_PARTIAL_BYTES");
+	unsetenv("ZAP_TCP_STALL_MS");
+	ep_addr(b, ab);
+	served(b, ab);
+	long rss0 = vm_rss_kib();
+	log_clear();
+	for (int i = 0; i < NS; i++) {
+		st[i] = (struct staller){.send = 16u << 20, .fd = -1};
+		snprintf(st[i].addr, sizeof(st[i].addr), "%s", ab);
+		snprintf(st[i].from, sizeof(st[i].from), "127.0.0.%d", i + 2);
+		pthread_create(&th[i], NULL, stall_main, &st[i]);
+	}
+	pump(b, 1000);
+	for (int i = 0; i < NS; i++)
+		pthread_join(th[i], NULL);
+	long grew = vm_rss_kib() - rss0;
+	fprintf(stderr, "# RSS grew by %ld KiB under %d stalled 16 MiB partials\n",
+		grew, NS);
+	/* Budget 4 MiB + the one message allowed past it (16 MiB) + slack. */
+	assert_true(grew < 40 * 1024);
+	served(b, ab);
+	/* No progress for 0.4 s: each stalled connection is dropped (those
+	 * held back by the budget once they had their turn). */
+	int left = NS;
+	for (int round = 0; left && round < 50; round++) {
+		pump(b, 300);
+		for (int i = 0; i < NS; i++) {
+			char c[4096];
+			ssize_t k;
+			if (st[i].fd < 0)
+				continue;
+			while ((k = recv(st[i].fd, c, sizeof(c), MSG_DONTWAIT)) > 0)
+				;
+			if (k == 0 || (k < 0 && errno != EAGAIN)) {
+				close(st[i].fd);
+				st[i].fd = -1;
+				left--;
+			}
+		}
+	}
+	assert_int_equal(left, 0);
+	assert_true(log_wait("made no progress"));
+	assert_true(log_wait("from 127.0.0.2:"));
+	served(b, ab);
+	zap_close(b);
+}
+
+struct flood_arg {
+	struct zap_transport *t;
+	const char *peer;
+	unsigned sent;
+};
+
+static void *flood_main(void *p)
+{
+	struct flood_arg *f = p;
+	static unsigned char buf[64 << 10];
+	struct zap_ctx *ctx;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 3000000000ull);
+	for (f->sent = 0; f->sent < 1600; f->sent++) {
+		memcpy(buf, &f->sent, sizeof(f->sent));
+		if (zap_send(f->t, f->peer, buf, sizeof(buf), ctx))
+			break;
+	}
+	zap_ctx_free(ctx);
+	return NULL;
+}
+
+struct stuck_arg {
+	struct zap_transport *t;
+	char peer[ZAP_PEER_MAX];
+	int rc;
+};
+
+/* A send that blocks (the peer never reads): its thread leads progress. */
+static void *stuck_send(void *p)
+{
+	struct stuck_arg *a = p;
+	size_t len = 64u << 20;
+	unsigned char *buf = calloc(1, len);
+	struct zap_ctx *ctx;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 4000000000ull);
+	a->rc = zap_send(a->t, a->peer, buf, len, ctx);
+	zap_ctx_free(ctx);
+	free(buf);
+	return NULL;
+}
+
+/*
+ * B's application is busy in a send that cannot finish and takes no
+ * messages, while A floods it with 100 MiB. B reads no more than its queue
+ * limit (1 MiB here) and TCP holds A back; when B drains, everything
+ * arrives in order. It used to read all of it into memory.
+ */
+static void test_rx_queue_bounded(void **state)
+{
+	char ab[ZAP_PEER_MAX];
+	(void)state;
+
+	setenv("ZAP_TCP_RX_QUEUE_BYTES", "1048576", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_RX_QUEUE_BYTES");
+	struct zap_transport *a = ep_open();
+	ep_addr(b, ab);
+
+	/* A sink that accepts, answers HELLO, and never reads again. */
+	struct fake_acceptor f = {.mode = 3};
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	inet_pton(AF_INET, "127.0.0.5", &sa.sin_addr);
+	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f.lfd, 4), 0);
+	getsockname(f.lfd, (struct sockaddr *)&sa, &sl);
+	snprintf(f.addr, sizeof(f.addr), "127.0.0.5:%u", ntohs(sa.sin_port));
+	pthread_t fth, sth, ath;
+	pthread_create(&fth, NULL, fake_accept, &f);
+	struct stuck_arg sa2 = {.t = b};
+	snprintf(sa2.peer, sizeof(sa2.peer), "%s", f.addr);
+	pthread_create(&sth, NULL, stuck_send, &sa2);
+	usleep(200000);
+	struct flood_arg fa = {.t = a, .peer = ab};
+	pthread_create(&ath, NULL, flood_main, &fa);
+	pthread_join(ath, NULL);
+	fprintf(stderr, "# A sent %u of 1600 64 KiB messages while B did not drain\n",
+		fa.sent);
+	assert_true(fa.sent < 400); /* 1 MiB queue + socket buffers, not 100 MiB */
+	pthread_join(sth, NULL);
+	/* Nothing lost: what A sent arrives, in order. */
+	for (unsigned i = 0; i < fa.sent; i++) {
+		struct zap_msg *m = recv_ok(b);
+		unsigned k;
+		memcpy(&k, zap_msg_data(m), sizeof(k));
+		assert_int_equal(k, i);
+		zap_msg_release(m);
+	}
+	zap_close(a);
+	zap_close(b);
+	shutdown(f.lfd, SHUT_RDWR);
+	pthread_join(fth, NULL);
+	close(f.lfd);
+}
+
+/* A peer that stops in the middle of a frame header is dropped too. */
+static void test_partial_header_stall(void **state)
+{
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	setenv("ZAP_TCP_STALL_MS", "300", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_STALL_MS");
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect_from(ab, "127.0.0.6");
+	size_t n = hello_addr(p, "127.0.0.6:9");
+	n += hdr(p + n, 2, 100) - 8;
+	write_all(fd, p, n);
+	pump(b, 800);
+	expect_dropped(b, fd, false, "made no progress");
+	served(b, ab);
+	zap_close(b);
 }
 
 struct late_arg {
@@ -1834,6 +2081,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_route_held_by_live_peer),
 		cmocka_unit_test(test_hello_claims_us),
 		cmocka_unit_test(test_dialer_checks_answer),
+		cmocka_unit_test(test_partial_budget_and_stall),
+		cmocka_unit_test(test_rx_queue_bounded),
+		cmocka_unit_test(test_partial_header_stall),
 		cmocka_unit_test(test_env_garbage),
 		cmocka_unit_test(test_spin_pingpong),
 		cmocka_unit_test(test_spin_cancel_deadline_close),

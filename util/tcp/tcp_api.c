@@ -278,6 +278,13 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	}
 	struct tcp_rx_msg *m = w->qhead;
 	w->qhead = m->next;
+	w->qbytes -= m->msg.len;
+	if (w->q_full && w->qbytes < w->rxq_max) {
+		/* Room again: the leader reads connections again. */
+		w->q_full = false;
+		if (w->leader)
+			tw_kick(w);
+	}
 	if (!w->qhead)
 		w->qtail = NULL;
 	else
@@ -442,6 +449,24 @@ static int env_limit(const struct zap_host *host, const char *dom,
 	return 0;
 }
 
+/* A byte count from the environment: plain decimal like the other
+ * ZAP_TCP_* limits, TCP_BYTES_MIN..TCP_BYTES_MAX; unset or empty: @def. */
+static int env_size(const struct zap_host *host, const char *dom,
+		    const char *name, uint64_t def, uint64_t *out)
+{
+	const char *v = getenv(name);
+
+	*out = def;
+	if (!v || !*v)
+		return 0;
+	if (tcp_parse_uint(v, TCP_BYTES_MIN, TCP_BYTES_MAX, out))
+		return host->fail(-EINVAL,
+				  "%s: %s=\"%.32s\" is not a number of bytes from %llu to %llu",
+				  dom, name, v, (unsigned long long)TCP_BYTES_MIN,
+				  (unsigned long long)TCP_BYTES_MAX);
+	return 0;
+}
+
 int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 {
 	const struct zap_host *host = args->host;
@@ -472,6 +497,15 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	if (!r)
 		r = env_limit(host, w->dom, TCP_PENDING_ENV, TCP_PENDING_MAX, 1,
 			      TCP_PENDING_LIMIT, "connections", &w->pending_max);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_STALL_ENV, TCP_STALL_MS,
+			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",
+			      &w->stall_ms);
+	if (!r)
+		r = env_size(host, w->dom, TCP_PARTIAL_ENV, TCP_PARTIAL_DEF,
+			     &w->partial_max);
+	if (!r)
+		r = env_size(host, w->dom, TCP_RXQ_ENV, TCP_RXQ_DEF, &w->rxq_max);
 	if (r)
 		goto fail;
 

@@ -167,6 +167,7 @@ void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 		return;
 	c->dead = true;
 	c->rx_eof = true;
+	w->reap_due = true;
 	if (c->peer && c->peer->tx == c)
 		tw_peer_pick_tx(w, c->peer);
 }
@@ -224,6 +225,8 @@ void tw_conn_free(struct tcp_conn *c)
 void tw_reap(struct tcp_wire *w)
 {
 	struct tcp_conn **pp = &w->conns;
+
+	w->reap_due = false;
 	while (*pp) {
 		struct tcp_conn *c = *pp;
 		if (!c->dead || c->tx_busy) {
@@ -232,6 +235,17 @@ void tw_reap(struct tcp_wire *w)
 		}
 		*pp = c->next;
 		struct tcp_peer *p = c->peer;
+		if (c->rx_charge) {
+			/* Its partial message goes: others may take the budget. */
+			w->partial_bytes -= c->rx_charge;
+			c->rx_charge = 0;
+			if (w->budget_wait) {
+				w->budget_wait = false;
+				tw_kick(w);
+			}
+		}
+		if (w->oldest == c)
+			w->oldest = NULL;
 		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
 			for (struct tcp_route **rp = &w->routes; *rp;) {

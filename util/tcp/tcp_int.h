@@ -73,6 +73,17 @@
 #define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
 #define TCP_PENDING_LIMIT 1048576u
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
+/* Memory limits (WIRE.md, "Limits against floods"). */
+#define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
+#define TCP_PARTIAL_DEF (256ull << 20)
+#define TCP_RXQ_ENV "ZAP_TCP_RX_QUEUE_BYTES"
+#define TCP_RXQ_DEF (256ull << 20)
+#define TCP_BYTES_MIN (64ull << 10)
+#define TCP_BYTES_MAX (1ull << 40)
+#define TCP_STALL_ENV "ZAP_TCP_STALL_MS"
+#define TCP_STALL_MS 30000
+/* A large message's first allocation when the allocator can grow it. */
+#define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u
 
 struct tcp_peer;
@@ -105,6 +116,13 @@ struct tcp_conn {
 	size_t rhead, rlen;
 	struct tcp_rx_msg *rx_msg; /* payload being read straight into place */
 	size_t rx_off;
+	size_t rx_cap;           /* payload bytes rx_msg has room for (grows) */
+	size_t rx_len;           /* the frame's declared length */
+	uint64_t rx_charge;      /* bytes of the partial budget rx_msg holds */
+	uint64_t rx_total;       /* bytes read, ever */
+	uint64_t rx_since_ms;    /* last progress on a partial frame; 0: none */
+	uint64_t rx_start_ms;    /* when rx_msg was started */
+	bool budget_paused;      /* leader: alloc_wait for the partial budget */
 	int rx_res;              /* result of this round's read */
 	char rx_why[160];
 
@@ -182,6 +200,15 @@ struct tcp_wire {
 	unsigned spin_us;        /* ZAP_TCP_SPIN_US, read at open; 0: never spin */
 	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
 	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
+	unsigned stall_ms;       /* ZAP_TCP_STALL_MS, read at open */
+	uint64_t partial_max;    /* ZAP_TCP_PARTIAL_BYTES, read at open */
+	uint64_t rxq_max;        /* ZAP_TCP_RX_QUEUE_BYTES, read at open */
+	uint64_t partial_bytes;  /* leader: budget held by partial messages */
+	struct tcp_conn *oldest; /* leader: the partial allowed past the budget */
+	bool budget_wait;        /* leader: a connection waits for budget */
+	uint64_t qbytes;         /* mu: payload bytes queued for recv */
+	bool q_full;             /* mu: connections not read for a full queue */
+	bool reap_due;           /* mu: a connection died since the last reap */
 	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
 

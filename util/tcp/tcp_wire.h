@@ -52,6 +52,16 @@ struct tcp_rx_msg {
 struct tcp_rx_alloc {
 	int (*alloc)(void *user, size_t len, struct tcp_rx_msg **out);
 	void *user;
+	/*
+	 * Optional: make *@m's payload @len bytes (larger than before),
+	 * keeping its contents; *@m may move. 0, or a negative errno (the
+	 * connection is closed; *@m is still valid and released by the
+	 * wire). With it, a large message's memory grows as its bytes
+	 * arrive (alloc() is first asked for a part); without it, alloc()
+	 * gets the whole declared length once the endpoint's budget for
+	 * partly received messages allows it.
+	 */
+	int (*grow)(void *user, size_t len, struct tcp_rx_msg **m);
 };
 
 struct tcp_wire_args {

@@ -75,9 +75,9 @@
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
 /* Memory limits (WIRE.md, "Limits against floods"). */
 #define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
-#define TCP_PARTIAL_DEF (256ull << 20)
+#define TCP_PARTIAL_DEF (64ull << 20)
 #define TCP_RXQ_ENV "ZAP_TCP_RX_QUEUE_BYTES"
-#define TCP_RXQ_DEF (256ull << 20)
+#define TCP_RXQ_DEF (128ull << 20)
 #define TCP_BYTES_MIN (64ull << 10)
 #define TCP_BYTES_MAX (1ull << 40)
 #define TCP_STALL_ENV "ZAP_TCP_STALL_MS"

@@ -148,7 +148,10 @@ static void good_peer(const char *ep, const char *label)
 		zap_ctx_set_timeout(ctx, 2000000000ull);
 		uint64_t t0 = now_ns();
 		if (zap_send(t, ep, buf, sizeof(buf), ctx) || zap_recv(t, ctx, &m)) {
-			fails++;
+			if (++fails == 10 && !n) {
+				zap_ctx_free(ctx);
+				break; /* locked out: no point waiting 200 times */
+			}
 		} else {
 			rtt[n++] = now_ns() - t0;
 			zap_msg_release(m);
@@ -160,7 +163,7 @@ static void good_peer(const char *ep, const char *label)
 		printf("%s: good peer RTT median %.1f us, worst %.1f us, %d of 200 failed\n",
 		       label, rtt[n / 2] / 1e3, rtt[n - 1] / 1e3, fails);
 	else
-		printf("%s: good peer: all 200 round trips failed\n", label);
+		printf("%s: good peer: every round trip failed (%d tried)\n", label, fails);
 	zap_close(t);
 }
 
@@ -175,6 +178,7 @@ int main(int argc, char **argv)
 	int pfd[2];
 	char ep[ZAP_PEER_MAX];
 
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	setenv("ZAP_TRANSPORT_QUIET", "1", 1);
 	setenv("ZAP_LOG_LEVEL", "error", 1);
 	signal(SIGPIPE, SIG_IGN);

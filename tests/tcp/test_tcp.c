@@ -1770,6 +1770,105 @@ static void test_partial_header_stall(void **state)
 	zap_close(b);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Descriptors: idle peers cannot lock anyone out                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An endpoint in a child process with RLIMIT_NOFILE 256 (the hostile
+ * sockets live here, and must not count against it) echoes messages.
+ * 300 peers from 127.0.1.x complete a HELLO and idle; a well-behaved peer
+ * must still get its echo. It used to be locked out (EMFILE on accept).
+ */
+static void test_idle_flood_low_nofile(void **state)
+{
+	enum { N = 300 };
+	int pfd[2];
+	char ab[ZAP_PEER_MAX] = "";
+	(void)state;
+
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < N + 200 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < N + 200)
+		skip();
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit low = {256, 256};
+		struct zap_transport *t;
+		close(pfd[0]);
+		setrlimit(RLIMIT_NOFILE, &low);
+		t = ep_open();
+		ep_addr(t, ab);
+		if (write(pfd[1], ab, sizeof(ab)) != (ssize_t)sizeof(ab))
+			_exit(1);
+		for (;;) {
+			struct zap_msg *m;
+			if (zap_recv(t, NULL, &m))
+				continue;
+			zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), NULL);
+			zap_msg_release(m);
+		}
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], ab, sizeof(ab)), (ssize_t)sizeof(ab));
+	close(pfd[0]);
+	int *fds = malloc(N * sizeof(int));
+	for (int i = 0; i < N; i++) {
+		char from[32], claim[48];
+		unsigned char p[256];
+		snprintf(from, sizeof(from), "127.0.1.%d", 1 + i % 250 + (i >= 250));
+		snprintf(claim, sizeof(claim), "%s:%d", from, 1000 + i);
+		fds[i] = raw_connect_from(ab, from);
+		write_all(fds[i], p, hello_full(p, 0x1000 + (uint64_t)i, 7, claim));
+	}
+	usleep(1500000); /* every one of them idle longer than 1 s */
+	struct zap_transport *a = ep_open();
+	int ok = 0;
+	for (int i = 0; i < 20; i++) {
+		struct zap_ctx *ctx;
+		struct zap_msg *m = NULL;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 2000000000ull);
+		if (!zap_send(a, ab, "echo", 4, ctx) && !zap_recv(a, ctx, &m)) {
+			ok++;
+			zap_msg_release(m);
+		}
+		zap_ctx_free(ctx);
+	}
+	zap_close(a);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	free(fds);
+	fprintf(stderr, "# %d of 20 echoes through 300 idle peers at RLIMIT_NOFILE 256\n", ok);
+	assert_int_equal(ok, 20);
+}
+
+/* A connection that carries nothing for ZAP_TCP_IDLE_MS is closed. */
+static void test_idle_timeout(void **state)
+{
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	setenv("ZAP_TCP_IDLE_MS", "300", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_IDLE_MS");
+	ep_addr(b, ab);
+	int fd = raw_connect_from(ab, "127.0.0.7");
+	write_all(fd, p, hello_addr(p, "127.0.0.7:9"));
+	pump(b, 1000);
+	expect_dropped(b, fd, false, NULL);
+	served(b, ab);
+	zap_close(b);
+}
+
 struct late_arg {
 	struct zap_transport *t;
 	const char *peer;
@@ -2086,6 +2185,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_partial_budget_and_stall),
 		cmocka_unit_test(test_rx_queue_bounded),
 		cmocka_unit_test(test_partial_header_stall),
+		cmocka_unit_test(test_idle_flood_low_nofile),
+		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_env_garbage),
 		cmocka_unit_test(test_spin_pingpong),
 		cmocka_unit_test(test_spin_cancel_deadline_close),

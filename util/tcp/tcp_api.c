@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -38,6 +39,10 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 
 	if (!r)
 		return -ENOMEM;
+	/* Our own sends keep working at the descriptor limit: the
+	 * connection idle the longest makes room. */
+	if (w->nconns >= w->conn_max)
+		tw_evict_idle(w, "descriptor limit reached, dialing a new peer");
 	snprintf(r->addr, sizeof(r->addr), "%s", peer);
 	r->dialing = true;
 	r->next = w->routes;
@@ -183,6 +188,7 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 
 	c->tx_busy = false;
 	c->tx_used = true;
+	tw_touch(c, now_ms());
 	if (err && done && stopped && !c->dead) {
 		/*
 		 * A partial frame cannot be taken back, so no new frame may
@@ -449,6 +455,22 @@ static int env_limit(const struct zap_host *host, const char *dom,
 	return 0;
 }
 
+/*
+ * Connections (established and in handshake) the wire may hold: the
+ * descriptor limit less TCP_FD_HEADROOM and a quarter, for the
+ * application and our own eventfds; at least 8.
+ */
+static size_t conn_limit(void)
+{
+	struct rlimit rl;
+	uint64_t n = 1 << 20;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+		n = rl.rlim_cur;
+	n = n > TCP_FD_HEADROOM ? (n - TCP_FD_HEADROOM) * 3 / 4 : 0;
+	return n < 8 ? 8 : (size_t)n;
+}
+
 /* A byte count from the environment: plain decimal like the other
  * ZAP_TCP_* limits, TCP_BYTES_MIN..TCP_BYTES_MAX; unset or empty: @def. */
 static int env_size(const struct zap_host *host, const char *dom,
@@ -506,6 +528,10 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 			     &w->partial_max);
 	if (!r)
 		r = env_size(host, w->dom, TCP_RXQ_ENV, TCP_RXQ_DEF, &w->rxq_max);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_IDLE_ENV, TCP_IDLE_MS, TCP_HS_MIN_MS,
+			      TCP_IDLE_MAX_MS, "milliseconds", &w->idle_ms);
+	w->conn_max = conn_limit();
 	if (r)
 		goto fail;
 

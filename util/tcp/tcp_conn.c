@@ -246,6 +246,7 @@ void tw_reap(struct tcp_wire *w)
 		}
 		if (w->oldest == c)
 			w->oldest = NULL;
+		w->nconns--;
 		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
 			for (struct tcp_route **rp = &w->routes; *rp;) {
@@ -331,6 +332,8 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		return -ENOMEM;
 	c->next = w->conns;
 	w->conns = c;
+	w->nconns++;
+	tw_touch(c, now_ms());
 	if (self && !c->dialed) {
 		/* The accepted end of a connection to ourselves only receives;
 		 * the dialed end carries our sends. */
@@ -341,6 +344,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		p = calloc(1, sizeof(*p));
 		if (!p) {
 			w->conns = c->next;
+			w->nconns--;
 			free(c->rbuf);
 			c->rbuf = NULL;
 			return -ENOMEM;
@@ -371,6 +375,38 @@ out:
 		tw_kick(w);
 	tw_wake_all(w);
 	return 0;
+}
+
+/*
+ * Close the connection idle the longest (no frame byte either way), if it
+ * has been idle at least TCP_EVICT_MIN_IDLE_MS (mu held): the descriptor
+ * limit is reached, and a newcomer or our own dial needs one. Whether one
+ * was closed. It closes at once when no leader polls, else after the
+ * leader's round.
+ */
+bool tw_evict_idle(struct tcp_wire *w, const char *why)
+{
+	struct tcp_conn *old = NULL;
+	uint64_t old_ms = UINT64_MAX, now = now_ms();
+
+	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+		uint64_t t = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+		if (c->dead || c->tx_busy || t >= old_ms)
+			continue;
+		old = c;
+		old_ms = t;
+	}
+	if (!old || now - old_ms < TCP_EVICT_MIN_IDLE_MS)
+		return false;
+	w->host->log(ZAP_LOG_WARN, w->dom,
+		     "closing the connection to %s (from %s), idle %llu ms: %s",
+		     old->raddr, old->src, (unsigned long long)(now - old_ms), why);
+	tw_conn_kill(w, old);
+	if (w->leader)
+		tw_kick(w);
+	else
+		tw_reap(w);
+	return true;
 }
 
 /*

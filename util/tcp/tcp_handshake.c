@@ -252,6 +252,19 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			if (old)
 				pending_drop(w, old, ZAP_LOG_WARN,
 					     "too many connections in handshake");
+		} else {
+			/* At the descriptor limit, the connection idle the
+			 * longest makes room, else the oldest handshake. */
+			pthread_mutex_lock(&w->mu);
+			bool full = w->nconns + w->npending >= w->conn_max;
+			bool made = full && tw_evict_idle(w, "descriptor limit reached");
+			pthread_mutex_unlock(&w->mu);
+			struct tcp_conn *old = w->pending;
+			while (old && old->next)
+				old = old->next;
+			if (full && !made && old)
+				pending_drop(w, old, ZAP_LOG_WARN,
+					     "descriptor limit reached");
 		}
 		c->next = w->pending;
 		w->pending = c;

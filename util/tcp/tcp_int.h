@@ -82,6 +82,12 @@
 #define TCP_BYTES_MAX (1ull << 40)
 #define TCP_STALL_ENV "ZAP_TCP_STALL_MS"
 #define TCP_STALL_MS 30000
+/* Descriptors (WIRE.md, "Limits against floods"). */
+#define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
+#define TCP_IDLE_MS 300000
+#define TCP_IDLE_MAX_MS 86400000u
+#define TCP_FD_HEADROOM 64     /* descriptors left to the application */
+#define TCP_EVICT_MIN_IDLE_MS 1000
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u
@@ -123,6 +129,7 @@ struct tcp_conn {
 	uint64_t rx_since_ms;    /* last progress on a partial frame; 0: none */
 	uint64_t rx_start_ms;    /* when rx_msg was started */
 	bool budget_paused;      /* leader: alloc_wait for the partial budget */
+	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
 	int rx_res;              /* result of this round's read */
 	char rx_why[160];
 
@@ -201,6 +208,9 @@ struct tcp_wire {
 	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
 	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
 	unsigned stall_ms;       /* ZAP_TCP_STALL_MS, read at open */
+	unsigned idle_ms;        /* ZAP_TCP_IDLE_MS, read at open */
+	size_t conn_max;         /* descriptors for connections: RLIMIT_NOFILE - headroom */
+	size_t nconns;           /* mu: established connections not yet freed */
 	uint64_t partial_max;    /* ZAP_TCP_PARTIAL_BYTES, read at open */
 	uint64_t rxq_max;        /* ZAP_TCP_RX_QUEUE_BYTES, read at open */
 	uint64_t partial_bytes;  /* leader: budget held by partial messages */
@@ -315,6 +325,11 @@ void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		     const char *dial_addr);
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
+bool tw_evict_idle(struct tcp_wire *w, const char *why);
+static inline void tw_touch(struct tcp_conn *c, uint64_t now)
+{
+	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);
+}
 bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c);
 
 /* tcp_handshake.c */

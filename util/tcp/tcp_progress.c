@@ -313,6 +313,8 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 	uint64_t before = c->rx_total;
 	int r = conn_rx_inner(w, c, tail);
 
+	if (c->rx_total != before)
+		tw_touch(c, now);
 	if (!c->rx_msg && c->rhead == c->rlen)
 		c->rx_since_ms = 0;
 	else if (c->rx_total != before || !c->rx_since_ms)
@@ -413,7 +415,19 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 	w->q_full = w->qbytes >= w->rxq_max;
 	w->oldest = NULL;
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
-		if (c->rx_eof || c->dead || !c->rx_since_ms)
+		if (c->dead)
+			continue;
+		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+		if (!c->tx_busy && now - last >= w->idle_ms) {
+			w->host->log(ZAP_LOG_INFO, w->dom,
+				     "closing the connection to %s (from %s): idle for %u ms",
+				     c->raddr, c->src, w->idle_ms);
+			tw_conn_kill(w, c);
+			continue;
+		}
+		if (!c->tx_busy)
+			*timeout = ms_min(*timeout, (int)(last + w->idle_ms - now));
+		if (c->rx_eof || !c->rx_since_ms)
 			continue;
 		if (w->q_full || c->alloc_wait || tw_conn_held(w, c)) {
 			/* Not read by our choice: its clock does not run. */

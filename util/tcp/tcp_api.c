@@ -501,6 +501,16 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	w->dom = args->domain;
 	w->alloc = args->alloc;
 	w->max_msg = args->max_msg_size;
+	/* A length must fit a size_t with the message record around it: on
+	 * a 32-bit build, 4 GiB or more would truncate in the cast to the
+	 * allocator. Clamp, and say so. */
+	if (w->max_msg > (uint64_t)(SIZE_MAX / 2)) {
+		w->max_msg = (uint64_t)(SIZE_MAX / 2);
+		host->log(ZAP_LOG_WARN, args->domain,
+			  "maximum message size %llu does not fit this build; using %llu",
+			  (unsigned long long)args->max_msg_size,
+			  (unsigned long long)w->max_msg);
+	}
 	w->id = tw_rand64();
 	w->lfd = w->kick_fd = w->stop_fd = -1;
 	atomic_init(&w->shut, false);

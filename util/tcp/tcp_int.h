@@ -41,6 +41,16 @@
  * leader reads sockets with w->mu released. Connections are freed only by
  * tw_reap(), which runs only while no leader is polling (w->leader false, or
  * the leader itself between rounds), so the leader's snapshot stays valid.
+ *
+ * Bounds (WIRE.md, "Limits against floods"): the partial-message budget
+ * (w->partial_bytes, w->oldest, c->rx_charge) is receive-side state and
+ * so the leader's; tw_reap() returns a freed connection's charge, which is
+ * safe for the same reason it may free it. w->qbytes and w->q_full are
+ * under mu (the leader stops reading when the queue is full; a recv that
+ * drains kicks it). c->last_ms is written by the leader (reads) and by
+ * senders (under mu), so it is a relaxed atomic, read by the idle check
+ * and by tw_evict_idle() (mu held). w->dials (mu) lists the nonces of
+ * dials in progress, which prove a connection to ourselves.
  */
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H

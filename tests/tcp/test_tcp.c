@@ -1393,7 +1393,9 @@ static void test_hijack_from_other_host(void **state)
 /*
  * Another process on the victim's host (same source address: plaintext
  * cannot tell them apart) claims the victim's address as another
- * instance: the live victim keeps its route.
+ * instance: the live victim keeps its route (the newcomer is not dropped:
+ * it may be the victim restarted, with its old connection's FIN not yet
+ * read; it gets the route once the old connections close).
  */
 static void test_route_held_by_live_peer(void **state)
 {
@@ -1405,14 +1407,19 @@ static void test_route_held_by_live_peer(void **state)
 	ep_addr(v, av);
 	ep_addr(b, ab);
 	link_up(v, b, av, ab);
-	log_clear();
 	int fd = raw_connect(ab);
 	write_all(fd, p, hello_full(p, 0x1234567887654321ull, 1, av));
 	pump(b, 100);
 	still_linked(v, b, av, ab);
-	assert_true(dropped(fd));
+	/* Nothing B sent to av went to the impostor. */
+	struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	unsigned char r[256];
+	ssize_t got = 0, k;
+	while ((k = recv(fd, r, sizeof(r), 0)) > 0)
+		got += k;
+	assert_true(got <= 16 + 16 + (ssize_t)strlen(ab)); /* B's HELLO only */
 	close(fd);
-	assert_true(log_wait("another live peer holds that address"));
 	zap_close(v);
 	zap_close(b);
 }

@@ -309,9 +309,8 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
 /*
  * Add an established connection (HELLO seen, its address proven as far as
  * plaintext can: tcp_hello_peer()). @dial_addr: the string the application
- * dialed, or NULL. Returns -ENOMEM (c not added), or -EADDRINUSE for an
- * accepted connection whose address a different live peer holds: an
- * accepted connection never takes a route over (c not added).
+ * dialed, or NULL. An accepted connection never takes over the route of a
+ * different live peer. Returns -ENOMEM on failure (c not added).
  */
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 			 const char *dial_addr)
@@ -319,13 +318,20 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 	struct tcp_peer *p = NULL;
 	bool self = c->rid == w->id;
 
+	bool keep_route = false;
+
 	if (!self || c->dialed) {
 		for (p = w->peers; p; p = p->next)
 			if (p->rid == c->rid && !strcmp(p->addr, c->raddr))
 				break;
 		struct tcp_route *r = tw_route_find(w, c->raddr);
-		if (!c->dialed && !p && r && r->peer && peer_live(w, r->peer))
-			return -EADDRINUSE;
+		/* Another instance at a live peer's address: a restart whose
+		 * old connections we have not seen close yet (data may sit
+		 * before their FIN), or a process posing as it from the same
+		 * host. Either way it does not take the route: replies go to
+		 * the live peer; once that one's connections close, the route
+		 * goes, and the next send dials the address again. */
+		keep_route = !c->dialed && !p && r && r->peer && peer_live(w, r->peer);
 	}
 	c->rbuf = malloc(TCP_RBUF);
 	if (!c->rbuf)
@@ -367,7 +373,12 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 	} else {
 		tw_retire(c);
 	}
-	tw_route_set(w, c->raddr, p);
+	if (keep_route)
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s (from %s): a live peer holds that address; not routing to the newcomer",
+			     c->raddr, c->src);
+	else
+		tw_route_set(w, c->raddr, p);
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);
 out:

@@ -184,11 +184,8 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	r = tw_conn_register(w, c, NULL);
 	pthread_mutex_unlock(&w->mu);
 	if (r) {
-		w->host->log(ZAP_LOG_WARN, w->dom, "dropping connection from %s: %s",
-			     c->raddr,
-			     r == -EADDRINUSE
-				     ? "another live peer holds that address"
-				     : "out of memory");
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "dropping connection from %s: out of memory", c->src);
 		tw_conn_free(c);
 		return;
 	}

@@ -97,7 +97,7 @@
 #define TCP_IDLE_MS 300000
 #define TCP_IDLE_MAX_MS 86400000u
 #define TCP_FD_HEADROOM 64     /* descriptors left to the application */
-#define TCP_EVICT_MIN_IDLE_MS 1000
+#define TCP_EVICT_MIN_IDLE_MS 250
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u

@@ -2095,8 +2095,8 @@ static void test_spin_pingpong(void **state)
 	 * may be the one spinning). */
 	unsigned char *big = malloc(1u << 20);
 	fill(big, 1u << 20, 7);
-	ea.n = 1;
 	pthread_join(th, NULL);
+	ea.n = 1; /* after the join: the echo thread reads it */
 	pthread_create(&th, NULL, echo_n, &ea);
 	send_ok(a, ab, big, 1u << 20);
 	struct zap_msg *m = recv_ok(a);

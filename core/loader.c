@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The plugin host (DESIGN.md sections 3 and 8): scan the plugin directories
+ * The plugin host (docs/loader.md): scan the plugin directories
  * once, check every candidate, probe the valid ones (out of process by
  * default), keep a load report with one row per candidate, and load into
  * this process only the plugin a pick chooses.

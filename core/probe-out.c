@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Probing out of process (DESIGN.md section 8): each candidate the scan
+ * Probing out of process (docs/loader.md, "Probing out of process"): each candidate the scan
  * found and checked is handed, as its open file, to a helper process of
  * its own (zap-probe, core/zap-probe.c), started with posix_spawn() so that
  * it is safe in a threaded program, and all of them run at once. Each

@@ -5,15 +5,21 @@
  *
  * Two instances, A sending messages to B, over a link the input drives
  * frame by frame (carry, drop, duplicate, reorder, each direction), on a
- * clock the input advances, while an attacker (another address) injects
- * raw and well-formed-looking DATA and ACK frames at both. Checked:
+ * clock the input advances, while an attacker injects raw and
+ * well-formed-looking DATA, ACK and CHALLENGE frames at both: from its own
+ * address, either unproven or routable (it echoes B's cookie, computed
+ * with dp_cookie()), and spoofing A's address (new streams, no cookie:
+ * the attacker does not see B's challenges to A). Checked:
  *  - B delivers A's messages in order, each at most once and intact, and
  *    skips one only if A gave the stream up (peer timeout) after it began
- *    (the link never corrupts, it only loses, duplicates and reorders; a
- *    spoofed sender is out of scope; empty messages all look alike and
- *    are only checked to have been sent);
- *  - memory a peer can make B hold stays bounded (peers, early frames,
- *    reassembly bytes, per the configuration) after every step;
+ *    (the link never corrupts, it only loses, duplicates and reorders;
+ *    empty messages all look alike and are only checked to have been
+ *    sent); nothing spoofed as A is ever delivered, and nothing of the
+ *    attacker's own address until it answered a challenge (the return
+ *    routability exchange, dp_proto.h);
+ *  - memory a peer can make B hold stays bounded (peers, early frames
+ *    within hold_max, reassembly bytes, per the configuration) after
+ *    every step;
  *  - every frame the protocol allocates or is given is freed exactly once
  *    (counted; ASan catches a double free) by the end;
  *  - with a clean link at the end and no stream given up, every message A
@@ -44,6 +50,7 @@ static struct frame *q[2][QMAX]; /* 0: toward B, 1: toward A */
 static size_t nq[2];
 static uint64_t now;
 static const struct dp_addr evil = {0x0b0b0b0bu, 6666};
+static bool evil_routable; /* the attacker echoed a cookie */
 
 /* A's messages: lengths, A's stream resets when each began, and how far
  * B's deliveries got. A message may be missing only if A gave the stream
@@ -126,7 +133,11 @@ static void f_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 	FUZZ_CHECK(n == &B || n == &A);
 	FUZZ_CHECK(!!frame != !!heap);
 	FUZZ_CHECK(len <= MAX_MSG);
+	FUZZ_CHECK(evil_routable || from.ip != evil.ip || from.port != evil.port);
 	if (n == &B && from.ip == A.addr.ip && from.port == A.addr.port) {
+		/* Never the attacker's frames spoofed as A's. */
+		FUZZ_CHECK(len < 2 || ((const uint8_t *)data)[0] != 0xee ||
+			   ((const uint8_t *)data)[1] != 0xee);
 		uint8_t want[MAX_MSG];
 		uint64_t resets = a_resets();
 		size_t k = ndelivered;
@@ -162,9 +173,18 @@ static void f_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 }
 
 static const struct dp_proto_cfg cfg = {
-	.payload_max = 64, .window = 8, .max_msg = MAX_MSG,
-	.rto_min_ns = 100000, .rto_max_ns = 2000000, .peer_timeout_ns = 50000000,
-	.max_peers = 4, .reasm_cap = 4096, .seed = 7,
+	.payload_max = 64,
+	.window = 8,
+	.max_msg = MAX_MSG,
+	.rto_min_ns = 100000,
+	.rto_max_ns = 2000000,
+	.peer_timeout_ns = 50000000,
+	.max_peers = 4,
+	.reasm_cap = 4096,
+	.hold_max = 10,
+	.hold_peer_max = 6,
+	.seed = 7,
+	.secret = "fuzz-dp-proto-k",
 };
 
 static void carry(int dir, bool keep)
@@ -201,13 +221,19 @@ static void rotate(int dir)
 	q[dir][nq[dir] - 1] = f;
 }
 
-static void inject(struct node *dst, const uint8_t *b, size_t len)
+static void inject_from(struct node *dst, struct dp_addr from, const uint8_t *b,
+			size_t len)
 {
 	uint8_t *buf;
 	void *f = f_alloc(dst, len, &buf);
 
 	memcpy(buf, b, len);
-	dp_input(dst->p, evil, f, buf, len, now);
+	dp_input(dst->p, from, f, buf, len, now);
+}
+
+static void inject(struct node *dst, const uint8_t *b, size_t len)
+{
+	inject_from(dst, evil, b, len);
 }
 
 static void wr32(uint8_t *p, uint32_t v)
@@ -224,7 +250,8 @@ static void check_bounds(void)
 
 	dp_get_stats(B.p, &st);
 	FUZZ_CHECK(st.peers <= cfg.max_peers);
-	FUZZ_CHECK(st.early_frames <= st.peers * DP_WIN_MAX);
+	FUZZ_CHECK(st.early_frames <= st.peers * cfg.hold_peer_max);
+	FUZZ_CHECK(st.early_frames <= cfg.hold_max);
 	FUZZ_CHECK(st.reasm_bytes <= cfg.reasm_cap);
 	dp_get_stats(A.p, &st);
 	FUZZ_CHECK(st.peers <= cfg.max_peers);
@@ -247,6 +274,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	B.addr = (struct dp_addr){0x0a000002u, 5001};
 	nq[0] = nq[1] = 0;
 	nsent = ndone = ndelivered = 0;
+	evil_routable = false;
 	now = 1000000000;
 	FUZZ_CHECK(dp_proto_new(&cfg, &oa, &A.p) == 0);
 	struct dp_proto_cfg cb = cfg;
@@ -307,12 +335,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		case 10: { /* a DATA frame from the attacker, fields chosen */
 			uint8_t b[DP_HDR_LEN + 96];
-			uint8_t flags = NEXT() & 7;
+			uint8_t fb = NEXT();
+			uint8_t flags = fb & 7;
 			uint8_t conn = NEXT() % 3;
 			uint8_t seq = NEXT();
 			uint32_t mlen = (uint32_t)NEXT() << 5;
 			uint32_t off = (uint32_t)NEXT() << 4;
 			size_t plen = NEXT() % 97;
+			/* 0x10: spoofing A (no cookie); else 0x08: routable. */
+			struct dp_addr from = fb & 0x10 ? A.addr : evil;
 			memset(b, 0, sizeof(b));
 			b[0] = 0x5a;
 			b[1] = 0x50;
@@ -323,19 +354,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			wr32(b + 12, seq);
 			wr32(b + 16, mlen);
 			wr32(b + 20, off);
-			inject(&B, b, DP_HDR_LEN + plen);
+			memset(b + DP_HDR_LEN, 0xee, 2);
+			if (!(fb & 0x10) && (fb & 0x08)) {
+				uint64_t c = dp_cookie(B.p, evil, conn, now);
+				wr32(b + 24, (uint32_t)(c >> 32));
+				wr32(b + 28, (uint32_t)c);
+				evil_routable = true;
+			}
+			inject_from(&B, from, b, DP_HDR_LEN + plen);
 			break;
 		}
-		case 11: { /* an ACK from the attacker, to A */
+		case 11: { /* an ACK (0x10: a CHALLENGE as if from B) to A */
 			uint8_t b[DP_ACK_LEN];
+			bool ch = op & 0x10;
 			memset(b, 0, sizeof(b));
 			b[0] = 0x5a;
 			b[1] = 0x50;
 			b[2] = DP_VERSION;
-			b[3] = DP_T_ACK;
+			b[3] = ch ? DP_T_CHALLENGE : DP_T_ACK;
 			for (size_t k = 8; k < sizeof(b); k++)
 				b[k] = NEXT();
-			inject(&A, b, sizeof(b));
+			if (ch)
+				inject_from(&A, B.addr, b, DP_HDR_LEN);
+			else
+				inject(&A, b, sizeof(b));
 			break;
 		}
 		case 12:

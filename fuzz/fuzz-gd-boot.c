@@ -5,12 +5,39 @@
  * the first 8 bytes and gd_boot_decode() on the whole input. A message
  * that decodes has every field in its documented range, and encoding it
  * again gives back exactly the input bytes (one canonical form, so no two
- * different byte strings mean the same bootstrap).
+ * different byte strings mean the same bootstrap). The listen address of
+ * a message that decodes then goes through the identity rule
+ * (gd_hs_identity(), the accepting side) from an IPv4 and an IPv6 source:
+ * accepted only under the source's own address and the claimed port,
+ * refused naming the source otherwise.
  */
 #include <errno.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "fuzz.h"
+#include "gd_hs.h"
 #include "gd_proto.h"
+
+/* The identity rule's answer for @claim from @src (printed @sh). */
+static void identity_check(const char *claim, const struct sockaddr *src, unsigned sl,
+			   const char *sh, bool v6)
+{
+	char key[ZAP_PEER_MAX], why[256], want[ZAP_PEER_MAX];
+	const char *port = strrchr(claim, ':');
+	int rc = gd_hs_identity(claim, src, sl, key, sizeof(key), why, sizeof(why));
+
+	FUZZ_CHECK(rc == 0 || rc == -EPERM || rc == -EINVAL);
+	if (rc == -EPERM)
+		FUZZ_CHECK(strstr(why, sh) != NULL);
+	if (rc)
+		return;
+	/* Accepted: the source's address and the claimed port, nothing else. */
+	FUZZ_CHECK(port != NULL);
+	snprintf(want, sizeof(want), v6 ? "[%s]%s" : "%s%s", sh, port);
+	FUZZ_CHECK(!strcmp(key, want));
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -50,6 +77,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   !(b.slot_bytes & (b.slot_bytes - 1)));
 	FUZZ_CHECK(b.credit_addr && !(b.credit_addr & 7));
 	FUZZ_CHECK(fuzz_terminated(b.listen, sizeof(b.listen)) && b.listen[0]);
+
+	struct sockaddr_in v4 = { .sin_family = AF_INET };
+	struct sockaddr_in6 v6 = { .sin6_family = AF_INET6 };
+	inet_pton(AF_INET, "192.0.2.7", &v4.sin_addr);
+	inet_pton(AF_INET6, "2001:db8::7", &v6.sin6_addr);
+	identity_check(b.listen, (struct sockaddr *)&v4, sizeof(v4), "192.0.2.7", false);
+	identity_check(b.listen, (struct sockaddr *)&v6, sizeof(v6), "2001:db8::7", true);
 
 	uint8_t out[GD_BOOT_MAX];
 	int n = gd_boot_encode(&b, out, sizeof(out));

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Neighbours and ARP for the dpdk transport: the table of IPv4 -> MAC
- * (static entries from ZAP_DPDK_NEIGHBORS, and entries learnt from frames
+ * (static entries from ZAP_DPDK_NEIGHBORS, and entries learnt from ARP frames
  * meant for us, bounded, the least recently used learnt one replaced),
  * answers to ARP requests for our address, and resolution of a peer
  * before the first send to it.
  *
  * Shared state: the instance's neighbour table and ARP rate limit
- * (d->nb, d->n_nb, d->arp_last_*), under d->lock.
+ * (d->nb, d->n_nb, d->arp_last_*, d->arp_any_ns), under d->lock.
  */
 #include <errno.h>
 #include <string.h>
@@ -81,9 +81,14 @@ void dp_arp_request(struct dp *d, uint32_t ip, uint64_t now, bool force)
 {
 	static const uint8_t zero[6];
 
-	/* At most one request per target per 10 ms from the data path. */
-	if (!force && ip == d->arp_last_ip && now - d->arp_last_ns < 10000000ull)
+	/* From the data path at most one request per target per 10 ms, and
+	 * one per millisecond in all: challenges to forged sources (dp_proto.h)
+	 * must not turn into a broadcast storm. */
+	if (!force && ((ip == d->arp_last_ip && now - d->arp_last_ns < 10000000ull) ||
+		       now - d->arp_any_ns < 1000000ull))
 		return;
+	if (!force)
+		d->arp_any_ns = now;
 	d->arp_last_ip = ip;
 	d->arp_last_ns = now;
 	dp_arp_send(d, DP_ARP_REQUEST, zero, ip);

@@ -158,6 +158,38 @@ static int conf_tuning(const struct zap_host *h, struct dp_conf *c, char *why,
 	return rc;
 }
 
+/*
+ * What peers may make us hold of the mbuf pool as early (out-of-order)
+ * frames: in all, a quarter of the pool unless set (at most half), and per
+ * peer an eighth of that (at most DP_WIN_MAX - 1), so that frames arriving
+ * in order, from any peer, always find buffers.
+ */
+static int conf_hold(const struct zap_host *h, struct dp_conf *c, char *why, size_t len)
+{
+	if (h->env_bytes("ZAP_DPDK_RX_HOLD_FRAMES", 0, 0, 1u << 24, &c->hold) ||
+	    h->env_bytes("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1, &c->hold_peer)) {
+		snprintf(why, len, "%s", h->last_error());
+		return -EINVAL;
+	}
+	if (c->hold > c->mbufs / 2) {
+		snprintf(why, len,
+			 "bad ZAP_DPDK_RX_HOLD_FRAMES=%llu (want at most half of "
+			 "ZAP_DPDK_MBUFS=%llu, so that frames in order find buffers)",
+			 (unsigned long long)c->hold, (unsigned long long)c->mbufs);
+		return -EINVAL;
+	}
+	if (!c->hold)
+		c->hold = c->mbufs / 4;
+	if (!c->hold_peer) {
+		c->hold_peer = c->hold / 8;
+		if (c->hold_peer > DP_WIN_MAX - 1)
+			c->hold_peer = DP_WIN_MAX - 1;
+		if (!c->hold_peer)
+			c->hold_peer = 1;
+	}
+	return DP_CONF_OK;
+}
+
 int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why, size_t len)
 {
 	int rc;
@@ -180,7 +212,7 @@ int dp_conf_load(const struct zap_host *h, struct dp_conf *c, char *why, size_t 
 		snprintf(why, len, "%s", h->last_error());
 		return -EINVAL;
 	}
-	return DP_CONF_OK;
+	return conf_hold(h, c, why, len);
 }
 
 int dp_split_args(char *s, char **argv, int max)

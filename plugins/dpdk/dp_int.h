@@ -70,6 +70,7 @@ struct dp_conf {
 	uint64_t mtu, mbufs, window, spin_us, rto_min_us, peer_timeout_ms,
 		arp_timeout_ms, start_timeout_ms, linger_ms, max_peers, pin;
 	uint64_t reasm_bytes, rxq_bytes, pool_bytes;
+	uint64_t hold, hold_peer; /* early frames held: all peers, per peer */
 };
 
 /* dp_conf_load()'s answers other than a negative errno. */
@@ -195,6 +196,7 @@ struct dp {
 	unsigned n_nb;
 	uint32_t arp_last_ip;
 	uint64_t arp_last_ns;
+	uint64_t arp_any_ns; /* the last request from the data path, any target */
 	struct dp_msg *rxq, *rxq_tail;
 	uint64_t rxq_bytes;
 	bool rx_blocked;
@@ -224,7 +226,8 @@ void dp_neigh_learn(struct dp *d, uint32_t ip, const uint8_t mac[6], bool create
 /* The operator's static neighbours (ZAP_DPDK_NEIGHBORS), at open. */
 void dp_neigh_init(struct dp *d);
 void dp_arp_send(struct dp *d, uint16_t op, const uint8_t tha[6], uint32_t tpa);
-/* A request for @ip, at most one per 10 ms from the data path unless @force. */
+/* A request for @ip; from the data path (not @force) at most one per
+ * 10 ms for one target and one per millisecond in all. */
 void dp_arp_request(struct dp *d, uint32_t ip, uint64_t now, bool force);
 /* Learn @ip's MAC by ARP (lock dropped while waiting): 0, or the ctx,
  * shutdown or -EHOSTUNREACH error. */

@@ -240,7 +240,10 @@ static void rx_one(struct dp *d, struct rte_mbuf *mb, uint64_t now)
 		rte_pktmbuf_free(mb);
 		return;
 	case DP_FRAME_UDP:
-		dp_neigh_learn(d, fi.src_ip, fi.src_mac, true, now);
+		/* No neighbour is learnt from a datagram: its source address
+		 * is whatever the sender wrote, and a challenge (dp_proto.h)
+		 * must go where the claimed address really is (ARP or
+		 * ZAP_DPDK_NEIGHBORS), not to whoever claims it. */
 		dp_input(d->proto, (struct dp_addr){ fi.src_ip, fi.src_port }, mb, fi.payload,
 			 fi.payload_len, now);
 		return;
@@ -340,16 +343,21 @@ static void log_stats(struct dp *d)
 	rxd = d->rx_dropped;
 	copies = d->tx_copies;
 	pthread_mutex_unlock(&d->lock);
-	d->host->log(ZAP_LOG_DEBUG, DP_DOM, "peers %u, early %u, unacked %u, reassembling %llu B; "
-		     "delivered %llu, retransmits %llu, dups %llu, dropped %llu (+%llu refused "
-		     "frames), acks %llu, partials dropped %llu, peers reset %llu; mbufs free %u, "
-		     "held by messages %u; retransmitted copies %llu", st.peers, st.early_frames, st.unacked_frames,
-		     (unsigned long long)st.reasm_bytes, (unsigned long long)st.delivered,
-		     (unsigned long long)st.retransmits, (unsigned long long)st.dups,
-		     (unsigned long long)st.dropped, (unsigned long long)rxd,
-		     (unsigned long long)st.acks_sent, (unsigned long long)st.partials_dropped,
-		     (unsigned long long)st.peers_reset, rte_mempool_avail_count(d->mp),
-		     atomic_load(&dp_ports[d->port].held), (unsigned long long)copies);
+	d->host->log(
+		ZAP_LOG_DEBUG, DP_DOM,
+		"peers %u, early %u, unacked %u, reassembling %llu B; "
+		"delivered %llu, retransmits %llu, dups %llu, dropped %llu (+%llu refused "
+		"frames), acks %llu, partials dropped %llu, peers reset %llu, challenges "
+		"%llu, early frames refused %llu; mbufs free %u, held by messages %u; "
+		"retransmitted copies %llu",
+		st.peers, st.early_frames, st.unacked_frames,
+		(unsigned long long)st.reasm_bytes, (unsigned long long)st.delivered,
+		(unsigned long long)st.retransmits, (unsigned long long)st.dups,
+		(unsigned long long)st.dropped, (unsigned long long)rxd,
+		(unsigned long long)st.acks_sent, (unsigned long long)st.partials_dropped,
+		(unsigned long long)st.peers_reset, (unsigned long long)st.challenges,
+		(unsigned long long)st.hold_refused, rte_mempool_avail_count(d->mp),
+		atomic_load(&dp_ports[d->port].held), (unsigned long long)copies);
 }
 
 void *dp_service_main(void *arg)

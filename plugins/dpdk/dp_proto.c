@@ -23,6 +23,97 @@ static uint32_t rnd32(struct dp_proto *p)
 	return (uint32_t)((p->rng * 0x2545f4914f6cdd1dull) >> 32);
 }
 
+/* ---- cookies (see dp_proto.h: return routability) */
+
+static uint64_t rotl(uint64_t x, int b)
+{
+	return x << b | x >> (64 - b);
+}
+
+#define SIPROUND                   \
+	do {                       \
+		v0 += v1;          \
+		v1 = rotl(v1, 13); \
+		v1 ^= v0;          \
+		v0 = rotl(v0, 32); \
+		v2 += v3;          \
+		v3 = rotl(v3, 16); \
+		v3 ^= v2;          \
+		v0 += v3;          \
+		v3 = rotl(v3, 21); \
+		v3 ^= v0;          \
+		v2 += v1;          \
+		v1 = rotl(v1, 17); \
+		v1 ^= v2;          \
+		v2 = rotl(v2, 32); \
+	} while (0)
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* SipHash-2-4 of two 64-bit words (a fixed 16-byte input). */
+static uint64_t siphash16(const uint8_t key[16], uint64_t m0, uint64_t m1)
+{
+	uint64_t k0 = le64(key), k1 = le64(key + 8);
+	uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
+	uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
+	uint64_t last = 16ull << 56;
+
+	v3 ^= m0;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= m0;
+	v3 ^= m1;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= m1;
+	v3 ^= last;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= last;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static uint64_t cookie_at(const struct dp_proto *p, struct dp_addr from, uint32_t conn,
+			  uint64_t bucket)
+{
+	uint64_t c = siphash16(p->cfg.secret,
+			       (uint64_t)from.ip << 32 | (uint64_t)from.port << 16,
+			       (uint64_t)conn << 32 ^ bucket);
+
+	return c ? c : 1; /* 0 means "no cookie" on the wire */
+}
+
+uint64_t dp_cookie(const struct dp_proto *p, struct dp_addr from, uint32_t conn,
+		   uint64_t now)
+{
+	return cookie_at(p, from, conn, now / DP_COOKIE_BUCKET_NS);
+}
+
+bool dpp_cookie_ok(const struct dp_proto *p, struct dp_addr from, uint32_t conn,
+		   uint64_t cookie, uint64_t now)
+{
+	uint64_t bucket = now / DP_COOKIE_BUCKET_NS;
+
+	if (!cookie)
+		return false;
+	return cookie == cookie_at(p, from, conn, bucket) ||
+	       (bucket && cookie == cookie_at(p, from, conn, bucket - 1));
+}
+
+/* ---- stream ids and peers */
+
 /*
  * A new stream id: epoch << 16 | counter. The epoch (random, nonzero, so
  * no id is 0, "no stream") is drawn once per instance (incarnation of this
@@ -157,7 +248,13 @@ int dp_proto_new(const struct dp_proto_cfg *cfg, const struct dp_proto_ops *ops,
 		return -ENOMEM;
 	p->cfg = *cfg;
 	p->ops = *ops;
-	p->rng = cfg->seed | 1;
+	if (!p->cfg.hold_peer_max || p->cfg.hold_peer_max > DP_WIN_MAX)
+		p->cfg.hold_peer_max = DP_WIN_MAX;
+	if (!p->cfg.hold_max)
+		p->cfg.hold_max = UINT32_MAX;
+	/* The secret too: a stream id is all that matches frames of an
+	 * adopted stream, so an off-path sender should not predict it. */
+	p->rng = (cfg->seed ^ siphash16(cfg->secret, cfg->seed, 0)) | 1;
 	do
 		p->epoch = (uint16_t)(rnd32(p) >> 16);
 	while (!p->epoch);
@@ -208,6 +305,8 @@ void dp_input(struct dp_proto *p, struct dp_addr from, void *frame,
 		dpp_input_ack(p, from, b, now);
 	else if (b[3] == DP_T_RST && len == DP_HDR_LEN)
 		dpp_input_rst(p, from, b, now);
+	else if (b[3] == DP_T_CHALLENGE && len == DP_HDR_LEN)
+		dpp_input_challenge(p, from, b, now);
 	else
 		p->st.dropped++;
 	p->ops.frame_free(p->ops.user, frame);

@@ -6,30 +6,51 @@
  *
  * Per peer (IPv4 address and UDP port) there is one send stream and one
  * receive stream. A message is split into frames of at most payload_max
- * bytes, each carrying a 24-byte header (below, network byte order). Frames
+ * bytes, each carrying a 32-byte header (below, network byte order). Frames
  * have consecutive 32-bit sequence numbers per stream; the receiver delivers
- * them in order, keeps frames that arrive early (up to DP_WIN_MAX ahead),
- * suppresses duplicates and acknowledges with the next sequence number it
- * expects plus a bitmap of the DP_WIN_MAX frames after it that it already
- * holds.
+ * them in order, keeps frames that arrive early (up to DP_WIN_MAX ahead,
+ * within hold_peer_max per peer and hold_max in all), suppresses
+ * duplicates and acknowledges with the next sequence number it expects
+ * plus a bitmap of the DP_WIN_MAX frames after it that it already holds.
  * The sender keeps at most `window` unacknowledged frames, retransmits a
  * frame when its timeout passes or when the bitmap shows a hole, and gives
  * the peer up (-ECONNRESET) when nothing is acknowledged for peer_timeout.
  *
  *   off size field
  *    0  2   magic 0x5a50 ("ZP")
- *    2  1   version (1)
- *    3  1   type: 1 DATA, 2 ACK, 3 RST
+ *    2  1   version (2; 1 had no cookie and a 24-byte header)
+ *    3  1   type: 1 DATA, 2 ACK, 3 RST, 4 CHALLENGE
  *    4  1   flags (DATA): 1 FIRST fragment, 2 LAST fragment
  *    5  3   reserved, 0
  *    8  4   conn: the sender's stream id (DATA) / the acknowledged one (ACK)
- *              / the one whose data the receiver dropped (RST)
+ *              / the one whose data the receiver dropped (RST) / the one
+ *              challenged (CHALLENGE)
  *   12  4   seq: the frame's number (DATA) / next expected (ACK)
  *   16  4   msg_len (DATA): the whole message's length
  *   20  4   offset  (DATA): this fragment's offset in the message
+ *   24  8   cookie  (DATA): the receiver's cookie for this stream, echoed
+ *                   (0 until the sender has one) / (CHALLENGE) the cookie
  *   16  32  sack    (ACK): bit i (byte i/8, bit i%8) set: frame seq+1+i is
  *                   held; an ACK frame is DP_ACK_LEN bytes
- * An RST frame is the DP_HDR_LEN bytes of header alone (seq and the rest 0).
+ * RST and CHALLENGE frames are DP_HDR_LEN bytes (unused fields 0).
+ *
+ * Return routability. A receiver creates no state for a source (no peer,
+ * no stream, no held frame) until the source has shown it receives at the
+ * address it claims: the first frame of a new stream (seq 0) is adopted
+ * only if it carries a valid cookie; otherwise the receiver answers with a
+ * CHALLENGE carrying the cookie, sends it to the claimed address, and
+ * drops the frame, keeping nothing (as SCTP's INIT cookie and QUIC's Retry
+ * do). A cookie is a keyed hash (SipHash-2-4, the instance's random
+ * secret) of the claimed address and port, the stream id and a one-second
+ * time bucket; the current and the previous bucket are accepted. The
+ * sender, given a CHALLENGE for its current stream, puts the cookie into
+ * the stream's first frame and sends it again at once; until the stream's
+ * first ACK it sends no frame past the first. A CHALLENGE is no longer
+ * than the frame that caused it, so it amplifies nothing. Frames of an
+ * adopted stream are matched by their stream id alone. A stream whose
+ * source never answered can therefore neither be delivered nor retire the
+ * stream a real peer holds, and spoofed sources hold no buffer and no
+ * slot of the peer table.
  *
  * A stream id is fresh whenever a sender (re)starts a stream (first
  * contact, after giving the peer up, or after peer_timeout of silence,
@@ -54,9 +75,13 @@
  * it up at once (the receiver dropped the start, or forgot the peer).
  *
  * Memory a peer can make the receiver hold is bounded: at most max_peers
- * peers, DP_WIN_MAX early frames each, partial messages that grow only with
- * in-order data actually received, within reasm_cap bytes in all, and
- * dropped after peer_timeout without progress.
+ * peers (each one that answered a challenge, or that we send to), at most
+ * hold_peer_max early frames each and hold_max in all (the transport sets
+ * these well inside its buffer pool, so that in-order frames of every peer
+ * always find buffers), partial messages that grow only with in-order data
+ * actually received, within reasm_cap bytes in all (one message, so at
+ * most max_msg, per peer), and dropped after peer_timeout without
+ * progress.
  *
  * Not thread-safe: the caller serialises every call on one instance.
  */
@@ -68,13 +93,15 @@
 #include <stdint.h>
 
 #define DP_WIN_MAX 256
-#define DP_HDR_LEN 24
+#define DP_HDR_LEN 32
 #define DP_ACK_LEN 48
 #define DP_MAGIC 0x5a50
-#define DP_VERSION 1
+#define DP_VERSION 2
 #define DP_T_DATA 1
 #define DP_T_ACK 2
 #define DP_T_RST 3
+#define DP_T_CHALLENGE 4
+#define DP_COOKIE_BUCKET_NS 1000000000ull /* cookie lifetime: 1..2 of these */
 #define DP_F_FIRST 0x1
 #define DP_F_LAST 0x2
 
@@ -91,7 +118,10 @@ struct dp_proto_cfg {
 	uint64_t peer_timeout_ns; /* no progress for this long: give up */
 	uint32_t max_peers;
 	uint64_t reasm_cap;       /* bytes of partial messages, all peers */
+	uint32_t hold_max;	  /* early frames held, all peers (0: no cap) */
+	uint32_t hold_peer_max;	  /* early frames held per peer (0: DP_WIN_MAX) */
 	uint64_t seed;            /* for stream ids */
+	uint8_t secret[16];	  /* cookie key: random per process */
 };
 
 /* How the protocol reaches frames and the application (the I/O layer). */
@@ -118,6 +148,8 @@ struct dp_stats {
 	uint64_t reasm_bytes;     /* held by partial messages */
 	uint64_t delivered, retransmits, dups, dropped, acks_sent;
 	uint64_t partials_dropped, peers_reset;
+	uint64_t challenges;   /* CHALLENGE frames sent (unproven sources) */
+	uint64_t hold_refused; /* early frames dropped at hold_*max */
 };
 
 struct dp_proto;
@@ -179,5 +211,9 @@ void dp_set_rx_blocked(struct dp_proto *p, bool blocked);
 void dp_get_stats(const struct dp_proto *p, struct dp_stats *st);
 /* Whether any peer has unacknowledged frames (timers matter). */
 bool dp_busy(const struct dp_proto *p);
+/* The cookie @p expects in the first frame of stream @conn from @from at
+ * time @now (never 0): for tests and fuzzers that play a routable peer. */
+uint64_t dp_cookie(const struct dp_proto *p, struct dp_addr from, uint32_t conn,
+		   uint64_t now);
 
 #endif

@@ -3,8 +3,8 @@
  * What the files of the dpdk reliability protocol share (not installed,
  * not seen by the rte_* side, which uses dp_proto.h only):
  *
- *   dp_proto.c     the instance, the peer table, stream ids, dp_input()'s
- *                  dispatch and dp_timers()
+ *   dp_proto.c     the instance, the peer table, stream ids, cookies,
+ *                  dp_input()'s dispatch and dp_timers()
  *   dp_proto_tx.c  the send side: window, retransmission, RTT, ACK and RST
  *                  input
  *   dp_proto_rx.c  the receive side: stream adoption, ordering, early
@@ -26,6 +26,7 @@
 
 struct dp_txslot {
 	void *frame;
+	uint8_t *b; /* its transport bytes */
 	uint32_t len;
 	uint16_t tries;
 	bool sacked;
@@ -72,6 +73,8 @@ struct dp_peer {
 
 	/* send stream (its id: see dpp_next_conn()) */
 	uint32_t tx_conn, snd_una, snd_nxt;
+	uint64_t tx_cookie;   /* the peer's cookie for tx_conn (0: none yet) */
+	bool tx_proven;	      /* the peer acknowledged tx_conn: adopted */
 	uint64_t progress_ns; /* last time snd_una moved (or the window filled) */
 	uint64_t srtt, rttvar, rto;
 	struct dp_txslot tx[DP_WIN_MAX];
@@ -111,6 +114,15 @@ static inline void wr32(uint8_t *p, uint32_t v)
 	wr16(p, (uint16_t)(v >> 16));
 	wr16(p + 2, (uint16_t)v);
 }
+static inline uint64_t rd64(const uint8_t *p)
+{
+	return (uint64_t)rd32(p) << 32 | rd32(p + 4);
+}
+static inline void wr64(uint8_t *p, uint64_t v)
+{
+	wr32(p, (uint32_t)(v >> 32));
+	wr32(p + 4, (uint32_t)v);
+}
 
 /* Sequence arithmetic modulo 2^32. */
 static inline int32_t seq_diff(uint32_t a, uint32_t b) { return (int32_t)(a - b); }
@@ -118,8 +130,13 @@ static inline int32_t seq_diff(uint32_t a, uint32_t b) { return (int32_t)(a - b)
 /* dp_proto.c: peers and stream ids */
 uint32_t dpp_next_conn(struct dp_proto *p);
 struct dp_peer *dpp_peer_find(struct dp_proto *p, struct dp_addr a);
+/* Whether @cookie is what @p gave @from for stream @conn (this time
+ * bucket or the one before). */
+bool dpp_cookie_ok(const struct dp_proto *p, struct dp_addr from, uint32_t conn,
+		   uint64_t cookie, uint64_t now);
 /* The peer at @a, created if there is room; NULL when the table is full
- * of live peers or memory is short. */
+ * of live peers or memory is short. Only for a source that proved itself
+ * (a valid cookie) or one we send to. */
 struct dp_peer *dpp_peer_get(struct dp_proto *p, struct dp_addr a, uint64_t now);
 bool dpp_peer_idle(const struct dp_peer *e);
 
@@ -130,6 +147,10 @@ void dpp_input_ack(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
 		   uint64_t now);
 void dpp_input_rst(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
 		   uint64_t now);
+/* A CHALLENGE for our stream to @from: echo its cookie in the stream's
+ * first frame, sent again at once. */
+void dpp_input_challenge(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
+			 uint64_t now);
 /* Retransmit what is due; true when the peer was given up (no progress
  * for peer_timeout), in which case nothing else is due for it now. */
 bool dpp_timers_tx(struct dp_proto *p, struct dp_peer *e, uint64_t now);

@@ -211,26 +211,66 @@ static bool data_valid(const struct dp_proto *p, const uint8_t *b, size_t len)
 	return plen || msg_len == 0;
 }
 
-/* A frame of a stream other than the one held from @e: adopt it (true),
- * or drop the frame (false), answering a lost stream with RST. */
-static bool rx_stream_adopt(struct dp_proto *p, struct dp_peer *e, void *frame,
-			    const uint8_t *b)
+/* Answer the first frame of a stream from a source not yet proven with
+ * the cookie it must echo; nothing is kept. */
+static void challenge_send(struct dp_proto *p, struct dp_addr to, uint32_t conn,
+			   uint64_t now)
+{
+	uint8_t *b;
+	void *f = p->ops.frame_alloc(p->ops.user, DP_HDR_LEN, &b);
+
+	if (!f)
+		return; /* its retransmission asks again */
+	memset(b, 0, DP_HDR_LEN);
+	wr16(b, DP_MAGIC);
+	b[2] = DP_VERSION;
+	b[3] = DP_T_CHALLENGE;
+	wr32(b + 8, conn);
+	wr64(b + 24, dp_cookie(p, to, conn, now));
+	p->ops.frame_xmit(p->ops.user, to, f, DP_HDR_LEN);
+	p->ops.frame_free(p->ops.user, f);
+	p->st.challenges++;
+}
+
+/* A frame of a stream other than the one held from @from (@e, NULL when
+ * no peer is there): adopt it (the peer, created if need be), or drop
+ * the frame (NULL), answering a lost stream with RST and an unproven
+ * source with a CHALLENGE. */
+static struct dp_peer *rx_stream_adopt(struct dp_proto *p, struct dp_peer *e,
+				       struct dp_addr from, void *frame, const uint8_t *b,
+				       uint64_t now)
 {
 	uint32_t conn = rd32(b + 8), seq = rd32(b + 12);
 
-	if (conn == e->ids.rx_lost) {
+	if (e && conn == e->ids.rx_lost) {
 		/* Data of it was dropped: tell its sender, never ACK. */
 		dpp_frame_drop(p, frame);
 		rst_queue(p, e);
-		return false;
+		return NULL;
 	}
 	/* A stream is adopted at its first frame only (frames of it may
 	 * arrive in any order), and only if newer than every one of the
 	 * sender's seen so far: a retired one never again (its late frames
 	 * must not bring it back). */
-	if (!(b[4] & DP_F_FIRST) || seq != 0 || !rx_conn_fresh(&e->ids, conn)) {
+	if (!(b[4] & DP_F_FIRST) || seq != 0 || (e && !rx_conn_fresh(&e->ids, conn))) {
 		dpp_frame_drop(p, frame);
-		return false;
+		return NULL;
+	}
+	/* And only once its source showed that it receives at the address it
+	 * claims: before that, no state at all (dp_proto.h). */
+	if (!dpp_cookie_ok(p, from, conn, rd64(b + 24), now)) {
+		dpp_frame_drop(p, frame);
+		challenge_send(p, from, conn, now);
+		return NULL;
+	}
+	if (!e) {
+		e = dpp_peer_get(p, from, now);
+		/* Full of live peers, or a forgotten peer's old stream (its ids
+		 * came back with it). */
+		if (!e || !rx_conn_fresh(&e->ids, conn)) {
+			dpp_frame_drop(p, frame);
+			return NULL;
+		}
 	}
 	if (e->rx_known) {
 		p->st.peers_reset++;
@@ -246,7 +286,7 @@ static bool rx_stream_adopt(struct dp_proto *p, struct dp_peer *e, void *frame,
 	e->rx_known = true;
 	e->rx_conn = conn;
 	e->rcv_nxt = seq;
-	return true;
+	return e;
 }
 
 /* The peer whose current stream a valid DATA frame belongs to, or NULL
@@ -260,14 +300,10 @@ static struct dp_peer *rx_stream(struct dp_proto *p, struct dp_addr from, void *
 		dpp_frame_drop(p, frame);
 		return NULL;
 	}
-	e = dpp_peer_get(p, from, now);
-	if (!e) {
-		dpp_frame_drop(p, frame);
-		return NULL;
-	}
-	if ((!e->rx_known || rd32(b + 8) != e->rx_conn) && !rx_stream_adopt(p, e, frame, b))
-		return NULL;
-	return e;
+	e = dpp_peer_find(p, from);
+	if (e && e->rx_known && rd32(b + 8) == e->rx_conn)
+		return e;
+	return rx_stream_adopt(p, e, from, frame, b, now);
 }
 
 /* Keep a frame that arrived early (or again, while an earlier copy of
@@ -328,6 +364,15 @@ void dpp_input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 	}
 	if (d >= DP_WIN_MAX) {
 		dpp_frame_drop(p, frame);
+		return;
+	}
+	if (d > 0 &&
+	    (e->early >= p->cfg.hold_peer_max || p->st.early_frames >= p->cfg.hold_max)) {
+		/* Held frames are buffers the port receives into: past the
+		 * caps, drop it unreported (the sender sends it again), so
+		 * that in-order frames of every peer always find one. */
+		dpp_frame_drop(p, frame);
+		p->st.hold_refused++;
 		return;
 	}
 	e->rx_ns = now;

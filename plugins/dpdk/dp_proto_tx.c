@@ -24,6 +24,8 @@ void dpp_tx_reset(struct dp_proto *p, struct dp_peer *e)
 	}
 	p->st.unacked_frames -= e->snd_nxt - e->snd_una;
 	e->tx_conn = dpp_next_conn(p);
+	e->tx_cookie = 0;
+	e->tx_proven = false;
 	e->snd_una = e->snd_nxt = 0;
 	e->srtt = e->rttvar = 0;
 	e->rto = p->cfg.rto_min_ns;
@@ -112,6 +114,7 @@ static void data_header(uint8_t *b, const struct dp_peer *e, const struct dp_sen
 	wr32(b + 12, e->snd_nxt);
 	wr32(b + 16, (uint32_t)s->len);
 	wr32(b + 20, (uint32_t)s->off);
+	wr64(b + 24, e->tx_cookie);
 }
 
 int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
@@ -130,6 +133,10 @@ int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
 
 		if (e->snd_nxt - e->snd_una >= p->cfg.window)
 			return DP_SEND_WAIT;
+		/* Until the receiver adopts the stream (after its challenge)
+		 * it drops every frame past the first: send that one alone. */
+		if (!e->tx_proven && e->snd_nxt != e->snd_una)
+			return DP_SEND_WAIT;
 		if (plen > p->cfg.payload_max)
 			plen = p->cfg.payload_max;
 		f = p->ops.frame_alloc(p->ops.user, DP_HDR_LEN + plen, &b);
@@ -141,7 +148,9 @@ int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
 		if (e->snd_una == e->snd_nxt)
 			e->progress_ns = now; /* the give-up clock starts now */
 		t = &e->tx[e->snd_nxt % DP_WIN_MAX];
-		*t = (struct dp_txslot){ .frame = f, .len = (uint32_t)(DP_HDR_LEN + plen),
+		*t = (struct dp_txslot){ .frame = f,
+					 .b = b,
+					 .len = (uint32_t)(DP_HDR_LEN + plen),
 					 .tries = 1 };
 		e->snd_nxt++;
 		p->st.unacked_frames++;
@@ -234,6 +243,7 @@ void dpp_input_ack(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
 	if (seq_diff(cum, e->snd_una) < 0 || seq_diff(cum, e->snd_nxt) > 0)
 		return; /* old, or acknowledges what was never sent */
 	e->last_ns = now;
+	e->tx_proven = true; /* only an adopted stream is acknowledged */
 	if (cum != e->snd_una)
 		ack_cumulative(p, e, cum, now);
 	hi = ack_selective(e, cum, b + 16);
@@ -269,6 +279,36 @@ void dpp_input_rst(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
 	e->last_ns = now;
 	dpp_tx_reset(p, e);
 	p->st.peers_reset++;
+}
+
+void dpp_input_challenge(struct dp_proto *p, struct dp_addr from, const uint8_t *b,
+			 uint64_t now)
+{
+	struct dp_peer *e = dpp_peer_find(p, from);
+	uint64_t cookie = rd64(b + 24);
+	struct dp_txslot *t;
+	uint8_t *nb;
+	void *f;
+
+	if (!e || rd32(b + 8) != e->tx_conn || !cookie || e->tx_proven)
+		return; /* an old stream, a stranger, or adopted already */
+	e->tx_cookie = cookie;
+	t = &e->tx[e->snd_una % DP_WIN_MAX];
+	if (e->snd_una != 0 || e->snd_nxt == e->snd_una)
+		return; /* the first frame is not out yet: it gets the cookie */
+	/* The first frame goes again with the cookie: in a new frame, since
+	 * the old one may still be on its way out (dp_proto_ops.frame_xmit
+	 * does not consume it). */
+	f = p->ops.frame_alloc(p->ops.user, t->len, &nb);
+	if (!f)
+		return; /* its retransmission is challenged again */
+	memcpy(nb, t->b, t->len);
+	wr64(nb + 24, cookie);
+	p->ops.frame_free(p->ops.user, t->frame);
+	t->frame = f;
+	t->b = nb;
+	t->tries++;
+	xmit(p, e, t, now);
 }
 
 bool dpp_timers_tx(struct dp_proto *p, struct dp_peer *e, uint64_t now)

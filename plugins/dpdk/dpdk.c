@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
@@ -100,12 +101,14 @@ static enum zap_probe_result dp_probe(const struct zap_host *h, struct zap_probe
 		 eal == DP_EAL_RUNNING ? " (EAL running)" : " (the EAL starts at open)");
 	snprintf(pi->detail, sizeof(pi->detail),
 		 "EAL arguments: %.600s\nport: %u\nlocal address: %s (port 0: from the listen "
-		 "address, else %d)\nMTU: %llu, mbufs: %llu, window: %llu frames\n"
+		 "address, else %d)\nMTU: %llu, mbufs: %llu (early frames held: %llu, "
+		 "%llu per peer), window: %llu frames\n"
 		 "static neighbours: %u\nreceive drop injection: %g\n"
 		 "GPU mapping of the mbuf pool: %.150s",
 		 c.eal, c.port, ipbuf, DP_DEFAULT_UDP_PORT, (unsigned long long)c.mtu,
-		 (unsigned long long)c.mbufs, (unsigned long long)c.window, c.n_nb, c.drop_rx,
-		 dp_gpu_plan(h, gpu, sizeof(gpu)));
+		 (unsigned long long)c.mbufs, (unsigned long long)c.hold,
+		 (unsigned long long)c.hold_peer, (unsigned long long)c.window, c.n_nb,
+		 c.drop_rx, dp_gpu_plan(h, gpu, sizeof(gpu)));
 	fill_caps(NULL, &pi->caps);
 	return ZAP_PROBE_OK;
 }
@@ -172,16 +175,25 @@ static int dp_new(const struct zap_host *h, const struct zap_open_args *args,
 static int proto_setup(struct dp *d)
 {
 	struct dp_proto_cfg pc = {
-		.payload_max = d->payload_max, .window = (uint32_t)d->conf.window,
-		.max_msg = d->max_msg, .rto_min_ns = d->conf.rto_min_us * 1000,
+		.payload_max = d->payload_max,
+		.window = (uint32_t)d->conf.window,
+		.max_msg = d->max_msg,
+		.rto_min_ns = d->conf.rto_min_us * 1000,
 		.rto_max_ns = d->conf.peer_timeout_ms * 250000,
 		.peer_timeout_ns = d->conf.peer_timeout_ms * 1000000,
-		.max_peers = (uint32_t)d->conf.max_peers, .reasm_cap = d->conf.reasm_bytes,
+		.max_peers = (uint32_t)d->conf.max_peers,
+		.reasm_cap = d->conf.reasm_bytes,
+		.hold_max = (uint32_t)d->conf.hold,
+		.hold_peer_max = (uint32_t)d->conf.hold_peer,
 		.seed = d->rng,
 	};
 	struct dp_proto_ops po;
 	int rc;
 
+	/* The cookie key (dp_proto.h): unpredictable, or return routability
+	 * proves nothing. */
+	if (getrandom(pc.secret, sizeof(pc.secret), 0) != (ssize_t)sizeof(pc.secret))
+		return d->host->fail(-EIO, "dpdk: getrandom: %s", strerror(errno));
 	if (pc.rto_max_ns < pc.rto_min_ns)
 		pc.rto_max_ns = pc.rto_min_ns;
 	dp_io_proto_ops(d, &po);

@@ -97,6 +97,11 @@ void gd_dev_put(struct gd_dev *d)
 	free(d);
 }
 
+uint64_t *gd_dev_pinned(struct gd_dev *d)
+{
+	return &d->pinned;
+}
+
 int gd_dev_chan_fd(const struct gd_dev *d)
 {
 	return d->chan->fd;

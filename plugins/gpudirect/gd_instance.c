@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The gpudirect instance: the plugin's ops and descriptor, the table of
- * peers (one RC pair each), the progress thread that drives their engines,
- * and the queue of received messages. The listen socket, the bootstrap and
- * the accept thread are in gpudirect.c.
+ * The gpudirect instance: the plugin's ops and descriptor, the progress
+ * thread that drives the pairs' engines, and the queue of received
+ * messages. The table of peers is in gd_peers.c; the listen socket, the
+ * bootstrap and the accept thread are in gpudirect.c.
  *
  * Shared state: the peer table under gd_tp.mx, the receive queue under
  * gd_tp.rx_mx, the shutdown flag under both; dials serialised by
@@ -24,97 +24,15 @@
 
 #include "config.h"
 #include "gd_instance.h"
+#include "gd_verbs.h"
 
 #define GD_DEFAULT_POOL_BYTES (1ull << 30)
 #define GD_DEFAULT_CHUNK (1u << 20)
 #define GD_DEFAULT_SLOTS 16u
-
-/* ---- peers -------------------------------------------------------------- */
-
-static void peer_drop(struct gd_peer *p)
-{
-	gd_conn_shutdown(p->conn);
-	gd_conn_put(p->conn);
-}
-
-/* A live pair to @key, referenced; failed pairs leave the table (they are
- * rebuilt by the caller). Dialled pairs first: a side sends on one pair. */
-static struct gd_conn *find_live(struct gd_tp *t, const char *key)
-{
-	struct gd_peer **pp = &t->peers, *dead = NULL, *best = NULL;
-
-	pthread_mutex_lock(&t->mx);
-	while (*pp) {
-		struct gd_peer *p = *pp;
-
-		if (gd_conn_error(p->conn)) {
-			*pp = p->next;
-			p->next = dead;
-			dead = p;
-			continue;
-		}
-		if (!strcmp(p->key, key) && (!best || (p->dialed && !best->dialed)))
-			best = p;
-		pp = &p->next;
-	}
-	if (best)
-		gd_conn_get(best->conn);
-	pthread_mutex_unlock(&t->mx);
-	while (dead) {
-		struct gd_peer *n = dead->next;
-
-		peer_drop(dead);
-		dead = n;
-	}
-	return best ? best->conn : NULL;
-}
-
-void gd_add_peer(struct gd_tp *t, struct gd_peer *p)
-{
-	struct gd_peer **pp, *old = NULL;
-
-	pthread_mutex_lock(&t->mx);
-	/* A peer dials again only when its side of the old pair broke. */
-	for (pp = &t->peers; *pp && !p->dialed;) {
-		struct gd_peer *q = *pp;
-
-		if (!q->dialed && q->instance == p->instance) {
-			*pp = q->next;
-			q->next = old;
-			old = q;
-			continue;
-		}
-		pp = &q->next;
-	}
-	p->next = t->peers;
-	t->peers = p;
-	pthread_mutex_unlock(&t->mx);
-	while (old) {
-		struct gd_peer *n = old->next;
-
-		peer_drop(old);
-		old = n;
-	}
-}
-
-/* ---- the progress thread ------------------------------------------------ */
-
-static void progress_all(struct gd_tp *t)
-{
-	struct gd_conn *cs[64];
-	int n = 0;
-
-	pthread_mutex_lock(&t->mx);
-	for (struct gd_peer *p = t->peers; p && n < 64; p = p->next) {
-		gd_conn_get(p->conn);
-		cs[n++] = p->conn;
-	}
-	pthread_mutex_unlock(&t->mx);
-	for (int i = 0; i < n; i++) {
-		gd_conn_progress(cs[i]);
-		gd_conn_put(cs[i]);
-	}
-}
+#define GD_DEFAULT_PEER_PIN (64ull << 20) /* per pair: slots + host staging */
+#define GD_DEFAULT_PIN (4ull << 30)	  /* all pairs */
+#define GD_DEFAULT_HANDSHAKES 128
+#define GD_DEFAULT_HANDSHAKE_MS 10000
 
 static void *progress_main(void *arg)
 {
@@ -132,7 +50,7 @@ static void *progress_main(void *arg)
 			break;
 		if (p[0].revents)
 			gd_dev_ack_event(t->dev);
-		progress_all(t);
+		gd_peers_progress(t);
 	}
 	return NULL;
 }
@@ -189,19 +107,47 @@ void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
 
 /* ---- plugin ops --------------------------------------------------------- */
 
+/* What bounds a peer: pinned memory and handshakes. */
+struct gd_limits {
+	uint64_t peer_pin, pin, hs_max, hs_ms;
+};
+
 static int read_env(const struct zap_host *host, uint64_t *chunk, uint64_t *slots,
-		    uint64_t *pool)
+		    uint64_t *pool, struct gd_limits *l)
 {
 	if (host->env_bytes("ZAP_GPUDIRECT_CHUNK_BYTES", GD_DEFAULT_CHUNK, GD_SLOT_MIN,
 			    GD_SLOT_MAX, chunk) ||
-	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1,
-			    GD_SLOTS_MAX, slots) ||
+	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1, GD_SLOTS_MAX,
+			    slots) ||
 	    host->env_bytes("ZAP_GPUDIRECT_POOL_BYTES", GD_DEFAULT_POOL_BYTES, 1 << 20,
-			    1ull << 50, pool))
+			    1ull << 50, pool) ||
+	    host->env_bytes("ZAP_GPUDIRECT_PEER_PIN_BYTES", GD_DEFAULT_PEER_PIN, 1 << 20,
+			    1ull << 40, &l->peer_pin) ||
+	    host->env_bytes("ZAP_GPUDIRECT_PIN_BYTES", GD_DEFAULT_PIN, 1 << 20,
+			    1ull << 50, &l->pin) ||
+	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKES", GD_DEFAULT_HANDSHAKES, 1, 4096,
+			    &l->hs_max) ||
+	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKE_MS", GD_DEFAULT_HANDSHAKE_MS, 10,
+			    600000, &l->hs_ms))
 		return -EINVAL;
 	if (*chunk & (*chunk - 1))
 		return host->fail(-EINVAL, "ZAP_GPUDIRECT_CHUNK_BYTES=%llu is not a "
 				  "power of two", (unsigned long long)*chunk);
+	/* A pair pins our receive slots and one staging buffer at least. */
+	if (*slots * *chunk + *chunk > l->peer_pin)
+		return host->fail(
+			-EINVAL,
+			"ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu is below what one "
+			"pair of this endpoint pins (%llu receive slots of %llu bytes "
+			"and one staging buffer)",
+			(unsigned long long)l->peer_pin, (unsigned long long)*slots,
+			(unsigned long long)*chunk);
+	if (l->pin < l->peer_pin)
+		return host->fail(-EINVAL,
+				  "ZAP_GPUDIRECT_PIN_BYTES=%llu is below "
+				  "ZAP_GPUDIRECT_PEER_PIN_BYTES=%llu",
+				  (unsigned long long)l->pin,
+				  (unsigned long long)l->peer_pin);
 	return 0;
 }
 
@@ -220,6 +166,7 @@ static enum zap_probe_result gd_probe(const struct zap_host *host,
 {
 	enum zap_probe_result r;
 	struct gd_sel s;
+	struct gd_limits lim;
 	uint64_t chunk, slots, pool;
 
 	if (!ZAP_HOST_HAS(host, last_error)) { /* host older than ABI 1.1 */
@@ -230,7 +177,7 @@ static enum zap_probe_result gd_probe(const struct zap_host *host,
 	r = gd_select(&s, pi->reason, sizeof(pi->reason));
 	if (r != ZAP_PROBE_OK)
 		return r;
-	if (read_env(host, &chunk, &slots, &pool)) {
+	if (read_env(host, &chunk, &slots, &pool, &lim)) {
 		snprintf(pi->reason, sizeof(pi->reason), "%s", host->last_error());
 		return ZAP_PROBE_ERROR;
 	}
@@ -246,10 +193,11 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 {
 	struct zap_pool_backing backing;
 	uint64_t chunk, slots, pool;
+	struct gd_limits lim;
 	struct gd_tp *t;
 	int rc;
 
-	rc = read_env(host, &chunk, &slots, &pool);
+	rc = read_env(host, &chunk, &slots, &pool, &lim);
 	if (rc)
 		return rc;
 	if (args->pool_bytes)
@@ -262,6 +210,10 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	t->wake = -1;
 	t->chunk = (uint32_t)chunk;
 	t->slots = (uint32_t)slots;
+	t->peer_pin_cap = lim.peer_pin;
+	t->pin_cap = lim.pin;
+	t->hs_max = lim.hs_max;
+	t->hs_ms = lim.hs_ms;
 	t->max_msg = args->max_msg_size;
 	t->rx_tail = &t->rx_head;
 	pthread_mutex_init(&t->mx, NULL);
@@ -336,12 +288,7 @@ static void gd_destroy(void *tp)
 		pthread_join(t->accept_th, NULL);
 		pthread_join(t->prog_th, NULL);
 	}
-	while (t->peers) {
-		struct gd_peer *p = t->peers;
-
-		t->peers = p->next;
-		peer_drop(p);
-	}
+	gd_peers_drop_all(t);
 	while (t->rx_head) {
 		struct gd_rxmsg *r = t->rx_head;
 
@@ -373,10 +320,10 @@ static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
 		return -EMSGSIZE;
 	if (__atomic_load_n(&t->shut, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
-	c = find_live(t, peer);
+	c = gd_find_live(t, peer);
 	if (!c) {
 		pthread_mutex_lock(&t->dial_mx);
-		c = find_live(t, peer);
+		c = gd_find_live(t, peer);
 		rc = c ? 0 : gd_dial(t, peer, ctx, &c);
 		pthread_mutex_unlock(&t->dial_mx);
 		if (rc)

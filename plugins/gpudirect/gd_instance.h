@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The gpudirect instance, shared by its two halves: gpudirect.c (listen
- * socket, TCP bootstrap, dialling, the accept thread) and gd_instance.c
- * (the plugin's ops and descriptor, the peer table, the progress thread,
- * the receive queue).
+ * The gpudirect instance, shared by its parts: gpudirect.c (listen
+ * socket, TCP bootstrap, dialling, the accept thread), gd_peers.c (the
+ * peer table) and gd_instance.c (the plugin's ops and descriptor, the
+ * progress thread, the receive queue).
  *
  * Threads, per instance: the accept thread bootstraps the pairs peers
  * dial; the progress thread waits on the completion channel and drives
@@ -23,6 +23,9 @@
  *     takes it under an engine lock, so it must never be held while
  *     taking 2 or 3 (rx_release() runs with no lock held).
  *  @shut is written holding 2 and 4 (and read under 4, or atomically).
+ *  What pairs pin is counted in the device (gd_dev_pinned(), atomic:
+ *  reserved by bootstraps, released by a pair's last reference on any
+ *  thread, possibly after the instance is gone).
  *  Everything else in gd_tp is written in gd_open() before the threads
  *  start and only read afterwards. A gd_peer is immutable once in the
  *  list; its engine reference (@conn) is the table's.
@@ -37,7 +40,9 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_proto.h"
-#include "gd_verbs.h"
+
+struct gd_dev;
+struct gd_qp;
 
 struct gd_tp;
 
@@ -49,6 +54,8 @@ struct gd_peer {
 	struct gd_qp *qp;
 	char key[ZAP_PEER_MAX];  /* peer string sends name it by */
 	uint64_t instance;
+	uint64_t pinned;  /* bytes reserved in *pinctr */
+	uint64_t *pinctr; /* the device's count (gd_dev_pinned()) */
 	bool dialed;
 };
 
@@ -67,6 +74,11 @@ struct gd_tp {
 	struct zap_pool *pool;
 	uint64_t instance, max_msg;
 	uint32_t slots, chunk;
+	/* Pinned memory: per pair and all pairs (ZAP_GPUDIRECT_PEER_PIN_BYTES,
+	 * ZAP_GPUDIRECT_PIN_BYTES); the count is the device's. */
+	uint64_t peer_pin_cap, pin_cap;
+	/* Handshakes: in flight at once, and each one's deadline. */
+	uint64_t hs_max, hs_ms;
 	int lfd, wake;
 	char bound[ZAP_PEER_MAX]; /* as bound (may be a wildcard) */
 	char addr[ZAP_PEER_MAX];  /* sendable */
@@ -92,11 +104,19 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 /* The accept thread: bootstraps incoming pairs until t->wake fires. */
 void *gd_accept_main(void *arg);
 
-/* gd_instance.c */
+/* gd_peers.c */
 
 /* Put a bootstrapped pair in the table (replacing the pair a re-dialling
  * peer left behind). */
 void gd_add_peer(struct gd_tp *t, struct gd_peer *p);
+/* A live pair to @key, referenced, or NULL; failed pairs leave the table. */
+struct gd_conn *gd_find_live(struct gd_tp *t, const char *key);
+/* Drive every pair's engine once (the progress thread). */
+void gd_peers_progress(struct gd_tp *t);
+/* Drop every pair (destroy, threads stopped). */
+void gd_peers_drop_all(struct gd_tp *t);
+
+/* gd_instance.c */
 /* gd_conn_cfg.deliver: queue a complete message for gd_recv(). */
 void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d);
 

@@ -116,7 +116,7 @@ int gd_qp_new(struct gd_dev *d, uint32_t slots, uint32_t slot_bytes,
 	return 0;
 }
 
-int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer)
+int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer, uint32_t stages)
 {
 	struct gd_dev *d = q->dev;
 	struct ibv_qp_attr a = { 0 };
@@ -125,8 +125,9 @@ int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer)
 	q->peer_addr = peer->credit_addr;
 	q->peer_rkey = peer->credit_rkey;
 	q->stage_bytes = peer->slot_bytes;
-	/* Host staging for sends from host memory: a window's worth, capped. */
-	q->stages = peer->slots < 8 ? peer->slots : 8;
+	/* Host staging for sends from host memory: a window's worth, within
+	 * what the pair may pin (the caller's plan). */
+	q->stages = stages;
 	if (posix_memalign((void **)&q->stage_mem, 4096, (size_t)q->stages * q->stage_bytes))
 		return -ENOMEM;
 	q->stage_mr = ibv_reg_mr(d->pd, q->stage_mem, (size_t)q->stages * q->stage_bytes,

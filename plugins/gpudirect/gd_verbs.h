@@ -61,6 +61,10 @@ struct gd_dev;
 int gd_dev_open(const struct zap_host *host, struct gd_dev **out);
 void gd_dev_put(struct gd_dev *d);
 int gd_dev_chan_fd(const struct gd_dev *d);
+/* The device's count of bytes its pairs pin, updated atomically: it lives
+ * as long as the device, so a pair freed after the instance (a message
+ * released late) can still give its share back. */
+uint64_t *gd_dev_pinned(struct gd_dev *d);
 /* Take and acknowledge one completion event (after the fd polled in). */
 void gd_dev_ack_event(struct gd_dev *d);
 
@@ -77,8 +81,9 @@ extern const struct gd_qp_ops gd_verbs_ops;
  * slot_bytes and credit word. */
 int gd_qp_new(struct gd_dev *d, uint32_t slots, uint32_t slot_bytes,
 	      struct zap_pool *pool, struct gd_boot *local, struct gd_qp **out);
-/* Move to RTR and RTS towards @peer and allocate the staging memory. */
-int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer);
+/* Move to RTR and RTS towards @peer and allocate the staging memory:
+ * @stages buffers of the peer's slot size (gd_pin_plan()). */
+int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer, uint32_t stages);
 uint32_t gd_qp_stages(const struct gd_qp *q);
 uint32_t gd_qp_sq_depth(const struct gd_qp *q);
 void gd_qp_free(struct gd_qp *q);

@@ -47,6 +47,7 @@ struct gd_dev {
 	int refs;
 	pthread_mutex_t mx; /* regs */
 	struct gd_reg *regs;
+	uint64_t pinned; /* bytes the pairs reserved (atomic): gd_dev_pinned() */
 };
 
 struct gd_qp {

@@ -10,10 +10,16 @@
  * the first send, and the accept thread. The ops, the peer table and the
  * progress thread are in gd_instance.c.
  *
- * Shared state: none of its own. A bootstrap runs on the accept thread or
- * on a sender holding gd_tp.dial_mx, reads the instance's fixed fields,
- * and hands the finished pair to gd_add_peer(), which takes gd_tp.mx.
- * gd_shutdown() interrupts a bootstrap in progress through gd_tp.wake.
+ * Shared state: the device's pinned-bytes count (gd_dev_pinned(), atomic:
+ * pairs reserve and release what they pin, gd_pin_plan()), nothing else
+ * of its own. A dialled bootstrap
+ * (handshake()) runs on a sender holding gd_tp.dial_mx; accepted ones run
+ * concurrently on the accept thread (gd_hs.c: each with its own deadline,
+ * a cap in flight, the pair built only after the peer's message is read
+ * and its claimed address checked against the connection's source). Both
+ * read the instance's fixed fields and hand the finished pair to
+ * gd_add_peer(), which takes gd_tp.mx. gd_shutdown() interrupts
+ * bootstraps in progress through gd_tp.wake.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -30,10 +36,10 @@
 
 #include <zap/zap-plugin.h>
 
+#include "gd_hs.h"
 #include "gd_instance.h"
+#include "gd_verbs.h"
 #include "zap-addr.h"
-
-#define GD_BOOT_TIMEOUT_MS 10000
 
 /* ---- addresses ---------------------------------------------------------- */
 
@@ -178,10 +184,49 @@ static int io_all(struct gd_tp *t, int fd, void *buf, size_t len, bool wr,
 	return 0;
 }
 
+/* ---- pinned memory ------------------------------------------------------ */
+
+/* Plan and reserve what @p's pair with @peer pins: 0 with the staging
+ * buffers in *@stages (p->pinned, p->pinctr set), or -ENOBUFS. */
+static int pin_reserve(struct gd_tp *t, struct gd_peer *p, const struct gd_boot *peer,
+		       uint32_t *stages, char *why, size_t wl)
+{
+	uint64_t own = (uint64_t)t->slots * t->chunk, all, bytes;
+	uint64_t *ctr = gd_dev_pinned(t->dev);
+	int rc = gd_pin_plan(own, peer, t->peer_pin_cap, stages, &bytes, why, wl);
+
+	if (rc)
+		return rc;
+	all = __atomic_add_fetch(ctr, bytes, __ATOMIC_RELAXED);
+	if (all > t->pin_cap) {
+		__atomic_sub_fetch(ctr, bytes, __ATOMIC_RELAXED);
+		snprintf(why, wl,
+			 "pairs pin %llu bytes already; this one (%llu) would pass "
+			 "ZAP_GPUDIRECT_PIN_BYTES=%llu",
+			 (unsigned long long)(all - bytes), (unsigned long long)bytes,
+			 (unsigned long long)t->pin_cap);
+		return -ENOBUFS;
+	}
+	p->pinned = bytes;
+	p->pinctr = ctr;
+	return 0;
+}
+
+static void pin_release(struct gd_peer *p)
+{
+	if (p->pinctr)
+		__atomic_sub_fetch(p->pinctr, p->pinned, __ATOMIC_RELAXED);
+	p->pinctr = NULL;
+}
+
 static void peer_destroy(void *user, void *qp)
 {
+	struct gd_peer *p = user;
+
+	/* Before the pair goes: its device reference keeps the count alive. */
+	pin_release(p);
 	gd_qp_free(qp);
-	free(user);
+	free(p);
 }
 
 /* The protocol engine over @p's connected pair: on success it owns @p and
@@ -222,13 +267,20 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	socklen_t sl = sizeof(ss);
 	struct timespec limit;
 	char why[200] = "", host[ZAP_PEER_MAX], port[8];
+	uint32_t stages;
 	size_t body;
 	int rc, n;
 
 	if (!p)
 		return -ENOMEM;
+	p->tp = t;
 	clock_gettime(CLOCK_MONOTONIC, &limit);
-	limit.tv_sec += GD_BOOT_TIMEOUT_MS / 1000;
+	limit.tv_sec += (time_t)(t->hs_ms / 1000);
+	limit.tv_nsec += (long)(t->hs_ms % 1000) * 1000000L;
+	if (limit.tv_nsec >= 1000000000L) {
+		limit.tv_sec++;
+		limit.tv_nsec -= 1000000000L;
+	}
 	snprintf(me.listen, sizeof(me.listen), "%s", t->bound);
 	rc = gd_qp_new(t->dev, t->slots, t->chunk, t->pool, &me, &p->qp);
 	if (rc)
@@ -246,7 +298,10 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
 	if (rc)
 		goto fail;
-	rc = gd_qp_connect(p->qp, &peer);
+	rc = pin_reserve(t, p, &peer, &stages, why, sizeof(why));
+	if (rc)
+		goto fail;
+	rc = gd_qp_connect(p->qp, &peer, stages);
 	if (rc)
 		goto fail;
 	/* The name replies use: what was dialled, or the peer's listen
@@ -259,7 +314,6 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	} else {
 		snprintf(p->key, sizeof(p->key), "%s", peer.listen);
 	}
-	p->tp = t;
 	p->instance = peer.instance;
 	p->dialed = dialed != NULL;
 	rc = peer_engine(t, p, &peer);
@@ -278,6 +332,7 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	*out = p;
 	return 0;
 fail:
+	pin_release(p);
 	gd_qp_free(p->qp);
 	free(p);
 	if (!*why)
@@ -294,7 +349,7 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
 	char host[ZAP_PEER_MAX], port[8];
 	struct addrinfo *res = NULL;
-	struct gd_peer *p;
+	struct gd_peer *p = NULL;
 	struct timespec limit;
 	int fd = -1, rc, one = 1;
 
@@ -306,7 +361,7 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 		return t->host->fail(-EHOSTUNREACH, "gpudirect: cannot resolve %s: %s", key,
 				     gai_strerror(rc));
 	clock_gettime(CLOCK_MONOTONIC, &limit);
-	limit.tv_sec += GD_BOOT_TIMEOUT_MS / 1000;
+	limit.tv_sec += (time_t)((t->hs_ms + 999) / 1000);
 	rc = -EHOSTUNREACH;
 	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -358,31 +413,98 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 
 /* ---- the accept thread -------------------------------------------------- */
 
+/* gd_hs_cfg.on_boot: the peer's message is valid and it is who it claims
+ * (@key): only now build its pair (gd_hs.h), and answer with our message
+ * and the confirmation byte (our receives are posted by then). */
+static int acc_boot(void *user, const struct gd_boot *peer, const char *key, void **pair,
+		    uint8_t *out, size_t cap, char *why, size_t wl)
+{
+	struct gd_tp *t = user;
+	struct gd_boot me = { .instance = t->instance };
+	struct gd_peer *p = calloc(1, sizeof(*p));
+	uint32_t stages;
+	int rc, n = 0;
+
+	if (!p)
+		return -ENOMEM;
+	p->tp = t;
+	rc = pin_reserve(t, p, peer, &stages, why, wl);
+	if (rc) {
+		free(p);
+		return rc;
+	}
+	snprintf(me.listen, sizeof(me.listen), "%s", t->bound);
+	rc = gd_qp_new(t->dev, t->slots, t->chunk, t->pool, &me, &p->qp);
+	if (!rc)
+		rc = gd_qp_connect(p->qp, peer, stages);
+	if (!rc) {
+		n = gd_boot_encode(&me, out, cap - 1);
+		rc = n < 0 ? n : 0;
+	}
+	if (!rc) {
+		snprintf(p->key, sizeof(p->key), "%s", key);
+		p->instance = peer->instance;
+		rc = peer_engine(t, p, peer);
+	}
+	if (rc) {
+		snprintf(why, wl, "%s", strerror(-rc));
+		pin_release(p);
+		gd_qp_free(p->qp);
+		free(p);
+		return rc;
+	}
+	/* From here the engine owns p and the pair. */
+	out[n] = 1;
+	*pair = p;
+	return n + 1;
+}
+
+static void acc_ready(void *user, void *pair)
+{
+	gd_add_peer(user, pair);
+}
+
+static void acc_fail(void *user, void *pair)
+{
+	struct gd_peer *p = pair;
+
+	(void)user;
+	gd_conn_put(p->conn); /* frees the pair and its pins */
+}
+
+static void acc_drop(void *user, const char *src, const char *why)
+{
+	struct gd_tp *t = user;
+
+	t->host->log(ZAP_LOG_WARN, "gpudirect", "bootstrap from %s refused: %s", src,
+		     why);
+}
+
 void *gd_accept_main(void *arg)
 {
 	struct gd_tp *t = arg;
+	struct gd_hs_cfg cfg = {
+		.max_inflight = (unsigned)t->hs_max,
+		.timeout_ns = t->hs_ms * 1000000ull,
+		.instance = t->instance,
+		.on_boot = acc_boot,
+		.on_ready = acc_ready,
+		.on_fail = acc_fail,
+		.on_drop = acc_drop,
+		.user = t,
+	};
+	struct gd_hs *hs;
+	int rc;
 
-	for (;;) {
-		struct pollfd p[2] = { { .fd = t->lfd, .events = POLLIN },
-				       { .fd = t->wake, .events = POLLIN } };
-		struct gd_peer *peer;
-		int fd, one = 1;
-
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			break;
-		if (p[1].revents)
-			break;
-		if (!p[0].revents)
-			continue;
-		fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd < 0)
-			continue;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (handshake(t, fd, NULL, NULL, &peer))
-			t->host->log(ZAP_LOG_WARN, "gpudirect", "%s", t->host->last_error());
-		else
-			gd_add_peer(t, peer);
-		close(fd);
+	rc = gd_hs_new(&cfg, &hs);
+	if (!rc) {
+		rc = gd_hs_serve(hs, t->lfd, t->wake);
+		gd_hs_free(hs);
 	}
+	if (rc)
+		t->host->log(ZAP_LOG_ERROR, "gpudirect",
+			     "the accept thread stopped: %s; "
+			     "peers can no longer dial this endpoint",
+			     strerror(-rc));
 	return NULL;
 }

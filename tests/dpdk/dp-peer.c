@@ -3,16 +3,26 @@
  * A dpdk endpoint for scripted tests (veth.sh), configured by ZAP_DPDK_*:
  *   dp-peer echo N           receive N messages, answer each to its sender
  *   dp-peer ping PEER N      send N messages of growing sizes to PEER and
- *                            check every answer
+ *                            check every answer; print the round trips
+ *                            (median, 99th percentile, max)
  */
 #include "dp-test.h"
 
 static const size_t sizes[] = { 0, 64, 1400, 1449, 5000, 100000 };
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 int main(int argc, char **argv)
 {
 	struct zap_transport *t;
 	static uint8_t b[100000];
+	static uint64_t rtt[100000];
+	const char *fixed = getenv("DP_PEER_SIZE"); /* one size for every message */
 	int n;
 
 	if (argc < 3 || (strcmp(argv[1], "echo") && (strcmp(argv[1], "ping") || argc < 4))) {
@@ -25,7 +35,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		struct zap_ctx *ctx = dpt_timeout(20000);
 		struct zap_msg *m = NULL;
-		size_t len = sizes[i % 6];
+		size_t len = fixed ? (size_t)atoi(fixed) % sizeof(b) : sizes[i % 6];
 		int rc;
 
 		if (!strcmp(argv[1], "echo")) {
@@ -33,17 +43,31 @@ int main(int argc, char **argv)
 			rc = zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), ctx);
 			CHECK_RC(rc, "echo");
 		} else {
+			struct timespec t0, t1;
+
 			dpt_fill(b, len, (uint64_t)i);
+			clock_gettime(CLOCK_MONOTONIC, &t0);
 			CHECK_RC(zap_send(t, argv[2], b, len, ctx), "send");
 			CHECK_RC(zap_recv(t, ctx, &m), "recv");
 			CHECK(zap_msg_len(m) == len && !dpt_check(zap_msg_data(m), len, (uint64_t)i),
 			      "answer %d", i);
 			CHECK(!strcmp(zap_msg_peer(m), argv[2]), "answer from %s", zap_msg_peer(m));
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			if (i < 100000)
+				rtt[i] = (uint64_t)(t1.tv_sec - t0.tv_sec) *
+						 1000000000ull +
+					 (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
 		}
 		zap_msg_release(m);
 		zap_ctx_free(ctx);
 	}
 	zap_close(t);
 	printf("%s: %d messages ok\n", argv[1], n);
+	if (!strcmp(argv[1], "ping") && n > 0 && n <= 100000) {
+		qsort(rtt, (size_t)n, sizeof(rtt[0]), cmp_u64);
+		printf("ping: round trip median %.1f us, p99 %.1f us, max %.1f us\n",
+		       rtt[n / 2] / 1e3, rtt[(size_t)n * 99 / 100] / 1e3,
+		       rtt[n - 1] / 1e3);
+	}
 	return 0;
 }

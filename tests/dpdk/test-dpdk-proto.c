@@ -40,6 +40,8 @@ struct node {
 	struct msg msgs[4096];
 	size_t nmsgs;
 	long frames_live; /* allocated and not freed: must return to 0 */
+	long pool;	  /* > 0: frames it may hold at once (an mbuf pool) */
+	long pool_low;	  /* the fewest free frames seen (pool - live) */
 };
 
 struct wire_frame {
@@ -154,6 +156,18 @@ static void sim_init(struct sim *s, const struct dp_proto_cfg *cfg)
 	}
 }
 
+/* A received frame takes a buffer of @n's pool (the receiver owns the
+ * frame now); false when the pool is empty, as a NIC would drop it. */
+static bool pool_take(struct node *n)
+{
+	if (n->pool && n->frames_live >= n->pool)
+		return false;
+	n->frames_live++;
+	if (n->pool && n->pool - n->frames_live < n->pool_low)
+		n->pool_low = n->pool - n->frames_live;
+	return true;
+}
+
 static struct node *node_at(struct sim *s, struct dp_addr a)
 {
 	for (int i = 0; i < 2; i++)
@@ -180,7 +194,10 @@ static void sim_step(struct sim *s)
 			free(w.f);
 			continue;
 		}
-		dst->frames_live++; /* the receiver owns the frame now */
+		if (!pool_take(dst)) { /* no buffer to receive into: lost */
+			free(w.f);
+			continue;
+		}
 		dp_input(dst->p, w.from, w.f, w.f->b, w.f->len, s->now);
 	}
 	for (int i = 0; i < 2; i++)
@@ -365,6 +382,22 @@ static size_t hdr(uint8_t *b, uint8_t type, uint8_t flags, uint32_t conn, uint32
 	return DP_HDR_LEN + payload;
 }
 
+/* Put into @b (a DATA frame toward B) the cookie B expects from @from:
+ * the frame of a routable sender that answered B's challenge. */
+static void stamp(struct sim *s, struct dp_addr from, uint8_t *b, size_t len)
+{
+	uint32_t conn;
+	uint64_t c;
+
+	if (len < DP_HDR_LEN || b[3] != DP_T_DATA)
+		return; /* truncated or not DATA: as it is */
+	conn = (uint32_t)b[8] << 24 | (uint32_t)b[9] << 16 | (uint32_t)b[10] << 8 | b[11];
+	c = dp_cookie(s->n[1].p, from, conn, s->now);
+	for (int i = 0; i < 8; i++)
+		b[24 + i] = (uint8_t)(c >> (56 - 8 * i));
+}
+
+/* A frame from @from, a routable sender (it echoes B's cookie), into B. */
 static void feed(struct sim *s, struct dp_addr from, const uint8_t *b, size_t len)
 {
 	struct node *n = &s->n[1];
@@ -372,6 +405,7 @@ static void feed(struct sim *s, struct dp_addr from, const uint8_t *b, size_t le
 	void *f = f_alloc(n, len, &buf);
 
 	memcpy(buf, b, len);
+	stamp(s, from, buf, len);
 	dp_input(n->p, from, f, buf, len, s->now);
 }
 
@@ -622,6 +656,9 @@ static void t_stale_stream_real_sender(void **state)
 		assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
 		dp_send_end(a->p, &snd);
 		assert_int_equal(s.nq, 1);
+		sim_step(&s); /* B challenges the new stream */
+		sim_step(&s); /* A sends its frame again, with the cookie */
+		assert_int_equal(s.nq, 1);
 		if (!round) { /* keep a copy of the first message's frame */
 			late = malloc(sizeof(*late) + s.q[0].f->len);
 			late->len = s.q[0].f->len;
@@ -640,6 +677,7 @@ static void t_stale_stream_real_sender(void **state)
 	late2->len = late->len;
 	memcpy(late2->b, late->b, late->len);
 	bn->frames_live++;
+	stamp(&s, a->addr, late->b, late->len); /* only its stream id is old */
 	dp_input(bn->p, a->addr, late, late->b, late->len, s.now);
 	assert_int_equal(bn->nmsgs, 3); /* not a fourth time */
 	/* Nor after the receiver forgot the idle peer altogether. */
@@ -650,6 +688,7 @@ static void t_stale_stream_real_sender(void **state)
 	dp_get_stats(bn->p, &st);
 	assert_int_equal(st.peers, 0);
 	bn->frames_live++;
+	stamp(&s, a->addr, late2->b, late2->len);
 	dp_input(bn->p, a->addr, late2, late2->b, late2->len, s.now);
 	assert_int_equal(bn->nmsgs, 3);
 	dp_get_stats(bn->p, &st);
@@ -682,7 +721,9 @@ static void t_paused_sender_told(void **state)
 	sim_init(&s, &c);
 	zt_fill(buf, sizeof(buf), 7);
 	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
-	a_alloc_budget = 1; /* the pool runs dry after the first fragment */
+	/* The pool runs dry after the first fragment (and its copy sent
+	 * again with the receiver's cookie). */
+	a_alloc_budget = 2;
 	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
 	for (int i = 0; i < 10; i++)
 		sim_step(&s); /* first fragment delivered and acknowledged */
@@ -753,7 +794,8 @@ static void t_dropped_partial_rst(void **state)
 	drop_queue(&s);
 	n = hdr(b, DP_T_RST, 0, conn + 1, 0, 0, 0, 0); /* not its stream */
 	feed_a(&s, b, n);
-	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
+	/* Not given up: it waits for the receiver to adopt the stream. */
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
 	dp_send_end(a->p, &snd);
 	drop_queue(&s);
 	/* Its next message, then RST for it. */
@@ -761,7 +803,8 @@ static void t_dropped_partial_rst(void **state)
 	a_alloc_budget = 1;
 	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
 	a_alloc_budget = -1;
-	conn = frame_conn(s.q[0].f);
+	if (s.nq) /* else still the stream of the message abandoned */
+		conn = frame_conn(s.q[0].f);
 	drop_queue(&s);
 	n = hdr(b, DP_T_RST, 0, conn, 0, 0, 0, 0);
 	feed_a(&s, b, n);
@@ -783,6 +826,7 @@ static void t_silence_before_first_fragment(void **state)
 	struct node *a = &s.n[0], *bn = &s.n[1];
 	struct dp_send snd;
 	struct dp_stats st;
+	int rc;
 
 	sim_init(&s, &c);
 	transfer(&s, 2, sz_small);
@@ -793,10 +837,14 @@ static void t_silence_before_first_fragment(void **state)
 	dp_timers(bn->p, s.now);
 	dp_get_stats(bn->p, &st);
 	assert_int_equal(st.peers, 0); /* B forgot A */
-	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 1);
-	dp_send_end(a->p, &snd);
-	for (int i = 0; i < 100 && bn->nmsgs < 1; i++)
+	rc = 0;
+	for (int i = 0; i < 100 && bn->nmsgs < 1; i++) {
+		if (!rc)
+			rc = dp_send_step(a->p, &snd, buf, s.now);
 		sim_step(&s);
+	}
+	assert_int_equal(rc, 1);
+	dp_send_end(a->p, &snd);
 	assert_int_equal(bn->nmsgs, 1);
 	assert_int_equal(bn->msgs[0].len, sizeof(buf));
 	assert_memory_equal(bn->msgs[0].data, buf, sizeof(buf));
@@ -844,6 +892,233 @@ static void t_unseen_old_stream_refused(void **state)
 	bn->frames_live++;
 	dp_input(bn->p, a->addr, late, late->b, late->len, s.now);
 	assert_int_equal(bn->nmsgs, 0); /* the old message does not follow */
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* ------------------------------------------------ spoofed and hostile peers */
+
+/* A frame from @from into B, through B's pool like a received frame: as
+ * a spoofer sends it (no cookie), or a routable sender (@cookie). */
+static void feed_pool(struct sim *s, struct dp_addr from, const uint8_t *b, size_t len,
+		      bool cookie)
+{
+	struct node *n = &s->n[1];
+	struct frame *f;
+
+	if (!pool_take(n))
+		return;
+	f = malloc(sizeof(*f) + len);
+	f->len = len;
+	memcpy(f->b, b, len);
+	if (cookie)
+		stamp(s, from, f->b, len);
+	dp_input(n->p, from, f, f->b, len, s->now);
+}
+
+static void feed_spoof(struct sim *s, struct dp_addr from, const uint8_t *b, size_t len)
+{
+	feed_pool(s, from, b, len, false);
+}
+
+/* Send one @len-byte message from node @from to the other node and carry
+ * frames until it arrives or @steps pass; whether it arrived. */
+static bool one_message(struct sim *s, int from, size_t len, unsigned steps)
+{
+	static uint8_t buf[4096];
+	struct node *a = &s->n[from], *b = &s->n[!from];
+	size_t had = b->nmsgs;
+	struct dp_send snd;
+	int rc = 0;
+
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i * 7 + 77);
+	assert_int_equal(dp_send_begin(a->p, b->addr, len, &snd, s->now), 0);
+	for (unsigned i = 0; i < steps && b->nmsgs == had; i++) {
+		if (rc == 0)
+			rc = dp_send_step(a->p, &snd, buf, s->now);
+		sim_step(s);
+	}
+	dp_send_end(a->p, &snd);
+	if (b->nmsgs == had)
+		return false;
+	assert_int_equal(b->msgs[had].len, len);
+	assert_memory_equal(b->msgs[had].data, buf, len);
+	free(b->msgs[had].data);
+	b->nmsgs = had;
+	return true;
+}
+
+/* Spoofed sources each open a message and send frames far ahead of it.
+ * Early frames used to be held for any source, 255 each, so 36 of them
+ * emptied an 8,191-buffer pool and a legitimate frame was lost: now no
+ * source holds a buffer before it answers a challenge, free buffers stay
+ * above half the pool, and a legitimate message goes through at once. */
+static void t_spoofed_sources_keep_mbufs(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[2048];
+
+	c.window = DP_WIN_MAX;
+	c.max_peers = 256;
+	c.reasm_cap = 256u << 20;
+	sim_init(&s, &c);
+	s.n[1].pool = s.n[1].pool_low = 8191;
+	for (uint32_t i = 0; i < 40; i++) {
+		struct dp_addr src = { 0x0b000000u + i, (uint16_t)(1000 + i) };
+		uint32_t conn = 0x70000001u + (i << 16);
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, conn, 0, 60u << 20, 0, 1400);
+
+		feed_spoof(&s, src, b, n);
+		for (uint32_t k = 2; k < DP_WIN_MAX; k++) {
+			n = hdr(b, DP_T_DATA, 0, conn, k, 60u << 20, 1400 * k, 1400);
+			feed_spoof(&s, src, b, n);
+		}
+	}
+	dp_flush_acks(s.n[1].p);
+	drop_queue(&s);
+	dp_get_stats(s.n[1].p, &st);
+	print_message(
+		"spoofed: free frames at least %ld of %ld; held early %u, peers %u\n",
+		s.n[1].pool_low, s.n[1].pool, st.early_frames, st.peers);
+	assert_true(s.n[1].pool_low >= s.n[1].pool / 2);
+	assert_true(one_message(&s, 0, 100, 200)); /* within 10 ms */
+	assert_int_equal(s.n[1].nmsgs, 0);
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* The same flood from sources that do answer challenges (hostile but
+ * routable): what they may hold early is capped per peer (hold_peer_max)
+ * and in all (hold_max, a quarter of the pool, as the transport sets it),
+ * so free buffers stay above three quarters of the pool less a burst. */
+static void t_hostile_peers_hold_capped(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[2048];
+
+	c.window = DP_WIN_MAX;
+	c.max_peers = 256;
+	c.reasm_cap = 256u << 20;
+	c.hold_max = 8191 / 4;
+	c.hold_peer_max = 255;
+	sim_init(&s, &c);
+	s.n[1].pool = s.n[1].pool_low = 8191;
+	for (uint32_t i = 0; i < 40; i++) {
+		struct dp_addr src = { 0x0b000000u + i, (uint16_t)(1000 + i) };
+		uint32_t conn = 0x70000001u + (i << 16);
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, conn, 0, 60u << 20, 0, 1400);
+
+		feed_pool(&s, src, b, n, true);
+		for (uint32_t k = 2; k < DP_WIN_MAX; k++) {
+			n = hdr(b, DP_T_DATA, 0, conn, k, 60u << 20, 1400 * k, 1400);
+			feed_pool(&s, src, b, n, true);
+		}
+		dp_get_stats(s.n[1].p, &st);
+		assert_true(st.early_frames <= c.hold_max);
+	}
+	dp_flush_acks(s.n[1].p);
+	drop_queue(&s);
+	dp_get_stats(s.n[1].p, &st);
+	print_message(
+		"routable: free frames at least %ld of %ld; held early %u, refused %llu\n",
+		s.n[1].pool_low, s.n[1].pool, st.early_frames,
+		(unsigned long long)st.hold_refused);
+	assert_true(s.n[1].pool_low >= s.n[1].pool - (long)c.hold_max - 1);
+	assert_true(st.hold_refused > 0);
+	assert_true(one_message(&s, 0, 3000, 200)); /* three frames, within 10 ms */
+	/* Per peer: one source may hold hold_peer_max. */
+	{
+		struct dp_addr src = { 0x0d000001u, 999 };
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST, 0x0d0d0001u, 0, 60u << 20, 0,
+			       1400);
+
+		s.now += 3 * c.peer_timeout_ns; /* the flood is forgotten */
+		dp_timers(s.n[1].p, s.now);
+		dp_timers(s.n[0].p, s.now);
+		drop_queue(&s);
+		dp_get_stats(s.n[1].p, &st);
+		assert_int_equal(st.early_frames, 0);
+		c.hold_peer_max = 16;
+		dp_proto_free(s.n[1].p);
+		assert_int_equal(s.n[1].frames_live, 0);
+		{
+			struct dp_proto_ops ops = { .user = &s.n[1],
+						    .frame_alloc = f_alloc,
+						    .frame_free = f_free,
+						    .frame_xmit = f_xmit,
+						    .deliver = f_deliver };
+			assert_int_equal(dp_proto_new(&c, &ops, &s.n[1].p), 0);
+		}
+		feed_pool(&s, src, b, n, true);
+		for (uint32_t k = 2; k < DP_WIN_MAX; k++) {
+			n = hdr(b, DP_T_DATA, 0, 0x0d0d0001u, k, 60u << 20, 1400 * k,
+				1400);
+			feed_pool(&s, src, b, n, true);
+		}
+		dp_get_stats(s.n[1].p, &st);
+		assert_int_equal(st.early_frames, 16);
+	}
+	dp_flush_acks(s.n[1].p);
+	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* A spoofed first frame with a new stream id from A's address used to be
+ * delivered as A's message, and A's real stream refused from then on. */
+static void t_spoofed_stream_not_adopted(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[256];
+	size_t n;
+
+	sim_init(&s, &c);
+	transfer(&s, 3, sz_small);
+	for (uint32_t e = 1; e < 64; e++) { /* any epoch, any counter */
+		n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, e << 16 | 9, 0, 5, 0, 5);
+		memcpy(b + DP_HDR_LEN, "evil!", 5);
+		feed_spoof(&s, s.n[0].addr, b, n);
+	}
+	assert_int_equal(s.n[1].nmsgs, 0);
+	transfer(&s, 20, sz_mixed); /* A's stream carries on */
+	dp_get_stats(s.n[0].p, &st);
+	assert_int_equal(st.peers_reset, 0);
+	dp_get_stats(s.n[1].p, &st);
+	assert_int_equal(st.peers_reset, 0);
+	sim_free(&s);
+}
+
+/* 256 spoofed sources used to fill the peer table: the receiver's own
+ * sends to a real peer got -EAGAIN. */
+static void t_spoofed_peers_leave_room(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_stats st;
+	uint8_t b[256];
+
+	c.max_peers = 256;
+	sim_init(&s, &c);
+	for (uint32_t i = 0; i < 256; i++) {
+		struct dp_addr src = { 0x0c000000u + i, (uint16_t)(2000 + i) };
+		size_t n = hdr(b, DP_T_DATA, DP_F_FIRST | DP_F_LAST, 0x50000001u + i, 0,
+			       4, 0, 4);
+
+		feed_spoof(&s, src, b, n);
+	}
+	dp_flush_acks(s.n[1].p);
+	drop_queue(&s);
+	assert_int_equal(s.n[1].nmsgs, 0);
+	dp_get_stats(s.n[1].p, &st);
+	assert_true(st.peers < c.max_peers);
+	assert_true(one_message(&s, 1, 300, 200)); /* B -> A */
+	assert_true(one_message(&s, 0, 300, 200)); /* A -> B */
 	drop_queue(&s);
 	sim_free(&s);
 }
@@ -983,6 +1258,10 @@ int main(void)
 		cmocka_unit_test(t_dropped_partial_rst),
 		cmocka_unit_test(t_silence_before_first_fragment),
 		cmocka_unit_test(t_unseen_old_stream_refused),
+		cmocka_unit_test(t_spoofed_sources_keep_mbufs),
+		cmocka_unit_test(t_spoofed_stream_not_adopted),
+		cmocka_unit_test(t_hostile_peers_hold_capped),
+		cmocka_unit_test(t_spoofed_peers_leave_room),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,6 +20,7 @@
 
 #include <zap/zap-plugin.h>
 
+#include "gd_instance.h"
 #include "gd_proto.h"
 #include "zap-test.h"
 
@@ -672,6 +673,44 @@ static void test_protocol_violation(void **state)
 
 /* ---- bootstrap codec ---------------------------------------------------- */
 
+/* The progress thread drives every pair: it used to take only the first
+ * 64 of the table (cs[64]), so the others' messages were never delivered
+ * unless their own senders happened to poll. */
+static void test_progress_every_pair(void **state)
+{
+	enum { N = 100 };
+	static struct gd_tp t;
+	static struct pair *ps[N];
+	static struct gd_peer *peers[N];
+	uint8_t msg[64] = { 1 };
+	int delivered = 0;
+
+	memset(&t, 0, sizeof(t));
+	pthread_mutex_init(&t.mx, NULL);
+	for (int i = 0; i < N; i++) {
+		ps[i] = pair_new(4, 4096, 1u << 20);
+		assert_int_equal(gd_conn_send(ps[i]->ca, msg, sizeof(msg), NULL), 0);
+		peers[i] = calloc(1, sizeof(*peers[i]));
+		assert_non_null(peers[i]);
+		peers[i]->tp = &t;
+		peers[i]->conn = ps[i]->cb;
+		gd_conn_get(ps[i]->cb); /* the table's reference */
+		peers[i]->instance = (uint64_t)i + 1;
+		snprintf(peers[i]->key, sizeof(peers[i]->key), "10.0.0.%d:7000", i + 1);
+		gd_add_peer(&t, peers[i]);
+	}
+	gd_peers_progress(&t);
+	for (int i = 0; i < N; i++)
+		delivered += ps[i]->rx.n;
+	assert_int_equal(delivered, N);
+	gd_peers_drop_all(&t);
+	for (int i = 0; i < N; i++) {
+		pair_free(ps[i]);
+		free(peers[i]);
+	}
+	pthread_mutex_destroy(&t.mx);
+}
+
 static void boot_sample(struct gd_boot *b)
 {
 	memset(b, 0, sizeof(*b));
@@ -785,6 +824,7 @@ int main(void)
 		cmocka_unit_test(test_boot_version),
 		cmocka_unit_test(test_boot_malformed),
 		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_progress_every_pair),
 		cmocka_unit_test(test_in_place),
 		cmocka_unit_test(test_credits),
 		cmocka_unit_test(test_reassembly),

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The accepting side of the gpudirect bootstrap (gd_hs.c) without RDMA
+ * hardware: the same accept loop the plugin runs (gd_hs_serve()) on a
+ * loopback socket, with callbacks that stand in for the queue pair
+ * (counting what would be allocated), against hostile bootstrap clients:
+ * silent sockets, half messages, garbage, clients from 127.0.0.2 and up
+ * claiming another address. Also the identity rule and the pinned-memory
+ * plan on their own.
+ *
+ * Prints the handshake latency of a legitimate peer while 100 idle
+ * sockets hold handshakes open (the closing note of issue 18).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gd_hs.h"
+
+#define OUR_INSTANCE 0x1111222233334444ull
+
+/* ---- the server: gd_hs_serve() on 127.0.0.1 ------------------------------ */
+
+struct srv {
+	int lfd, wake;
+	uint16_t port;
+	struct gd_hs *hs;
+	pthread_t th;
+	pthread_mutex_t mx;
+	int boots, readies, fails, drops; /* under mx */
+	char last_key[ZAP_PEER_MAX], last_drop[512];
+};
+
+static int s_on_boot(void *user, const struct gd_boot *peer, const char *key, void **pair,
+		     uint8_t *out, size_t cap, char *why, size_t wl)
+{
+	struct srv *s = user;
+	struct gd_boot me = { .instance = OUR_INSTANCE,
+			      .qpn = 1,
+			      .psn = 2,
+			      .mtu = 5,
+			      .slots = 16,
+			      .slot_bytes = 1 << 20,
+			      .credit_addr = 4096,
+			      .credit_rkey = 1 };
+	int n;
+
+	(void)peer;
+	(void)why;
+	(void)wl;
+	snprintf(me.listen, sizeof(me.listen), "127.0.0.1:%u", s->port);
+	n = gd_boot_encode(&me, out, cap - 1);
+	assert_true(n > 0);
+	out[n] = 1;	     /* the confirmation: "receives posted" */
+	*pair = strdup(key); /* what the plugin allocates here: the pair */
+	pthread_mutex_lock(&s->mx);
+	s->boots++;
+	snprintf(s->last_key, sizeof(s->last_key), "%s", key);
+	pthread_mutex_unlock(&s->mx);
+	return n + 1;
+}
+
+static void s_on_ready(void *user, void *pair)
+{
+	struct srv *s = user;
+
+	pthread_mutex_lock(&s->mx);
+	s->readies++;
+	pthread_mutex_unlock(&s->mx);
+	free(pair);
+}
+
+static void s_on_fail(void *user, void *pair)
+{
+	struct srv *s = user;
+
+	pthread_mutex_lock(&s->mx);
+	s->fails++;
+	pthread_mutex_unlock(&s->mx);
+	free(pair);
+}
+
+static void s_on_drop(void *user, const char *src, const char *why)
+{
+	struct srv *s = user;
+
+	pthread_mutex_lock(&s->mx);
+	s->drops++;
+	snprintf(s->last_drop, sizeof(s->last_drop), "from %s: %s", src, why);
+	pthread_mutex_unlock(&s->mx);
+}
+
+static void *srv_main(void *arg)
+{
+	struct srv *s = arg;
+
+	assert_int_equal(gd_hs_serve(s->hs, s->lfd, s->wake), 0);
+	return NULL;
+}
+
+static struct srv *srv_start(unsigned cap, unsigned timeout_ms)
+{
+	struct srv *s = calloc(1, sizeof(*s));
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	struct gd_hs_cfg cfg = {
+		.max_inflight = cap,
+		.timeout_ns = timeout_ms * 1000000ull,
+		.instance = OUR_INSTANCE,
+		.on_boot = s_on_boot,
+		.on_ready = s_on_ready,
+		.on_fail = s_on_fail,
+		.on_drop = s_on_drop,
+		.user = s,
+	};
+
+	assert_non_null(s);
+	pthread_mutex_init(&s->mx, NULL);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	assert_true(s->lfd >= 0);
+	assert_int_equal(bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(s->lfd, 512), 0);
+	assert_int_equal(getsockname(s->lfd, (struct sockaddr *)&sa, &sl), 0);
+	s->port = ntohs(sa.sin_port);
+	s->wake = eventfd(0, EFD_CLOEXEC);
+	assert_true(s->wake >= 0);
+	assert_int_equal(gd_hs_new(&cfg, &s->hs), 0);
+	assert_int_equal(pthread_create(&s->th, NULL, srv_main, s), 0);
+	return s;
+}
+
+static void srv_stop(struct srv *s)
+{
+	uint64_t one = 1;
+
+	assert_int_equal(write(s->wake, &one, sizeof(one)), (ssize_t)sizeof(one));
+	pthread_join(s->th, NULL);
+	gd_hs_free(s->hs);
+	close(s->lfd);
+	close(s->wake);
+	pthread_mutex_destroy(&s->mx);
+	free(s);
+}
+
+static int srv_get(struct srv *s, int *field)
+{
+	int v;
+
+	pthread_mutex_lock(&s->mx);
+	v = *field;
+	pthread_mutex_unlock(&s->mx);
+	return v;
+}
+
+/* Whether the last dropped handshake's reason holds @needle. */
+static bool srv_drop_has(struct srv *s, const char *needle)
+{
+	bool r;
+
+	pthread_mutex_lock(&s->mx);
+	r = strstr(s->last_drop, needle) != NULL;
+	if (!r)
+		print_message("last drop: %s\n", s->last_drop);
+	pthread_mutex_unlock(&s->mx);
+	return r;
+}
+
+/* Whether the last peer built was named @want. */
+static bool srv_key_is(struct srv *s, const char *want)
+{
+	bool r;
+
+	pthread_mutex_lock(&s->mx);
+	r = !strcmp(s->last_key, want);
+	if (!r)
+		print_message("last key: %s\n", s->last_key);
+	pthread_mutex_unlock(&s->mx);
+	return r;
+}
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000,
+			       .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/* ---- clients -------------------------------------------------------------- */
+
+/* A socket from @src (e.g. "127.0.0.2") to the server, connected. */
+static int client_connect(struct srv *s, const char *src)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(s->port) };
+	struct sockaddr_in me = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	assert_true(fd >= 0);
+	inet_pton(AF_INET, src, &me.sin_addr);
+	assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static int read_full(int fd, void *buf, size_t len, int ms)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&p, 1, ms) != 1)
+			return -ETIMEDOUT;
+		k = recv(fd, (char *)buf + got, len - got, 0);
+		if (k <= 0)
+			return -ECONNRESET;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+/* The dialling side of a bootstrap, as gpudirect.c runs it: 0, or
+ * -ECONNRESET when the server refused (closed). */
+static int client_handshake(struct srv *s, const char *src, const char *claim,
+			    uint64_t instance)
+{
+	struct gd_boot me = { .instance = instance,
+			      .qpn = 7,
+			      .psn = 9,
+			      .mtu = 5,
+			      .slots = 16,
+			      .slot_bytes = 1 << 20,
+			      .credit_addr = 8192,
+			      .credit_rkey = 3 };
+	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
+	struct gd_boot peer;
+	char why[200];
+	size_t body;
+	int fd = client_connect(s, src), n, rc;
+
+	snprintf(me.listen, sizeof(me.listen), "%s", claim);
+	n = gd_boot_encode(&me, msg, sizeof(msg));
+	assert_true(n > 0);
+	assert_int_equal(send(fd, msg, (size_t)n, MSG_NOSIGNAL), n);
+	rc = read_full(fd, in, GD_BOOT_HDR, 5000);
+	if (!rc) {
+		assert_int_equal(gd_boot_header(in, &body, why, sizeof(why)), 0);
+		rc = read_full(fd, in + GD_BOOT_HDR, body, 5000);
+	}
+	if (!rc) {
+		assert_int_equal(gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why,
+						sizeof(why)),
+				 0);
+		assert_int_equal(peer.instance, OUR_INSTANCE);
+		assert_int_equal(send(fd, &ok, 1, MSG_NOSIGNAL), 1);
+		rc = read_full(fd, &ok, 1, 5000);
+		/* The server closes once the pair is in its table. */
+		if (!rc)
+			assert_int_equal(read_full(fd, &ok, 1, 5000), -ECONNRESET);
+	}
+	close(fd);
+	return rc;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+/* The queue pair (and its GPU receive slots) used to be allocated before
+ * the peer's message was read: now nothing is allocated for a connection
+ * that sends nothing, half a message, or a message that does not decode. */
+static void test_nothing_before_boot(void **state)
+{
+	struct srv *s = srv_start(128, 2000);
+	struct gd_boot b = { .instance = 5,
+			     .qpn = 1,
+			     .mtu = 5,
+			     .slots = 4,
+			     .slot_bytes = 4096,
+			     .credit_rkey = 1 };
+	uint8_t msg[GD_BOOT_MAX];
+	int fds[8], n;
+
+	snprintf(b.listen, sizeof(b.listen), "127.0.0.1:7000");
+	n = gd_boot_encode(&b, msg, sizeof(msg));
+	for (int i = 0; i < 4; i++) /* silent */
+		fds[i] = client_connect(s, "127.0.0.1");
+	fds[4] = client_connect(s, "127.0.0.1");
+	assert_int_equal(send(fds[4], msg, 5, 0), 5); /* half a header */
+	fds[5] = client_connect(s, "127.0.0.1");
+	assert_int_equal(send(fds[5], "GET / HTTP/1.0\r\n\r\n", 18, 0), 18);
+	fds[6] = client_connect(s, "127.0.0.1");
+	assert_int_equal(send(fds[6], msg, (size_t)n - 3, 0), n - 3); /* truncated body */
+	fds[7] = client_connect(s, "127.0.0.1");
+	msg[GD_BOOT_HDR + 12] = 9; /* mtu out of range: does not decode */
+	assert_int_equal(send(fds[7], msg, (size_t)n, 0), n);
+	sleep_ms(200);
+	assert_int_equal(srv_get(s, &s->boots), 0);
+	assert_true(srv_get(s, &s->drops) >= 2); /* garbage and the bad field */
+	/* A real peer meanwhile. */
+	assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7001", 6), 0);
+	assert_int_equal(srv_get(s, &s->boots), 1);
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	for (int i = 0; i < 8; i++)
+		close(fds[i]);
+	srv_stop(s);
+}
+
+/* Handshakes used to be served one at a time with a 10 s timeout, so one
+ * idle socket stalled every new peer. Now 100 idle sockets hold their
+ * handshakes open while a peer bootstraps at once; each is dropped at its
+ * own deadline. */
+/* Median of @n round trips of client_handshake() (microseconds). */
+static uint64_t handshake_median_us(struct srv *s, int n, uint64_t *max)
+{
+	uint64_t lat[64], t;
+
+	*max = 0;
+	for (int i = 0; i < n; i++) {
+		t = mono_us();
+		assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7100",
+						  1000 + (uint64_t)i),
+				 0);
+		lat[i] = mono_us() - t;
+		if (lat[i] > *max)
+			*max = lat[i];
+	}
+	for (int i = 1; i < n; i++) /* insertion sort: a handful */
+		for (int j = i; j > 0 && lat[j] < lat[j - 1]; j--) {
+			t = lat[j];
+			lat[j] = lat[j - 1];
+			lat[j - 1] = t;
+		}
+	return lat[n / 2];
+}
+
+static void test_idle_sockets_do_not_stall(void **state)
+{
+	struct srv *s = srv_start(128, 1500);
+	uint64_t base, busy, base_max, busy_max;
+	int fds[100];
+
+	base = handshake_median_us(s, 21, &base_max);
+	for (int i = 0; i < 100; i++)
+		fds[i] = client_connect(s, "127.0.0.1");
+	sleep_ms(50); /* all accepted, all idle */
+	busy = handshake_median_us(s, 21, &busy_max);
+	print_message("handshake latency, median (max) of 21: %llu (%llu) us alone, %llu "
+		      "(%llu) us with 100 idle sockets holding handshakes open\n",
+		      (unsigned long long)base, (unsigned long long)base_max,
+		      (unsigned long long)busy, (unsigned long long)busy_max);
+	assert_true(busy_max < 500000); /* one idle socket used to stall it 10 s */
+	assert_int_equal(srv_get(s, &s->readies), 42);
+	assert_int_equal(srv_get(s, &s->drops), 0); /* the idle ones still held */
+	sleep_ms(1800); /* past every idle socket's deadline */
+	assert_int_equal(srv_get(s, &s->drops), 100);
+	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKE_MS"));
+	assert_int_equal(srv_get(s, &s->boots), 42);
+	srv_stop(s);
+	for (int i = 0; i < 100; i++)
+		close(fds[i]);
+}
+
+/* At the cap, a new connection evicts the oldest that has not sent its
+ * message, so idle sockets cannot fill the handshake table either. */
+static void test_cap_evicts_idle(void **state)
+{
+	struct srv *s = srv_start(8, 5000);
+	int fds[20];
+
+	for (int i = 0; i < 20; i++)
+		fds[i] = client_connect(s, "127.0.0.1");
+	sleep_ms(100);
+	assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7200", 42), 0);
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	assert_true(srv_get(s, &s->drops) >= 12);
+	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
+	for (int i = 0; i < 20; i++)
+		close(fds[i]);
+	srv_stop(s);
+}
+
+/* The TCP wire's identity rule: the address a peer claims must be its
+ * connection's source; a wildcard becomes the source. */
+static void test_identity_over_tcp(void **state)
+{
+	struct srv *s = srv_start(16, 2000);
+
+	/* From 127.0.0.2, claiming 127.0.0.1: refused, naming the source. */
+	assert_int_equal(client_handshake(s, "127.0.0.2", "127.0.0.1:7300", 1),
+			 -ECONNRESET);
+	assert_true(srv_drop_has(s, "connects from 127.0.0.2"));
+	assert_int_equal(srv_get(s, &s->boots), 0);
+	assert_int_equal(client_handshake(s, "127.0.0.3", "10.1.2.3:7300", 2),
+			 -ECONNRESET);
+	assert_true(srv_drop_has(s, "127.0.0.3"));
+	/* A wildcard claim becomes the source. */
+	assert_int_equal(client_handshake(s, "127.0.0.2", "0.0.0.0:7301", 3), 0);
+	assert_true(srv_key_is(s, "127.0.0.2:7301"));
+	assert_int_equal(client_handshake(s, "127.0.0.4", "[::]:7302", 4), 0);
+	assert_true(srv_key_is(s, "127.0.0.4:7302"));
+	/* The source itself. */
+	assert_int_equal(client_handshake(s, "127.0.0.2", "127.0.0.2:7303", 5), 0);
+	assert_true(srv_key_is(s, "127.0.0.2:7303"));
+	/* Our own instance. */
+	assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7304", OUR_INSTANCE),
+			 -ECONNRESET);
+	assert_true(srv_drop_has(s, "own instance"));
+	assert_int_equal(srv_get(s, &s->boots), 3);
+	srv_stop(s);
+}
+
+static void test_identity_rule(void **state)
+{
+	struct sockaddr_in v4 = { .sin_family = AF_INET, .sin_port = htons(1234) };
+	struct sockaddr_in6 v6 = { .sin6_family = AF_INET6 };
+	char key[ZAP_PEER_MAX], why[256];
+
+	inet_pton(AF_INET, "192.0.2.7", &v4.sin_addr);
+	assert_int_equal(gd_hs_identity("192.0.2.7:80", (struct sockaddr *)&v4,
+					sizeof(v4), key, sizeof(key), why, sizeof(why)),
+			 0);
+	assert_string_equal(key, "192.0.2.7:80");
+	assert_int_equal(gd_hs_identity(":81", (struct sockaddr *)&v4, sizeof(v4), key,
+					sizeof(key), why, sizeof(why)),
+			 0);
+	assert_string_equal(key, "192.0.2.7:81");
+	assert_int_equal(gd_hs_identity("192.0.2.8:80", (struct sockaddr *)&v4,
+					sizeof(v4), key, sizeof(key), why, sizeof(why)),
+			 -EPERM);
+	assert_non_null(strstr(why, "192.0.2.7"));
+	assert_int_equal(gd_hs_identity("peer.example:80", (struct sockaddr *)&v4,
+					sizeof(v4), key, sizeof(key), why, sizeof(why)),
+			 -EPERM);
+	assert_int_equal(gd_hs_identity("192.0.2.7:0", (struct sockaddr *)&v4, sizeof(v4),
+					key, sizeof(key), why, sizeof(why)),
+			 -EINVAL);
+	assert_int_equal(gd_hs_identity("192.0.2.7", (struct sockaddr *)&v4, sizeof(v4),
+					key, sizeof(key), why, sizeof(why)),
+			 -EINVAL);
+	inet_pton(AF_INET6, "2001:db8::5", &v6.sin6_addr);
+	assert_int_equal(gd_hs_identity("[2001:db8:0::5]:9", (struct sockaddr *)&v6,
+					sizeof(v6), key, sizeof(key), why, sizeof(why)),
+			 0);
+	assert_string_equal(key, "[2001:db8::5]:9");
+	assert_int_equal(gd_hs_identity("[::]:9", (struct sockaddr *)&v6, sizeof(v6), key,
+					sizeof(key), why, sizeof(why)),
+			 0);
+	assert_string_equal(key, "[2001:db8::5]:9");
+	assert_int_equal(gd_hs_identity("[2001:db8::6]:9", (struct sockaddr *)&v6,
+					sizeof(v6), key, sizeof(key), why, sizeof(why)),
+			 -EPERM);
+	/* A v4-mapped source is its v4 address. */
+	inet_pton(AF_INET6, "::ffff:192.0.2.7", &v6.sin6_addr);
+	assert_int_equal(gd_hs_identity("192.0.2.7:10", (struct sockaddr *)&v6,
+					sizeof(v6), key, sizeof(key), why, sizeof(why)),
+			 0);
+	assert_string_equal(key, "192.0.2.7:10");
+}
+
+/* Pinned memory a peer sizes (host staging of its slot size) within the
+ * per-peer bound. */
+static void test_pin_plan(void **state)
+{
+	struct gd_boot b = { .slots = 16, .slot_bytes = 64u << 20 };
+	uint32_t stages;
+	uint64_t bytes;
+	char why[256];
+
+	/* The old plan: 8 x 64 MiB staging, whatever the peer asked. */
+	assert_int_equal(gd_pin_plan(16u << 20, &b, 64u << 20, &stages, &bytes, why,
+				     sizeof(why)),
+			 -ENOBUFS);
+	assert_non_null(strstr(why, "ZAP_GPUDIRECT_PEER_PIN_BYTES"));
+	assert_int_equal(gd_pin_plan(16u << 20, &b, 128u << 20, &stages, &bytes, why,
+				     sizeof(why)),
+			 0);
+	assert_int_equal(stages, 1);
+	assert_int_equal(bytes, 80u << 20);
+	b.slot_bytes = 1 << 20;
+	assert_int_equal(gd_pin_plan(16u << 20, &b, 64u << 20, &stages, &bytes, why,
+				     sizeof(why)),
+			 0);
+	assert_int_equal(stages, 8);
+	assert_int_equal(bytes, 24u << 20);
+	b.slots = 2;
+	assert_int_equal(gd_pin_plan(16u << 20, &b, 64u << 20, &stages, &bytes, why,
+				     sizeof(why)),
+			 0);
+	assert_int_equal(stages, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_identity_rule),
+		cmocka_unit_test(test_pin_plan),
+		cmocka_unit_test(test_nothing_before_boot),
+		cmocka_unit_test(test_idle_sockets_do_not_stall),
+		cmocka_unit_test(test_cap_evicts_idle),
+		cmocka_unit_test(test_identity_over_tcp),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -296,6 +296,20 @@ void zap__config_read(struct zap_config *c)
 	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, 1ull << 40,
 			   &c->max_msg_size))
 		config_error(c, "%s", zap_last_error());
+
+	/* TLS files: not in a privileged program, where the caller could
+	 * point it at a file of its choosing (such programs pass zap_attr). */
+	static const char *const tls_vars[4] = {"ZAP_TLS_CERT", "ZAP_TLS_KEY",
+						"ZAP_TLS_CA", "ZAP_TLS_PEERS"};
+	for (int i = 0; i < 4; i++) {
+		v = env_trimmed_with(core_secure_getenv, tls_vars[i], c->tls_buf[i],
+				     sizeof(c->tls_buf[i]), &toolong);
+		if (toolong)
+			config_error(c, "%s is too long (%zu characters)", tls_vars[i],
+				     toolong);
+		else if (v && *v)
+			c->tls[i] = v;
+	}
 	zap__clear_error();
 }
 

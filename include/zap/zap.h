@@ -187,6 +187,24 @@ struct zap_attr {
 	uint64_t max_msg_size;  /**< env ZAP_MAX_MSG_BYTES, default 64 MiB */
 	uint64_t pool_bytes;    /**< buffer pool cap for transports with one
 	                             (e.g. ZAP_UMA_POOL_BYTES for uma) */
+	/* Appended in ABI 1.1 (check @size): TLS on the TCP wire (default,
+	 * uma). Each NULL field takes its environment variable; a certificate
+	 * from either makes every connection TLS 1.3 with mutual
+	 * authentication, with no plaintext fallback (docs/wires.md). The
+	 * variables are ignored in setuid/setgid programs (secure_getenv):
+	 * those pass the attributes. */
+	const char *tls_cert;   /**< PEM certificate (chain) of this endpoint;
+	                             env ZAP_TLS_CERT; NULL/unset: plaintext */
+	const char *tls_key;    /**< PEM private key of @tls_cert, a file not
+	                             accessible by group or others (refused
+	                             otherwise, as ssh does); env ZAP_TLS_KEY */
+	const char *tls_ca;     /**< PEM CA bundle: peers whose chain verifies
+	                             against it are trusted; env ZAP_TLS_CA */
+	const char *tls_peers;  /**< pin file: one "sha256:<hex>" per line, the
+	                             SHA-256 of a trusted peer's DER
+	                             SubjectPublicKeyInfo; env ZAP_TLS_PEERS.
+	                             With a certificate, at least one of
+	                             @tls_ca and @tls_peers is required */
 };
 
 /** zap_pick() flag: fail instead of falling back (env spelling: "=name"). */

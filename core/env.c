@@ -211,6 +211,20 @@ int zap__check_address(const char *what, const char *addr)
 	return 0;
 }
 
+int zap__parse_bool(const char *s)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i]))
+			return 1;
+		if (!strcasecmp(s, no[i]))
+			return 0;
+	}
+	return -EINVAL;
+}
+
 int zap__parse_log_level(const char *s, enum zap_log_level *out)
 {
 	static const char *const names[] = { "error", "warn", "info", "debug" };
@@ -249,13 +263,16 @@ void zap__config_read(struct zap_config *c)
 
 	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet), &toolong);
 	if (toolong) {
-		config_error(c, "ZAP_TRANSPORT_QUIET is not 0 or 1 (%zu characters)",
-			     toolong);
+		config_error(c, "ZAP_TRANSPORT_QUIET is not a boolean (%zu characters; "
+			     ZAP_BOOL_SPELLINGS ")", toolong);
 	} else if (v) {
-		if (!strcmp(v, "1"))
-			c->quiet = true;
-		else if (strcmp(v, "0"))
-			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not 0 or 1", v);
+		int b = zap__parse_bool(v);
+
+		if (b < 0)
+			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not a boolean ("
+				     ZAP_BOOL_SPELLINGS ")", v);
+		else
+			c->quiet = b;
 	}
 
 	/* Not in a privileged program: there the caller could choose to have
@@ -263,13 +280,16 @@ void zap__config_read(struct zap_config *c)
 	v = env_trimmed_with(core_secure_getenv, "ZAP_PROBE_INPROCESS", quiet, sizeof(quiet),
 			     &toolong);
 	if (toolong) {
-		config_error(c, "ZAP_PROBE_INPROCESS is not 0 or 1 (%zu characters)",
-			     toolong);
+		config_error(c, "ZAP_PROBE_INPROCESS is not a boolean (%zu characters; "
+			     ZAP_BOOL_SPELLINGS ")", toolong);
 	} else if (v) {
-		if (!strcmp(v, "1"))
-			c->probe_inprocess = true;
-		else if (strcmp(v, "0"))
-			config_error(c, "ZAP_PROBE_INPROCESS='%s' is not 0 or 1", v);
+		int b = zap__parse_bool(v);
+
+		if (b < 0)
+			config_error(c, "ZAP_PROBE_INPROCESS='%s' is not a boolean ("
+				     ZAP_BOOL_SPELLINGS ")", v);
+		else
+			c->probe_inprocess = b;
 	}
 
 	/* Syntax is checked by the pick parser, which names the variable. */
@@ -296,6 +316,25 @@ void zap__config_read(struct zap_config *c)
 	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, 1ull << 40,
 			   &c->max_msg_size))
 		config_error(c, "%s", zap_last_error());
+
+	v = env_trimmed("ZAP_SEND_TIMEOUT_MS", buf, sizeof(buf), &toolong);
+	if (toolong) {
+		config_error(c, "ZAP_SEND_TIMEOUT_MS is too long (%zu characters)",
+			     toolong);
+	} else if (v) {
+		char *end;
+		unsigned long long ms;
+
+		errno = 0;
+		ms = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || ms > UINT32_MAX)
+			config_error(c,
+				     "ZAP_SEND_TIMEOUT_MS='%s' is not a number of "
+				     "milliseconds in [0, %u] (0: no timeout)",
+				     v, UINT32_MAX);
+		else
+			c->send_timeout_ms = ms;
+	}
 
 	/* TLS files: not in a privileged program, where the caller could
 	 * point it at a file of its choosing (such programs pass zap_attr). */

@@ -24,6 +24,7 @@ struct plan {
 	size_t n;
 	size_t requested;     /* cand[0..requested) were asked for by name */
 	bool named;           /* the preference named transports */
+	bool all_unknown;     /* ... but none of them is registered */
 	char unavailable[512]; /* why the named ones cannot be used */
 	char how[128];        /* how the list was made, for the summary */
 };
@@ -153,6 +154,18 @@ static size_t edit_distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/*
+ * Whether @r can be named in a suggestion: a transport this process can
+ * attempt (zap_registered()), never one whose file failed to load (no
+ * symbol, ABI mismatch, refused, dlopen failed...) or was shadowed:
+ * suggesting it would only lead to a second error.
+ */
+static bool suggestable(const struct zap_prec *r)
+{
+	return r->state == ZAP_PLUGIN_LOADED || r->state == ZAP_PLUGIN_NOT_PRESENT ||
+	       r->state == ZAP_PLUGIN_ERROR;
+}
+
 /* "unknown transport 'x' (did you mean 'y'?)" or with the known names. */
 static void unknown_text(const char *name, char *buf, size_t len)
 {
@@ -164,7 +177,7 @@ static void unknown_text(const char *name, char *buf, size_t len)
 	for (size_t i = 0; i < n; i++) {
 		size_t d;
 
-		if (recs[i].state == ZAP_PLUGIN_SHADOWED)
+		if (!suggestable(&recs[i]))
 			continue;
 		d = edit_distance(name, recs[i].name);
 		if (d < bestd) {
@@ -178,7 +191,7 @@ static void unknown_text(const char *name, char *buf, size_t len)
 	}
 	off = (size_t)snprintf(buf, len, "unknown transport '%s' (known:", name);
 	for (size_t i = 0; i < n && off < len; i++)
-		if (recs[i].state != ZAP_PLUGIN_SHADOWED)
+		if (suggestable(&recs[i]))
 			off += (size_t)snprintf(buf + off, len - off, " %s", recs[i].name);
 	if (off < len)
 		snprintf(buf + off, len - off, ")");
@@ -225,6 +238,20 @@ static void add_by_rank(struct plan *pl, const struct zap_pref *p, long below)
 	}
 }
 
+/*
+ * @reason without a leading "<name>: ", so that text built as
+ * "<name>: <state>: <reason>" does not say the name twice (plugins often
+ * start their reasons with their own name).
+ */
+static const char *unprefixed(const char *name, const char *reason)
+{
+	size_t n = strlen(name);
+
+	if (!strncmp(reason, name, n) && reason[n] == ':' && reason[n + 1] == ' ')
+		return reason + n + 2;
+	return reason;
+}
+
 static void append(char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t len, const char *fmt, ...)
@@ -260,6 +287,9 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 			return zap__fail(-EINVAL, "%s", text);
 		if (warn)
 			warn_once("%s; ignoring it", text);
+		if (!p->exclude)
+			append(pl->unavailable, sizeof(pl->unavailable), "%s%s",
+			       pl->unavailable[0] ? "; " : "", text);
 	}
 	if (!p->n || p->exclude) {
 		add_by_rank(pl, p, (long)INT32_MAX + 1);
@@ -295,7 +325,7 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 		append(pl->unavailable, sizeof(pl->unavailable), "%s%s: %s%s%s",
 		       pl->unavailable[0] ? "; " : "", r->name,
 		       zap_plugin_state_name(r->state), r->reason[0] ? ": " : "",
-		       r->reason);
+		       unprefixed(r->name, r->reason));
 	}
 	pl->requested = pl->n;
 	snprintf(pl->how, sizeof(pl->how), "requested%s", strict ? ", strict" : "");
@@ -316,7 +346,9 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 			pl->cand[pl->n++] = def;
 	}
 	if (!known) {
-		pl->named = false;
+		/* Still a fallback (zap-info must not call it success), but the
+		 * unknown-name WARN above already said so. */
+		pl->all_unknown = true;
 		snprintf(pl->how, sizeof(pl->how),
 			 "auto: no known transport was named");
 	}
@@ -342,8 +374,12 @@ static int plan_for(const char *pref, unsigned flags, bool warn, struct plan *pl
 	return make_plan(&p, *strict, warn, pl);
 }
 
-/* One line: every transport probed and its outcome. */
-static void probed_text(char *buf, size_t len)
+/*
+ * The first-pick line: "name=state" per transport and the winner, short
+ * enough to read on every start. The reasons (driver error strings can be
+ * long) go to a DEBUG line, to zap-info and to the load report.
+ */
+static void probed_text(char *buf, size_t len, bool reasons)
 {
 	const struct zap_prec *recs;
 	size_t n;
@@ -355,11 +391,13 @@ static void probed_text(char *buf, size_t len)
 
 		if (r->state == ZAP_PLUGIN_SHADOWED)
 			continue;
-		append(buf, len, "%s%s=%s%s%s%s", i ? ", " : "", r->name,
-		       r->state == ZAP_PLUGIN_LOADED ? "ok" : zap_plugin_state_name(r->state),
-		       r->reason[0] && r->state != ZAP_PLUGIN_LOADED ? " (" : "",
-		       r->state != ZAP_PLUGIN_LOADED ? r->reason : "",
-		       r->reason[0] && r->state != ZAP_PLUGIN_LOADED ? ")" : "");
+		if (!reasons)
+			append(buf, len, "%s%s=%s", buf[0] ? ", " : "", r->name,
+			       r->state == ZAP_PLUGIN_LOADED
+				       ? "ok" : zap_plugin_state_name(r->state));
+		else if (r->state != ZAP_PLUGIN_LOADED && r->reason[0])
+			append(buf, len, "%s%s: %s", buf[0] ? "; " : "", r->name,
+			       unprefixed(r->name, r->reason));
 	}
 }
 
@@ -370,11 +408,17 @@ static void first_pick_summary(const char *winner, const char *why)
 
 	if (atomic_flag_test_and_set(&said))
 		return;
-	probed_text(probed, sizeof(probed));
-	zap__log_pick_summary("probed %s; picked %s (%s)", probed, winner, why);
+	probed_text(probed, sizeof(probed), false);
+	zap__log_pick_summary("%s; picked %s (%s)", probed, winner, why);
+	if (zap__log_enabled(ZAP_LOG_DEBUG)) {
+		probed_text(probed, sizeof(probed), true);
+		if (probed[0])
+			zap__log(ZAP_LOG_DEBUG, "pick", "probe reasons: %s", probed);
+	}
 }
 
-static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
+static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
+			uint64_t *send_timeout_ms)
 {
 	const struct zap_config *cfg = zap__config();
 	size_t sz = attr ? attr->size : 0;
@@ -398,6 +442,10 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
 						       : ZAP_DEFAULT_MAX_MSG_BYTES;
 	if (HAS(pool_bytes))
 		args->pool_bytes = attr->pool_bytes;
+	*send_timeout_ms = cfg->send_timeout_ms;
+	if (HAS(send_timeout_ms) && attr->send_timeout_ms)
+		*send_timeout_ms = attr->send_timeout_ms == ZAP_TIMEOUT_NONE
+					   ? 0 : attr->send_timeout_ms;
 	/* TLS: each attribute, else its variable (core/env.c). */
 	args->tls_cert = HAS(tls_cert) && attr->tls_cert ? attr->tls_cert : cfg->tls[0];
 	args->tls_key = HAS(tls_key) && attr->tls_key ? attr->tls_key : cfg->tls[1];
@@ -416,7 +464,7 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args)
  * them would only turn a crash into a silent kill.
  */
 static int open_blocked(const struct zap_prec *r, const struct zap_open_args *args,
-			struct zap_transport **out)
+			uint64_t send_timeout_ms, struct zap_transport **out)
 {
 	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
 				      SIGSYS, SIGABRT };
@@ -427,7 +475,7 @@ static int open_blocked(const struct zap_prec *r, const struct zap_open_args *ar
 	for (size_t i = 0; i < ZAP_ARRAY_SIZE(faults); i++)
 		sigdelset(&all, faults[i]);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	rc = zap__open(r, args, out);
+	rc = zap__open(r, args, send_timeout_ms, out);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return rc;
 }
@@ -437,6 +485,7 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 {
 	const struct zap_config *cfg = zap__config();
 	struct zap_open_args args;
+	uint64_t send_timeout_ms = 0;
 	struct plan pl;
 	bool strict = false;
 	char why[768];
@@ -449,17 +498,17 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 		zap__log(ZAP_LOG_ERROR, "core", "%s", cfg->error_msg);
 		return zap__fail(cfg->error, "%s", cfg->error_msg);
 	}
-	rc = resolve_attr(attr, &args);
+	rc = resolve_attr(attr, &args, &send_timeout_ms);
 	if (rc)
 		return rc;
 	rc = plan_for(pref, flags, true, &pl, &strict);
 	if (rc) {
+		/* Returned with its reason, not also logged: the caller decides
+		 * what a failed pick means. */
 		char reason[512];
 
 		snprintf(reason, sizeof(reason), "%s", zap_last_error());
-		first_pick_summary("none", reason);
-		/* The caller gets the reason too; a WARN keeps it visible. */
-		zap__log(ZAP_LOG_WARN, "pick", "%s", reason);
+		first_pick_summary("none", "nothing usable");
 		return zap__fail(rc, "%s", reason);
 	}
 	for (size_t i = 0; i < pl.n; i++) {
@@ -468,12 +517,19 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 		/* Probed out of process: load it here now (only this one). */
 		rc = zap__load(r);
 		if (!rc)
-			rc = open_blocked(r, &args, out);
+			rc = open_blocked(r, &args, send_timeout_ms, out);
 		if (!rc) {
 			if (pl.named && i >= pl.requested) {
-				snprintf(why, sizeof(why), "fallback: %s", pl.unavailable);
-				warn_once("requested transport not available (%s); falling back to '%s'",
-					  pl.unavailable, r->name);
+				snprintf(why, sizeof(why), "fallback");
+				if (!pl.all_unknown)
+					warn_once("requested transport not available (%s); falling back to '%s'",
+						  pl.unavailable, r->name);
+			} else if (i > 0) {
+				/* Auto, or a list, whose better candidate did
+				 * not open: say once why this one won. */
+				snprintf(why, sizeof(why), "%s, after open failures",
+					 pl.how);
+				warn_once("%s; using '%s'", pl.unavailable, r->name);
 			} else {
 				snprintf(why, sizeof(why), "%s", pl.how);
 			}
@@ -481,14 +537,21 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			return 0;
 		}
 		append(pl.unavailable, sizeof(pl.unavailable), "%s%s: open failed: %s",
-		       pl.unavailable[0] ? "; " : "", r->name, zap_last_error());
+		       pl.unavailable[0] ? "; " : "", r->name,
+		       unprefixed(r->name, zap_last_error()));
 		if (strict && i + 1 >= pl.requested)
 			break;
-		zap__log(ZAP_LOG_WARN, "pick", "transport '%s' failed to open (%s)%s",
-			 r->name, zap_last_error(),
-			 i + 1 < pl.n ? "; trying the next" : "");
+		zap__log(ZAP_LOG_DEBUG, "pick", "'%s' failed to open (%s)%s", r->name,
+			 zap_last_error(), i + 1 < pl.n ? "; trying the next" : "");
 	}
-	first_pick_summary("none", pl.unavailable);
+	first_pick_summary("none", "nothing usable");
+	/*
+	 * Strict: the open error of the transport asked for (zap.h). Not
+	 * strict: every candidate was tried, so the request is unavailable
+	 * here; the reasons say what each one answered.
+	 */
+	if (!strict)
+		rc = ZAP_ENOTAVAIL;
 	return zap__fail(rc, "%s", pl.unavailable);
 }
 

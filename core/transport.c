@@ -1,14 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The application-facing transport handle: a thin wrapper around a plugin
- * instance that makes zap_close() safe against calls blocked in other
- * threads, and the accessors of messages and buffers.
+ * instance that makes zap_shutdown() and zap_close() safe against calls
+ * blocked in other threads, refuses calls on a handle inherited across
+ * fork(), applies the default send timeout, and the accessors of messages
+ * and buffers.
+ *
+ * Shared state and its rules:
+ *  - struct zap_transport: @inflight/@closing/@shut are atomics (close
+ *    protocol below); everything else is written once, at open.
+ *  - fork_gen: bumped in the child of every fork() (pthread_atfork); a
+ *    handle opened in another generation belongs to another process.
+ *  - send_ctx: one ctx per thread for the default send timeout, never
+ *    cancelled, only its deadline rewritten by its own thread.
  */
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "zap-private.h"
@@ -25,7 +37,48 @@ struct zap_transport {
 	 */
 	atomic_int inflight;
 	atomic_bool closing;
+	atomic_bool shut;          /* zap_shutdown() or zap_close() began */
+	atomic_bool shutdown_done; /* ops->shutdown called (once) */
+	unsigned fork_gen;         /* fork_gen at open */
+	pid_t pid;                 /* the opening process, for the reason */
+	uint64_t send_timeout_ms;  /* for zap_send() without a ctx; 0: none */
 };
+
+static atomic_uint fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+	atomic_fetch_add(&fork_gen, 1);
+}
+
+static void atfork_register(void)
+{
+	/* Cannot fail short of ENOMEM; then forked children are not caught,
+	 * which is what every release before this one did. */
+	(void)pthread_atfork(NULL, NULL, fork_child);
+}
+
+/*
+ * Whether @t was opened in this process. A fork() child inherits the
+ * parent's handles but not its threads, and the plugin instance's sockets,
+ * locks and progress threads belong to the parent: any call from the child
+ * would steal the parent's connections or wait on a lock no thread will
+ * ever release. So the child's copy is refused (-EBADFD) and zap_close()
+ * there releases nothing shared.
+ */
+static bool inherited(const struct zap_transport *t)
+{
+	return t->fork_gen != atomic_load_explicit(&fork_gen, memory_order_relaxed);
+}
+
+static int fail_inherited(const struct zap_transport *t)
+{
+	return zap__fail(-EBADFD,
+			 "transport '%s' was opened by process %d and inherited "
+			 "across fork(); a child must open its own",
+			 t->plugin->name, (int)t->pid);
+}
 
 /* Whether @ops (of size ops->size) has a non-NULL optional op at @off. */
 static void *optional_op(const struct zap_plugin_ops *ops, size_t off)
@@ -41,11 +94,12 @@ static void *optional_op(const struct zap_plugin_ops *ops, size_t off)
 	((__typeof__((ops)->field))optional_op((ops), offsetof(struct zap_plugin_ops, field)))
 
 int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
-	      struct zap_transport **out)
+	      uint64_t send_timeout_ms, struct zap_transport **out)
 {
 	struct zap_transport *t;
 	int rc;
 
+	pthread_once(&atfork_once, atfork_register);
 	if (!rec->desc)
 		return zap__fail(ZAP_ENOTAVAIL,
 				 "'%s' is not loaded in this process (isolated scan)",
@@ -55,29 +109,82 @@ int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
 		return -ENOMEM;
 	t->plugin = rec->desc;
 	t->ops = rec->desc->ops;
+	t->fork_gen = atomic_load(&fork_gen);
+	t->pid = getpid();
+	t->send_timeout_ms = send_timeout_ms;
+	zap__clear_error(); /* a reason left by an earlier candidate is not this one's */
 	rc = t->ops->open(&zap__host, args, &t->tp);
 	if (rc) {
 		free(t);
 		if (rc > 0 || rc < -4095) /* a plugin bug; keep the contract */
 			rc = -EIO;
 		if (!zap_last_error()[0])
-			zap__fail(rc, "%s: open failed", rec->name);
+			zap__fail(rc, "%s: %s", rec->name, strerror(-rc));
 		return rc;
 	}
 	*out = t;
 	return 0;
 }
 
-/* Enter a call on @t; false (and -ESHUTDOWN recorded) once closing. */
-static bool enter(struct zap_transport *t)
+/*
+ * Enter a call on @t: 0, or the error to return (recorded): -EBADFD in a
+ * fork() child, -ESHUTDOWN once shut down or closing.
+ */
+static int enter(struct zap_transport *t)
 {
+	if (inherited(t))
+		return fail_inherited(t);
 	atomic_fetch_add(&t->inflight, 1);
-	if (atomic_load(&t->closing)) {
+	if (atomic_load(&t->shut)) {
 		atomic_fetch_sub(&t->inflight, 1);
-		zap__fail(-ESHUTDOWN, "transport is being closed");
-		return false;
+		return zap__fail(-ESHUTDOWN, "transport '%s' was shut down",
+				 t->plugin->name);
 	}
-	return true;
+	return 0;
+}
+
+/* ---- the default send timeout ------------------------------------------ */
+
+static pthread_key_t send_ctx_key;
+static pthread_once_t send_ctx_once = PTHREAD_ONCE_INIT;
+static bool send_ctx_ok;
+
+static void send_ctx_free(void *c)
+{
+	zap_ctx_free(c);
+}
+
+static void send_ctx_init(void)
+{
+	send_ctx_ok = pthread_key_create(&send_ctx_key, send_ctx_free) == 0;
+}
+
+/*
+ * This thread's ctx for a zap_send() without one, its deadline set
+ * @timeout_ms from now. Made once per thread (a ctx owns an eventfd, too
+ * dear to make per send) and freed at thread exit. NULL if it cannot be
+ * made: the caller fails the send rather than block without the limit the
+ * application asked for.
+ */
+static struct zap_ctx *send_ctx(uint64_t timeout_ms)
+{
+	struct zap_ctx *c;
+
+	pthread_once(&send_ctx_once, send_ctx_init);
+	if (!send_ctx_ok)
+		return NULL;
+	c = pthread_getspecific(send_ctx_key);
+	if (!c) {
+		if (zap_ctx_new(&c))
+			return NULL;
+		if (pthread_setspecific(send_ctx_key, c)) {
+			zap_ctx_free(c);
+			return NULL;
+		}
+	}
+	zap_ctx_set_timeout(c, timeout_ms > UINT64_MAX / 1000000 ? UINT64_MAX
+								: timeout_ms * 1000000);
+	return c;
 }
 
 static void leave(struct zap_transport *t)
@@ -98,6 +205,8 @@ ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf,
 	zap__clear_error();
 	if (!t || !buf)
 		return zap__fail(-EINVAL, "zap_transport_address: NULL argument");
+	if (inherited(t))
+		return fail_inherited(t);
 	fn = OPTIONAL_OP(t->ops, address);
 	if (!fn)
 		return zap__fail(-EOPNOTSUPP, "transport '%s' has no host:port address",
@@ -113,6 +222,8 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps)
 	zap__clear_error();
 	if (!t || !caps || caps->size < sizeof(caps->size))
 		return zap__fail(-EINVAL, "zap_caps: NULL argument or bad caps->size");
+	if (inherited(t))
+		return fail_inherited(t);
 	memset(&full, 0, sizeof(full));
 	full.size = sizeof(full);
 	rc = t->ops->caps(t->tp, &full);
@@ -129,8 +240,17 @@ ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
 	zap__clear_error();
 	if (!t || !peer || (!buf && len))
 		return zap__fail(-EINVAL, "zap_send: NULL argument");
-	if (!enter(t))
-		return -ESHUTDOWN;
+	rc = enter(t);
+	if (rc)
+		return rc;
+	if (!ctx && t->send_timeout_ms) {
+		ctx = send_ctx(t->send_timeout_ms);
+		if (!ctx) {
+			leave(t);
+			return zap__fail(-ENOMEM, "zap_send: cannot make the ctx of the "
+					 "default send timeout");
+		}
+	}
 	rc = t->ops->send(t->tp, peer, buf, len, ctx);
 	leave(t);
 	return rc;
@@ -144,18 +264,51 @@ ZAP_EXPORT int zap_recv(struct zap_transport *t, struct zap_ctx *ctx,
 	zap__clear_error();
 	if (!t || !out)
 		return zap__fail(-EINVAL, "zap_recv: NULL argument");
-	if (!enter(t))
-		return -ESHUTDOWN;
+	rc = enter(t);
+	if (rc)
+		return rc;
 	rc = t->ops->recv(t->tp, ctx, out);
 	leave(t);
 	return rc;
+}
+
+/* Set @shut and call ops->shutdown, once, whoever comes first. */
+static void shut_down(struct zap_transport *t)
+{
+	atomic_store(&t->shut, true);
+	if (!atomic_exchange(&t->shutdown_done, true))
+		t->ops->shutdown(t->tp);
+}
+
+ZAP_EXPORT int zap_shutdown(struct zap_transport *t)
+{
+	zap__clear_error();
+	if (!t)
+		return zap__fail(-EINVAL, "zap_shutdown: NULL transport");
+	if (inherited(t))
+		return fail_inherited(t);
+	shut_down(t);
+	return 0;
 }
 
 ZAP_EXPORT void zap_close(struct zap_transport *t)
 {
 	if (!t || atomic_exchange(&t->closing, true))
 		return;
-	t->ops->shutdown(t->tp);
+	if (inherited(t)) {
+		/*
+		 * A fork() child's copy: free only the handle. The plugin
+		 * instance is left alone on purpose: shutting it down or
+		 * destroying it would act on sockets the parent still uses
+		 * (shutdown(2) is shared across processes) and join threads
+		 * that exist only in the parent. Its memory and descriptors
+		 * (all close-on-exec) stay until this process calls exec()
+		 * or exits.
+		 */
+		free(t);
+		return;
+	}
+	shut_down(t);
 	/* Calls in flight were woken by shutdown; they leave promptly. */
 	while (atomic_load(&t->inflight) > 0) {
 		struct timespec ts = { 0, 100000 };
@@ -206,8 +359,9 @@ ZAP_EXPORT int zap_buffer_alloc(struct zap_transport *t, size_t size,
 		return zap__fail(ZAP_ENOTAVAIL,
 				 "transport '%s' has no buffer pool; use your own memory",
 				 t->plugin->name);
-	if (!enter(t))
-		return -ESHUTDOWN;
+	rc = enter(t);
+	if (rc)
+		return rc;
 	rc = fn(t->tp, size, ctx, out);
 	leave(t);
 	return rc;
@@ -244,6 +398,8 @@ ZAP_EXPORT int zap_pool_stats(const struct zap_transport *t,
 	zap__clear_error();
 	if (!t || !stats || stats->size < sizeof(stats->size))
 		return zap__fail(-EINVAL, "zap_pool_stats: NULL argument or bad size");
+	if (inherited(t))
+		return fail_inherited(t);
 	fn = OPTIONAL_OP(t->ops, pool_stats);
 	if (!fn)
 		return zap__fail(ZAP_ENOTAVAIL, "transport '%s' has no buffer pool",

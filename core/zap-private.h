@@ -37,11 +37,12 @@ struct zap_config {
 	char error_msg[256];
 	enum zap_log_level log_level;
 	bool log_level_set;        /* ZAP_LOG_LEVEL given */
-	bool quiet;                /* ZAP_TRANSPORT_QUIET=1 */
-	bool probe_inprocess;      /* ZAP_PROBE_INPROCESS=1 (secure_getenv) */
+	bool quiet;                /* ZAP_TRANSPORT_QUIET true */
+	bool probe_inprocess;      /* ZAP_PROBE_INPROCESS true (secure_getenv) */
 	const char *transport;     /* ZAP_TRANSPORT, or NULL */
 	const char *listen;        /* ZAP_LISTEN, or NULL */
 	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
+	uint64_t send_timeout_ms;  /* ZAP_SEND_TIMEOUT_MS, or 0 (none) */
 	char transport_buf[256];   /* storage for @transport and @listen */
 	char listen_buf[ZAP_PEER_MAX];
 	/* ZAP_TLS_CERT, _KEY, _CA, _PEERS (secure_getenv), or NULL. */
@@ -53,6 +54,14 @@ const struct zap_config *zap__config(void);
  * fuzz harnesses. */
 void zap__config_read(struct zap_config *c);
 int zap__parse_log_level(const char *s, enum zap_log_level *out);
+/*
+ * A boolean variable's value (already trimmed): 1 for 1/yes/true/on, 0 for
+ * 0/no/false/off (any case), -EINVAL otherwise. Every boolean ZAP_*
+ * variable takes these spellings; ZAP_BOOL_SPELLINGS lists them for
+ * messages.
+ */
+int zap__parse_bool(const char *s);
+#define ZAP_BOOL_SPELLINGS "1/0, yes/no, true/false, on/off"
 int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 		   uint64_t *out);
 int zap__parse_bytes(const char *s, uint64_t *out);
@@ -188,8 +197,9 @@ struct zap_pref {
 };
 /* Parse @src; @origin names it in the error ("ZAP_TRANSPORT"). 0 or -EINVAL. */
 int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p);
+/* Open @rec; @send_timeout_ms (0: none) bounds zap_send() without a ctx. */
 int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
-	      struct zap_transport **out);
+	      uint64_t send_timeout_ms, struct zap_transport **out);
 
 /* The built-in default transport, from plugins/default. */
 extern const struct zap_plugin zap_builtin_default;

@@ -17,10 +17,13 @@
 #include <zap/zap.h>
 #include <zap/zap-plugin.h>
 
+/* Documented in usage() and zap-info(1); scripts rely on them. */
 enum {
 	EXIT_AVAILABLE = 0,   /* requested (or auto) transport available */
-	EXIT_UNAVAILABLE = 1, /* fallback, or strict/exclusion failure */
+	EXIT_FALLBACK = 1,    /* a pick would fall back to another one */
 	EXIT_USAGE = 2,       /* usage, bad preference/env, internal error */
+	EXIT_NONE = 3,        /* nothing usable: strict request unavailable,
+	                         everything excluded */
 };
 
 struct opts {
@@ -69,9 +72,11 @@ static void usage(FILE *f)
 "\n"
 "Exit status:\n"
 "  0  the requested transport (auto if none) is available, no fallback\n"
-"  1  it is not: a pick would fall back, or fail (strict request,\n"
-"     everything excluded)\n"
+"  1  a pick would fall back to another transport (requested one\n"
+"     unavailable or unknown); the reason is printed on stderr\n"
 "  2  usage error, malformed preference, bad ZAP_* value, internal error\n"
+"  3  nothing usable: a pick would fail (strict request unavailable,\n"
+"     everything excluded); the reason is printed on stderr\n"
 "\n"
 "JSON output (--json), one object:\n"
 "  version        libzap version string\n"
@@ -558,12 +563,17 @@ static void gather_pick(struct info *in, const struct opts *o)
 	in->pick_err = zap_pick_explain(o->transport, 0, &in->choice);
 	if (in->pick_err == 0) {
 		in->pick_status = in->choice.fallback ? "fallback" : "ok";
-		in->exit_status = in->choice.fallback ? EXIT_UNAVAILABLE
+		in->exit_status = in->choice.fallback ? EXIT_FALLBACK
 						      : EXIT_AVAILABLE;
+		/* `zap-info -t x && run-job` must not pass silently; the
+		 * reason reads "fallback to <name> (rank <n>): <why>". */
+		if (in->choice.fallback)
+			fprintf(stderr, "zap-info: %s\n", in->choice.reason);
 	} else if (in->pick_err == ZAP_ENOTAVAIL) {
 		in->pick_status = "not available";
-		in->exit_status = EXIT_UNAVAILABLE;
+		in->exit_status = EXIT_NONE;
 		in->choice.name[0] = '\0';
+		fprintf(stderr, "zap-info: not available: %s\n", in->choice.reason);
 	} else {
 		in->pick_status = "error";
 		in->exit_status = EXIT_USAGE;

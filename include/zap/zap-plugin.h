@@ -20,8 +20,79 @@
  *    the environment, error reasons, the buffer pool) comes through
  *    struct zap_host, handed to every op. A plugin needs these headers, not
  *    the library: it does not link libzap.so (`pkg-config --cflags
- *    zap-plugin`; there is nothing to add for --libs) and calls no zap_*()
- *    function, and it never includes core-private headers.
+ *    zap-plugin`; `pkg-config --libs zap-plugin` prints nothing, on
+ *    purpose) and calls no zap_*() function, and it never includes
+ *    core-private headers.
+ *
+ * Threads. The host calls a plugin from the application's threads:
+ *  - probe: once per process (or in an isolating child), before any open.
+ *  - open: possibly from several threads at once (zap_pick() is
+ *    thread-safe); each call makes an independent instance.
+ *  - send, recv, caps, address, buffer_alloc, pool_stats: from any number
+ *    of threads at once on the same instance. Concurrent sends to one peer
+ *    must each deliver whole messages (never interleave their bytes), and
+ *    messages one thread sends to one peer arrive in that order; concurrent
+ *    recvs each take a different message. send and recv block (see ctx
+ *    below) and must not hold a lock that another thread's send or recv
+ *    needs while they wait.
+ *  - shutdown: at most once per instance, concurrently with any of the
+ *    above (from zap_shutdown() or zap_close()); the instance stays in use
+ *    afterwards until destroy.
+ *  - destroy: once, when no other op is running on the instance.
+ *  - Never in a fork() child on an instance the parent opened: the host
+ *    refuses those calls itself. Make every descriptor close-on-exec.
+ *  Blocking calls wake for three things: their ctx (host->ctx_fd becomes
+ *  readable on cancel, host->ctx_timeout_ms gives the deadline), shutdown,
+ *  and their own progress. The host may pass a ctx the application did not
+ *  (the default send timeout, ZAP_SEND_TIMEOUT_MS); a NULL ctx means wait
+ *  without limit.
+ *
+ * Addresses. Peer strings are the transport's own, at most ZAP_PEER_MAX
+ * bytes with the NUL. IP transports use "host:port" and "[v6]:port". A
+ * transport that is not reached by IP uses "<name>:<text>", its own name
+ * as a prefix (the example plugin's "inproc:3"),
+ * returns that form from the address op and in zap_msg.peer, and answers
+ * -EINVAL for any other form. args->listen is always an IP "host:port"
+ * (the core checks attr.listen and ZAP_LISTEN; default "0.0.0.0:0"): a
+ * non-IP transport ignores it (say so in its documentation) and picks its
+ * own local address, as a kernel picks a port; it must not fail open
+ * because of it.
+ *
+ * Errors. Return negative errnos, with a reason through host->fail(). A
+ * peer that does not exist or cannot be resolved is -EHOSTUNREACH; one
+ * that exists but refuses is -ECONNREFUSED; one that answers in another
+ * protocol is -EPROTO; a malformed peer string is -EINVAL (zap.h lists
+ * the rest for each call). ZAP_ENOTAVAIL means "this transport cannot do
+ * that here", never a peer problem.
+ *
+ * Logging. Log through host->log with the plugin's own name (the
+ * descriptor's name) as the domain, so that ZAP_LOG_LEVEL and application
+ * handlers see "uma", "dpdk", ...; start reasons given to host->fail()
+ * and probe reasons with "<name>: " (the core does not repeat it). A
+ * failure returned to the caller is not also logged above DEBUG. WARN is
+ * for what the application cannot see otherwise (a peer's data was lost,
+ * a connection dropped); expected events (a peer closed, our own shutdown,
+ * a ctx that fired) are DEBUG. Nothing above DEBUG on the data path.
+ *
+ * Ranks. An automatic pick takes the best-ranked transport whose probe
+ * said OK; a fallback goes to the best one ranked below those named. The
+ * shipped ranks are ZAP_RANK_DEFAULT (0) < ZAP_RANK_UMA (100) <
+ * ZAP_RANK_DPDK (200) < ZAP_RANK_GPUDIRECT (300); any int32 is accepted.
+ * Installing a plugin changes the auto pick of every program on the host
+ * whenever its rank beats the current winner, so a third-party plugin
+ * should:
+ *  - rank below ZAP_RANK_DEFAULT (negative, as the example plugin's -100)
+ *    if it is special-purpose, experimental, for tests, or cannot reach
+ *    other hosts: it is then used only when asked for by name;
+ *  - otherwise rank just above the shipped transport it beats on every
+ *    host where its probe says OK (e.g. ZAP_RANK_UMA + 10), never at a
+ *    shipped rank (ties are broken by scan order, which users do not
+ *    control), and above ZAP_RANK_GPUDIRECT only if it really is faster.
+ *
+ * Zeroing. The host zeroes struct zap_probe_info (caps included) and the
+ * struct zap_caps given to the caps op, and sets their size members,
+ * before every call: a plugin fills only what it knows and leaves the
+ * rest 0 ("unknown").
  *
  * ABI rules:
  *  - ZAP_PLUGIN_ABI_MAJOR changes when an existing field or op changes
@@ -293,8 +364,11 @@ struct zap_plugin_ops {
 		    const struct zap_open_args *args, void **tp);
 
 	/**
-	 * Make calls blocked in send/recv return -ESHUTDOWN promptly, and later
-	 * ones too. Runs concurrently with them; must not free anything.
+	 * Make calls blocked in send/recv/buffer_alloc return -ESHUTDOWN
+	 * promptly, and later ones too. Called at most once, concurrently with
+	 * them (zap_shutdown() may come long before zap_close()); must not
+	 * free anything, and must not shut down sockets in a way a peer sees
+	 * as an error before destroy (closing is destroy's job).
 	 */
 	void (*shutdown)(void *tp);
 
@@ -308,7 +382,7 @@ struct zap_plugin_ops {
 	/** See zap_recv(). */
 	int (*recv)(void *tp, struct zap_ctx *ctx, struct zap_msg **out);
 
-	/** Fill @caps (caps->size preset by the host). */
+	/** Fill @caps (zeroed, caps->size preset by the host). */
 	int (*caps)(void *tp, struct zap_caps *caps);
 
 	/* -- optional (NULL or beyond @size: not supported) ---------------- */
@@ -336,7 +410,8 @@ struct zap_plugin {
 	uint32_t abi_major;       /**< ZAP_PLUGIN_ABI_MAJOR */
 	uint32_t abi_minor;       /**< ZAP_PLUGIN_ABI_MINOR */
 	uint32_t size;            /**< sizeof(struct zap_plugin) */
-	int32_t rank;             /**< higher is preferred by auto pick */
+	int32_t rank;             /**< higher is preferred by auto pick; see
+	                               "Ranks" above for what to choose */
 	char name[ZAP_NAME_MAX];  /**< must equal <name> in libzap-<name>.so */
 	char version[ZAP_VERSION_MAX];
 	const struct zap_plugin_ops *ops;
@@ -357,7 +432,7 @@ struct zap_plugin {
  *
  *   ZAP_PLUGIN_EXPORT = {
  *       .abi_major = ZAP_PLUGIN_ABI_MAJOR, .abi_minor = ZAP_PLUGIN_ABI_MINOR,
- *       .size = sizeof(struct zap_plugin), .rank = 50,
+ *       .size = sizeof(struct zap_plugin), .rank = -10, // see Ranks
  *       .name = "mine", .version = "1.0", .ops = &mine_ops,
  *   };
  */

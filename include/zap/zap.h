@@ -12,6 +12,10 @@
  *  - Every function is thread-safe unless its comment says otherwise.
  *  - zap_strerror() turns any returned code into text; for the codes a call
  *    just returned on this thread it appends the detailed reason.
+ *  - fork(): a transport belongs to the process that opened it. In a child
+ *    every call on an inherited transport fails with -EBADFD (the reason
+ *    says so) and zap_close() there frees only the handle; see zap_close().
+ *    Open a new transport in the child. Sockets are close-on-exec.
  */
 #ifndef ZAP_ZAP_H
 #define ZAP_ZAP_H
@@ -183,10 +187,15 @@ struct zap_caps {
 struct zap_attr {
 	size_t size;            /**< sizeof(struct zap_attr) */
 	const char *listen;     /**< local address, "host:port"; env ZAP_LISTEN,
-	                             default "0.0.0.0:0" (any address, any port) */
+	                             default "0.0.0.0:0" (any address, any port;
+	                             see zap_transport_address() for the address
+	                             such a transport reports) */
 	uint64_t max_msg_size;  /**< env ZAP_MAX_MSG_BYTES, default 64 MiB */
 	uint64_t pool_bytes;    /**< buffer pool cap for transports with one
 	                             (e.g. ZAP_UMA_POOL_BYTES for uma) */
+	uint64_t send_timeout_ms; /**< limit of a zap_send() given no ctx;
+	                             env ZAP_SEND_TIMEOUT_MS, default none;
+	                             ZAP_TIMEOUT_NONE: none whatever the env */
 	/* Appended in ABI 1.1 (check @size): TLS on the TCP wire (default,
 	 * uma). Each NULL field takes its environment variable; a certificate
 	 * from either makes every connection TLS 1.3 with mutual
@@ -206,6 +215,9 @@ struct zap_attr {
 	                             With a certificate, at least one of
 	                             @tls_ca and @tls_peers is required */
 };
+
+/** zap_attr.send_timeout_ms: no default send timeout, even if the env sets one. */
+#define ZAP_TIMEOUT_NONE UINT64_MAX
 
 /** zap_pick() flag: fail instead of falling back (env spelling: "=name"). */
 #define ZAP_PICK_STRICT 0x1u
@@ -227,17 +239,25 @@ struct zap_attr {
  * @out:   the new transport; each call opens a new instance.
  *
  * The first call in a process scans the plugin directories, probes every
- * plugin once, and logs one INFO line naming every transport probed, its
- * outcome and the winner (ZAP_TRANSPORT_QUIET=1 silences that line only).
+ * plugin once, and logs one short INFO line, "name=state" per transport
+ * and the winner (ZAP_TRANSPORT_QUIET=1 silences that line only; the probe
+ * reasons are at DEBUG level and in zap-info). A fallback is logged as one
+ * WARN with its reasons. A failure returned to the caller is not logged.
+ *
+ * A transport whose open fails (its listen address is taken, say) is
+ * treated like an unavailable one: without strict, the next candidate is
+ * tried.
  *
  * Return: 0 on success;
- *  ZAP_ENOTAVAIL: strict and the requested transport is unavailable, or
- *                 every candidate was excluded or failed to open;
+ *  ZAP_ENOTAVAIL: strict and the requested transport is unavailable; or
+ *                 not strict and every candidate was excluded, unavailable
+ *                 or failed to open (the reason lists each, once);
  *  -EINVAL:       malformed preference, an unknown name in strict mode, a
  *                 bad attribute, or a bad environment value (the reason
  *                 names the variable);
- *  -ENOMEM, or an error from the chosen transport's open (strict only;
- *  otherwise it falls back).
+ *  -ENOMEM;
+ *  strict only: the open error of the transport asked for (-EADDRINUSE,
+ *  -EADDRNOTAVAIL, -EACCES, ...).
  */
 ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			const struct zap_attr *attr, struct zap_transport **out);
@@ -249,8 +269,19 @@ ZAP_EXPORT const char *zap_transport_name(const struct zap_transport *t);
  * zap_transport_address() - the bound local address, as a peer string other
  * endpoints can zap_send() to (e.g. "127.0.0.1:40123").
  * @buf, @len: where to write it (ZAP_PEER_MAX is always enough).
+ *
+ * A wildcard listen address ("0.0.0.0:0", "[::]:0", the default) is not
+ * sendable, so the socket transports report instead the address this host
+ * would use as the source of its default route (found with a connect() of
+ * a UDP socket, which sends nothing), with the bound port: on a host whose
+ * default route leaves through 192.0.2.2, "0.0.0.0:0" reports
+ * "192.0.2.2:<port>". The transport still accepts on every address. With
+ * no default route it reports loopback. A peer on another network, or one
+ * that must use a particular interface, should be given an address
+ * explicitly: listen on it (attr.listen / ZAP_LISTEN).
+ *
  * Return: 0; -ENOSPC if @len is too small; -EOPNOTSUPP if the transport has
- * no address of that form.
+ * no address of that form; -EBADFD in a fork() child.
  */
 ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf,
 				     size_t len);
@@ -271,14 +302,27 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * Messages to one peer arrive in the order they were sent. Several threads
  * may send at once, to the same or different peers.
  *
+ * Blocking: a send waits while the transport cannot take the message,
+ * which for TCP means once a few MB are queued to a peer that is not
+ * reading. With @ctx NULL that wait is unbounded unless a default send
+ * timeout is set (attr.send_timeout_ms or ZAP_SEND_TIMEOUT_MS), after
+ * which the send fails -ETIMEDOUT. A send stopped part-way through a
+ * message (timeout, cancel, shutdown) never delivers a partial message:
+ * the peer drops it and the next send opens a fresh connection.
+ *
  * Return: 0 once the transport owns the message (queued to the kernel or
  * acknowledged, per transport);
  *  -EMSGSIZE:   @len exceeds the maximum message size;
  *  -EINVAL:     malformed peer address;
  *  -EHOSTUNREACH/-ECONNREFUSED/-ECONNRESET/-EPIPE: the peer cannot be
  *               reached or went away;
- *  -ECANCELED/-ETIMEDOUT: @ctx fired;
- *  -ESHUTDOWN:  the transport is being closed.
+ *  -EPROTO:     the far end answered but is not a peer of this transport
+ *               (another protocol, or an incompatible libzap wire
+ *               version); the reason says what it sent;
+ *  -ECANCELED/-ETIMEDOUT: @ctx fired, or the default send timeout passed;
+ *  -ESHUTDOWN:  zap_shutdown() or zap_close() was called on @t;
+ *  -EBADFD:     @t was inherited across fork() (see zap_close());
+ *  -ENOMEM.
  */
 ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
 			const void *buf, size_t len, struct zap_ctx *ctx);
@@ -289,7 +333,9 @@ struct zap_msg;
 /**
  * zap_recv() - wait for the next message from any peer.
  * Return: 0 and *@out; -ECANCELED/-ETIMEDOUT when @ctx fires; -ESHUTDOWN
- * when the transport is being closed; -ENOMEM.
+ * once zap_shutdown() or zap_close() was called on @t (also while messages
+ * are still queued: they are dropped at zap_close()); -EBADFD in a fork()
+ * child; -ENOMEM.
  */
 ZAP_EXPORT int zap_recv(struct zap_transport *t, struct zap_ctx *ctx,
 			struct zap_msg **out);
@@ -319,10 +365,40 @@ ZAP_EXPORT void *zap_msg_device_ptr(const struct zap_msg *m);
 ZAP_EXPORT void zap_msg_release(struct zap_msg *m);
 
 /**
- * zap_close() - close @t. Calls blocked in zap_send()/zap_recv() on @t in
- * other threads return -ESHUTDOWN first; zap_close() waits for them to
- * leave. Messages and buffers still held stay valid until released.
- * Accepts NULL. @t must not be used once this returns.
+ * zap_shutdown() - stop @t without freeing it.
+ *
+ * Every call blocked on @t in any thread (zap_send(), zap_recv(),
+ * zap_buffer_alloc()) returns -ESHUTDOWN promptly, and so does every later
+ * call. @t stays valid, so threads may keep calling it until they see
+ * -ESHUTDOWN and leave; then one thread calls zap_close(), which frees it.
+ * The usual pattern for a server whose worker threads loop on zap_recv():
+ *
+ *   zap_shutdown(t);       // workers' zap_recv() return -ESHUTDOWN
+ *   join the workers;      // nothing touches t after this
+ *   zap_close(t);
+ *
+ * Idempotent and thread-safe (not concurrent with zap_close()). Messages
+ * and buffers already received stay valid until released.
+ *
+ * Return: 0; -EINVAL for NULL; -EBADFD in a fork() child (nothing is done:
+ * shutting down there would stop the parent's transport).
+ */
+ZAP_EXPORT int zap_shutdown(struct zap_transport *t);
+
+/**
+ * zap_close() - close and free @t. Calls blocked in zap_send()/zap_recv()
+ * on @t in other threads return -ESHUTDOWN first (zap_close() implies
+ * zap_shutdown()); zap_close() waits for them to leave. Messages and
+ * buffers still held stay valid until released. Accepts NULL. @t must not
+ * be used once this returns, so a thread that may still call @t is a bug:
+ * use zap_shutdown() first and join such threads.
+ *
+ * In a fork() child, on a transport the parent opened, zap_close() frees
+ * only the handle: the plugin instance (its memory, sockets, listening
+ * socket) is deliberately leaked until exec() or exit, since releasing it
+ * would shut down sockets the parent still uses and wait for threads that
+ * exist only in the parent. Every descriptor libzap makes is close-on-exec,
+ * and the child never accepts or reads on the inherited sockets.
  */
 ZAP_EXPORT void zap_close(struct zap_transport *t);
 
@@ -337,7 +413,8 @@ struct zap_buffer;
  * zap_buffer_alloc() - take a buffer of at least @size bytes from @t's pool.
  * Blocks while the pool is full until a buffer is released or @ctx fires.
  *
- * Return: 0 and *@out;
+ * Return: 0 and *@out; -ESHUTDOWN after zap_shutdown(); -EBADFD in a fork()
+ * child;
  *  ZAP_ENOTAVAIL: @t has no pool of its own (e.g. default: use your memory);
  *  -EMSGSIZE:  @size exceeds the pool's largest size class;
  *  -ECANCELED/-ETIMEDOUT: @ctx fired while the pool was full;
@@ -524,7 +601,10 @@ struct zap_choice {
  * without the first-pick log line and without loading any plugin into this
  * process (it answers from the probes).
  * Return: 0 and @out filled (out->fallback tells whether the request is
- * met); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would, with out->reason set.
+ * met: true when the named transports are unavailable or all unknown, and
+ * out->reason then says why); ZAP_ENOTAVAIL or -EINVAL as zap_pick() would,
+ * with out->reason set. It opens nothing, so it cannot foresee an open
+ * failure.
  */
 ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
 				struct zap_choice *out);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <rte_config.h>
 
@@ -48,6 +49,31 @@ static int env_u64(const struct zap_host *h, const char *name, uint64_t def,
 	}
 	*out = x;
 	return 0;
+}
+
+/* A boolean variable: 1/0, yes/no, true/false, on/off in any case, as
+ * every boolean ZAP_* variable (libzap(7)). */
+static int env_bool(const struct zap_host *h, const char *name, uint64_t def,
+		    uint64_t *out, char *why, size_t len)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+	const char *v = dp_getenv(h, name);
+
+	if (!v || !*v) {
+		*out = def;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (!strcasecmp(v, yes[i]) || !strcasecmp(v, no[i])) {
+			*out = !strcasecmp(v, yes[i]);
+			return 0;
+		}
+	}
+	snprintf(why, len,
+		 "bad %s=\"%s\" (want a boolean: 1/0, yes/no, true/false, on/off)", name,
+		 v);
+	return -EINVAL;
 }
 
 static int parse_neighbors(struct dp_conf *c, const char *v, char *why, size_t len)
@@ -154,7 +180,7 @@ static int conf_tuning(const struct zap_host *h, struct dp_conf *c, char *why,
 			       &c->start_timeout_ms, why, len);
 	rc = rc ? rc : env_u64(h, "ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why, len);
 	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_PIN", 1, 0, 1, &c->pin, why, len);
+	rc = rc ? rc : env_bool(h, "ZAP_DPDK_PIN", 1, &c->pin, why, len);
 	return rc;
 }
 

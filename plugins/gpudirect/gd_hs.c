@@ -201,9 +201,9 @@ int gd_hs_add(struct gd_hs *g, int fd, uint64_t now)
 			  .born = now,
 			  .deadline = now + g->cfg.timeout_ns,
 			  .need = GD_BOOT_HDR };
-	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-		src_host((struct sockaddr *)&ss, sl, h->src, sizeof(h->src));
-	else
+	/* The source, for logs: host and port as the address grammar spells it. */
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) ||
+	    zaddr_format((struct sockaddr *)&ss, sl, -1, h->src, sizeof(h->src)))
 		snprintf(h->src, sizeof(h->src), "?");
 	g->st.inflight++;
 	return 0;

@@ -257,16 +257,15 @@ static int peer_engine(struct gd_tp *t, struct gd_peer *p, const struct gd_boot 
  * pair, post receives, and confirm with one byte each: no chunk is sent
  * before the peer's receives are posted.
  */
+/* The dialling side of the bootstrap (the accepting side is gd_hs.c). */
 static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx *ctx,
 		     struct gd_peer **out)
 {
 	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
 	struct gd_boot me = { .instance = t->instance }, peer;
 	struct gd_peer *p = calloc(1, sizeof(*p));
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
 	struct timespec limit;
-	char why[200] = "", host[ZAP_PEER_MAX], port[8];
+	char why[200] = "";
 	uint32_t stages;
 	size_t body;
 	int rc, n;
@@ -304,18 +303,11 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	rc = gd_qp_connect(p->qp, &peer, stages);
 	if (rc)
 		goto fail;
-	/* The name replies use: what was dialled, or the peer's listen
-	 * address with a wildcard host replaced by where it came from. */
-	if (dialed) {
-		snprintf(p->key, sizeof(p->key), "%s", dialed);
-	} else if (!gd_split(peer.listen, host, sizeof(host), port, sizeof(port)) &&
-		   wildcard(host) && !getpeername(fd, (struct sockaddr *)&ss, &sl)) {
-		fmt_addr((struct sockaddr *)&ss, sl, port, p->key, sizeof(p->key));
-	} else {
-		snprintf(p->key, sizeof(p->key), "%s", peer.listen);
-	}
+	/* Replies go to what was dialled (accepted pairs are made by gd_hs.c,
+	 * which applies the identity rule). */
+	snprintf(p->key, sizeof(p->key), "%s", dialed);
 	p->instance = peer.instance;
-	p->dialed = dialed != NULL;
+	p->dialed = true;
 	rc = peer_engine(t, p, &peer);
 	if (rc)
 		goto fail;
@@ -326,8 +318,7 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	if (rc) {
 		snprintf(why, sizeof(why), "peer gave up before the pair was ready");
 		gd_conn_put(p->conn);
-		return t->host->fail(rc, "gpudirect: bootstrap with %s: %s",
-				     dialed ? dialed : "a peer", why);
+		return t->host->fail(rc, "gpudirect: bootstrap with %s: %s", dialed, why);
 	}
 	*out = p;
 	return 0;
@@ -337,8 +328,7 @@ fail:
 	free(p);
 	if (!*why)
 		snprintf(why, sizeof(why), "%s", strerror(-rc));
-	return t->host->fail(rc, "gpudirect: bootstrap with %s: %s",
-			     dialed ? dialed : "a peer", why);
+	return t->host->fail(rc, "gpudirect: bootstrap with %s: %s", dialed, why);
 }
 
 /* ---- dialling ----------------------------------------------------------- */

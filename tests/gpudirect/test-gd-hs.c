@@ -448,10 +448,14 @@ static void test_identity_rule(void **state)
 					sizeof(v4), key, sizeof(key), why, sizeof(why)),
 			 0);
 	assert_string_equal(key, "192.0.2.7:80");
-	assert_int_equal(gd_hs_identity(":81", (struct sockaddr *)&v4, sizeof(v4), key,
+	assert_int_equal(gd_hs_identity("0.0.0.0:81", (struct sockaddr *)&v4, sizeof(v4), key,
 					sizeof(key), why, sizeof(why)),
 			 0);
 	assert_string_equal(key, "192.0.2.7:81");
+	/* One address grammar (zap-addr.h): an empty host is not a wildcard. */
+	assert_int_equal(gd_hs_identity(":81", (struct sockaddr *)&v4, sizeof(v4), key,
+					sizeof(key), why, sizeof(why)),
+			 -EINVAL);
 	assert_int_equal(gd_hs_identity("192.0.2.8:80", (struct sockaddr *)&v4,
 					sizeof(v4), key, sizeof(key), why, sizeof(why)),
 			 -EPERM);

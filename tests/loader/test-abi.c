@@ -225,6 +225,10 @@ static void test_exports(void **state)
 	header_exports(&header);
 	assert_true(header.n >= 30); /* sanity of the header scan */
 	assert_true(map.n >= 1);
+	/* Calls whose absence an application would only notice at link
+	 * time; zap_shutdown() came after the first release. */
+	assert_true(set_has(&header, "zap_shutdown"));
+	assert_true(set_has(&map, "zap_shutdown"));
 	for (i = 0; i < exported.n; i++)
 		if (!set_has(&header, exported.name[i]))
 			set_add(&leaked, exported.name[i],
@@ -311,6 +315,26 @@ static void compile(const char *compiler, const char *flags,
 
 #define C_FLAGS "-std=c11 -pedantic -Werror -Wall -Wextra"
 #define CXX_FLAGS "-x c++ -std=c++11 -pedantic -Werror -Wall -Wextra"
+
+/*
+ * zap-plugin.pc gives headers only: a plugin links no libzap
+ * (zap-plugin.h says `pkg-config --libs zap-plugin` prints nothing).
+ */
+static void test_plugin_pc(void **state)
+{
+	char *pc = th_slurp(BUILD_ROOT "/meson-private/zap-plugin.pc");
+	const char *libs;
+
+	(void)state;
+	if (!pc)
+		fail_msg("cannot read %s", BUILD_ROOT "/meson-private/zap-plugin.pc");
+	libs = strstr(pc, "\nLibs:");
+	if (libs && strcspn(libs + 6, "\n") != strspn(libs + 6, " \t"))
+		fail_msg("zap-plugin.pc has a Libs: line:\n%s", pc);
+	if (strstr(pc, "-lzap") || !strstr(pc, "plugindir="))
+		fail_msg("zap-plugin.pc:\n%s", pc);
+	free(pc);
+}
 
 static void test_headers_c(void **state)
 {
@@ -476,6 +500,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exports),
+		cmocka_unit_test(test_plugin_pc),
 		cmocka_unit_test(test_headers_c),
 		cmocka_unit_test(test_headers_cxx),
 		cmocka_unit_test(test_fixture_exports),

@@ -299,24 +299,48 @@ PICK_TEST(env_fallback)
 PICK_TEST(info_line)
 {
 	static const char *const names[] = { "top", "broken", "absent",
-					     "better", "good", "default",
-					     "hardware absent",
-					     "device wedged", NULL };
+					     "better", "good", "default", NULL };
+	static const char *const reasons[] = { "hardware absent",
+					       "device wedged", NULL };
 	const char *logs;
 	int i;
 
 	pick_env(arg, true);
+	th_setenv("ZAP_LOG_LEVEL", "debug");
 	TH_CHECK_PICK("better", 0, "better");
 	TH_CHECK_PICK(NULL, 0, "top");
 	TH_CHECK_PICK("absent", 0, "better");
 	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, NULL, ""), 1);
 	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", ""), 1);
 	logs = th_logs();
+	/* name=state for each transport, and the winner of that first pick. */
 	for (i = 0; names[i]; i++)
 		TH_CHECK_MSG(th_log_count(ZAP_LOG_INFO, "pick", names[i]) == 1,
 			     "the INFO line does not mention '%s'", names[i]);
-	/* It names the winner of that first pick. */
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", "broken=error"), 1);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", "absent=not present"), 1);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", "picked better"), 1);
+	/* Short: the probe reasons are at debug level, not on that line. */
+	for (i = 0; reasons[i]; i++) {
+		TH_CHECK_MSG(th_log_count(ZAP_LOG_INFO, "pick", reasons[i]) == 0,
+			     "the INFO line carries the reason '%s'", reasons[i]);
+		TH_CHECK_MSG(th_log_count(ZAP_LOG_DEBUG, "pick", reasons[i]) == 1,
+			     "no DEBUG line with the reason '%s'", reasons[i]);
+	}
 	TH_CHECK_HAS(logs, "better");
+}
+
+/* The line stays short: at most 160 characters for six transports. */
+PICK_TEST(info_line_short)
+{
+	const char *p;
+
+	pick_env(arg, false);
+	TH_CHECK_PICK(NULL, 0, "top");
+	p = strstr(th_logs(), "zap: INFO: pick: ");
+	TH_CHECK(p != NULL);
+	TH_CHECK_MSG(strcspn(p, "\n") <= 160, "first-pick line is %zu characters: %.*s",
+		     strcspn(p, "\n"), (int)strcspn(p, "\n"), p);
 }
 
 /* The same line through the default stderr handler, at the default level. */
@@ -364,6 +388,54 @@ PICK_TEST(quiet_zero)
 	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", ""), 1);
 }
 
+/*
+ * Booleans take the usual spellings, in any case and with blanks: every
+ * one of these silences the line (or keeps it), none fails the pick.
+ */
+static const char *const bool_true[] = { "1", "yes", "YES", "true", "True",
+					 " on ", "On", NULL };
+static const char *const bool_false[] = { "0", "no", "No", "false", "FALSE",
+					  "off", " Off\t", NULL };
+
+static void bool_case(void *arg, const char *value, bool quiet)
+{
+	th_setenv("ZAP_PLUGIN_PATH", arg);
+	th_capture_logs(true);
+	th_setenv("ZAP_TRANSPORT_QUIET", value);
+	TH_CHECK_PICK(NULL, 0, "top");
+	TH_CHECK_MSG(th_log_count(ZAP_LOG_INFO, "pick", "") == (quiet ? 0 : 1),
+		     "ZAP_TRANSPORT_QUIET='%s': %d INFO lines", value,
+		     th_log_count(ZAP_LOG_INFO, "pick", ""));
+}
+
+static void child_bool_true(void *arg)
+{
+	const char *v = getenv("TH_BOOL_VALUE");
+
+	bool_case(arg, v, true);
+}
+
+static void child_bool_false(void *arg)
+{
+	const char *v = getenv("TH_BOOL_VALUE");
+
+	bool_case(arg, v, false);
+}
+
+static void test_quiet_spellings(void **state)
+{
+	(void)state;
+	for (int i = 0; bool_true[i]; i++) {
+		setenv("TH_BOOL_VALUE", bool_true[i], 1);
+		run(child_bool_true);
+	}
+	for (int i = 0; bool_false[i]; i++) {
+		setenv("TH_BOOL_VALUE", bool_false[i], 1);
+		run(child_bool_false);
+	}
+	unsetenv("TH_BOOL_VALUE");
+}
+
 /* ZAP_LOG_LEVEL=error silences the line and the warnings. */
 PICK_TEST(level_error)
 {
@@ -400,6 +472,143 @@ PICK_TEST(registered)
 	TH_CHECK(again == names);
 }
 
+/*
+ * A non-strict pick whose transport fails to open falls back to the next
+ * candidate, like an unavailable one, with one WARN whose reason names the
+ * transport once ("good: open failed: cannot listen ...", not "good: open
+ * failed: good: cannot listen ...").
+ */
+PICK_TEST(open_fail_fallback)
+{
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	th_setenv("ZAP_FIXTURE_OPEN_FAIL", "good");
+	TH_CHECK_PICK("good", 0, "default");
+	TH_CHECK_INT(pick_warns("good: open failed: cannot listen"), 1);
+	TH_CHECK_INT(pick_warns("good: open failed: good:"), 0);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, NULL, ""), 2); /* + broken's probe */
+	/* Strict: the open error itself, returned and not logged. */
+	err = zap_pick("=good", 0, NULL, &t);
+	TH_CHECK_INT(err, -EADDRINUSE);
+	TH_CHECK(t == NULL);
+	TH_CHECK_HAS(zap_last_error(), "good: open failed: cannot listen");
+	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, NULL, ""), 2);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_ERROR, NULL, ""), 0);
+}
+
+/* Auto: the best transport fails to open, the next one is used, with
+ * one WARN saying why. */
+PICK_TEST(open_fail_auto)
+{
+	pick_env(arg, true);
+	th_setenv("ZAP_FIXTURE_OPEN_FAIL", "top");
+	TH_CHECK_PICK(NULL, 0, "better");
+	TH_CHECK_INT(pick_warns("top: open failed: cannot listen"), 1);
+	TH_CHECK_INT(pick_warns("using 'better'"), 1);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_INFO, "pick", "picked better"), 1);
+}
+
+/* ... and when nothing opens, ZAP_ENOTAVAIL with every reason. */
+PICK_TEST(open_fail_none)
+{
+	struct zap_transport *t = NULL;
+	int err;
+
+	pick_env(arg, true);
+	th_setenv("ZAP_FIXTURE_OPEN_FAIL", "top better good");
+	err = zap_pick("^default", 0, NULL, &t);
+	TH_CHECK_INT(err, ZAP_ENOTAVAIL);
+	TH_CHECK(t == NULL);
+	TH_CHECK_HAS(zap_last_error(), "top: open failed: cannot listen");
+	TH_CHECK_HAS(zap_last_error(), "good: open failed: cannot listen");
+	TH_CHECK_HAS(zap_strerror(err), "requested transport not available");
+}
+
+/*
+ * The issue's case with the real default transport: its listen address is
+ * taken. Not strict: ZAP_ENOTAVAIL (nothing ranks below default), reason
+ * "default: open failed: cannot listen on ..." with the name said once.
+ */
+PICK_TEST(default_addr_in_use)
+{
+	struct zap_attr attr = { .size = sizeof(attr) };
+	struct zap_transport *a = NULL, *b = NULL;
+	char addr[ZAP_PEER_MAX];
+	int err;
+
+	pick_env(arg, true);
+	attr.listen = "127.0.0.1:0";
+	TH_CHECK_INT(zap_pick("=default", 0, &attr, &a), 0);
+	TH_CHECK_INT(zap_transport_address(a, addr, sizeof(addr)), 0);
+	attr.listen = addr;
+	err = zap_pick("default", 0, &attr, &b);
+	TH_CHECK_MSG(err == ZAP_ENOTAVAIL, "zap_pick = %d (%s)", err, zap_strerror(err));
+	TH_CHECK(b == NULL);
+	TH_CHECK_HAS(zap_last_error(), "default: open failed: cannot listen");
+	TH_CHECK_MSG(!strstr(zap_last_error(), "default: open failed: default"),
+		     "reason repeats itself: %s", zap_last_error());
+	err = zap_pick("=default", 0, &attr, &b);
+	TH_CHECK_INT(err, -EADDRINUSE);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_ERROR, NULL, ""), 0);
+	zap_close(a);
+}
+
+/* Failures the caller gets back are not also logged (strict, exclusions). */
+PICK_TEST(strict_silent)
+{
+	struct zap_transport *t = NULL;
+
+	pick_env(arg, true);
+	TH_CHECK_INT(zap_pick("=absent", 0, NULL, &t), ZAP_ENOTAVAIL);
+	TH_CHECK_INT(zap_pick("=godo", 0, NULL, &t), -EINVAL);
+	TH_CHECK_INT(zap_pick("^top,better,good,default", 0, NULL, &t), ZAP_ENOTAVAIL);
+	TH_CHECK_INT(pick_warns(""), 0);
+	TH_CHECK_INT(th_log_count(ZAP_LOG_ERROR, NULL, ""), 0);
+}
+
+/* An unknown name is a fallback for zap_pick_explain() (zap-info). */
+PICK_TEST(explain_unknown)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_INT(zap_pick_explain("gpudirekt", 0, &c), 0);
+	TH_CHECK_STR(c.name, "top");
+	TH_CHECK(c.fallback);
+	TH_CHECK_HAS(c.reason, "unknown transport 'gpudirekt'");
+	TH_CHECK_PICK("gpudirekt", 0, "top");
+	/* The unknown-name WARN says it; no second, fallback WARN. */
+	TH_CHECK_INT(pick_warns(""), 1);
+}
+
+/* A typo suggestion never names a plugin that failed to load. */
+static void child_typo_unloaded(void *arg)
+{
+	struct zap_transport *t = NULL;
+
+	th_setenv("ZAP_PLUGIN_PATH", arg);
+	th_capture_logs(true);
+	TH_CHECK_PICK("bettr", 0, "good");
+	TH_CHECK_INT(pick_warns("did you mean 'better'"), 0);
+	TH_CHECK_INT(pick_warns("unknown transport 'bettr'"), 1);
+	TH_CHECK_INT(zap_pick("=bettr", 0, NULL, &t), -EINVAL);
+	TH_CHECK_MSG(!strstr(zap_last_error(), "better"), "%s", zap_last_error());
+	TH_CHECK_INT(zap_pick("=goo", 0, NULL, &t), -EINVAL);
+	TH_CHECK_HAS(zap_last_error(), "did you mean 'good'");
+}
+
+static void test_typo_unloaded(void **state)
+{
+	const char *dir = th_tmpdir();
+
+	(void)state;
+	th_fixture(dir, "good", NULL);
+	th_fixture(dir, "nosym", "libzap-better.so");
+	th_child(child_typo_unloaded, (void *)dir, TIMEOUT_MS);
+}
+
 /* Bad environment values: -EINVAL naming the variable. */
 struct bad_env {
 	const char *name, *value;
@@ -407,10 +616,12 @@ struct bad_env {
 
 static const struct bad_env bad_envs[] = {
 	{ "ZAP_TRANSPORT", "dp dk!" },
-	{ "ZAP_TRANSPORT_QUIET", "yes" },
+	{ "ZAP_TRANSPORT_QUIET", "maybe" },
 	{ "ZAP_LOG_LEVEL", "loud" },
 	{ "ZAP_MAX_MSG_BYTES", "abc" },
 	{ "ZAP_LISTEN", "nonsense" },
+	{ "ZAP_SEND_TIMEOUT_MS", "soon" },
+	{ "ZAP_SEND_TIMEOUT_MS", "-5" },
 };
 
 static const struct bad_env *cur_bad_env;
@@ -459,14 +670,25 @@ int main(void)
 		cmocka_unit_test(test_explain_silent),
 		cmocka_unit_test(test_quiet),
 		cmocka_unit_test(test_quiet_zero),
+		cmocka_unit_test(test_quiet_spellings),
 		cmocka_unit_test(test_level_error),
 		cmocka_unit_test(test_level_debug),
 		cmocka_unit_test(test_registered),
+		cmocka_unit_test(test_info_line_short),
+		cmocka_unit_test(test_open_fail_fallback),
+		cmocka_unit_test(test_open_fail_auto),
+		cmocka_unit_test(test_open_fail_none),
+		cmocka_unit_test(test_default_addr_in_use),
+		cmocka_unit_test(test_strict_silent),
+		cmocka_unit_test(test_explain_unknown),
+		cmocka_unit_test(test_typo_unloaded),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[0]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[1]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[2]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[3]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[4]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[5]),
+		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[6]),
 	};
 
 	return cmocka_run_group_tests_name("pick", tests, th_group_setup,

@@ -226,12 +226,15 @@ static const struct status_case status_cases[] = {
 	{ NULL, { NULL }, 0, "pick: better" },
 	{ NULL, { "--transport", "good", NULL }, 0, "pick: good" },
 	{ NULL, { "-t", "absent", NULL }, 1, "fallback" },
-	{ NULL, { "--transport", "=absent", NULL }, 1,
+	{ NULL, { "--transport", "=absent", NULL }, 3,
 	  "fixture absent: hardware absent" },
 	{ NULL, { "--transport", "^better,good,broken,absent,default", NULL },
-	  1, "not available" },
+	  3, "not available" },
 	{ "good", { NULL }, 0, "pick: good" },
-	{ "=broken", { NULL }, 1, "device wedged" },
+	{ "=broken", { NULL }, 3, "device wedged" },
+	/* An unknown name is a fallback, not success (issue: gpudirekt). */
+	{ NULL, { "-t", "gpudirekt", NULL }, 1, "unknown transport 'gpudirekt'" },
+	{ NULL, { "-t", "betr", "-j", NULL }, 1, "did you mean 'better'" },
 	{ "absent", { "--transport", "good", NULL }, 0, "pick: good" },
 	{ NULL, { "--transport", "dp dk!", NULL }, 2, "" },
 	{ NULL, { "--transport", "=godo", NULL }, 2, "did you mean 'good'" },
@@ -242,6 +245,37 @@ static const struct status_case status_cases[] = {
 	{ NULL, { "--help", NULL }, 0, "Exit status" },
 	{ NULL, { "--version", NULL }, 0, "zap-info" },
 };
+
+/*
+ * The three outcomes a script tells apart, and the reason on stderr for
+ * the two that are not success (nothing on stderr for success).
+ */
+static void test_status_stderr(void **state)
+{
+	const char *const fb[] = { "-t", "absent", NULL };
+	const char *const none[] = { "-t", "=absent", "-j", NULL };
+	const char *const ok[] = { "-t", "good", NULL };
+	struct th_proc p;
+
+	(void)state;
+	zap_info(&p, std_dir(), NULL, fb);
+	EXPECT_STATUS(&p, 1);
+	if (!strstr(p.err, "zap-info: fallback to better") ||
+	    !strstr(p.err, "hardware absent"))
+		fail_msg("no fallback reason on stderr:\n%s", p.err);
+	th_proc_free(&p);
+	zap_info(&p, std_dir(), NULL, none);
+	EXPECT_STATUS(&p, 3);
+	if (!strstr(p.err, "zap-info: not available: ") ||
+	    !strstr(p.err, "hardware absent"))
+		fail_msg("no reason on stderr:\n%s", p.err);
+	th_proc_free(&p);
+	zap_info(&p, std_dir(), NULL, ok);
+	EXPECT_STATUS(&p, 0);
+	if (strstr(p.err, "zap-info:"))
+		fail_msg("stderr on success:\n%s", p.err);
+	th_proc_free(&p);
+}
 
 static void test_status(void **state)
 {
@@ -410,6 +444,9 @@ int main(void)
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[13]),
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[14]),
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[15]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[16]),
+		cmocka_unit_test_prestate(test_status, (void *)&status_cases[17]),
+		cmocka_unit_test(test_status_stderr),
 		cmocka_unit_test(test_isolate),
 		cmocka_unit_test(test_default_survives),
 		cmocka_unit_test(test_isolate_json),

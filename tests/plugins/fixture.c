@@ -29,6 +29,10 @@
  * the tests to see that zap_pick() opened this plugin and that each pick is
  * a new instance.
  *
+ * If ZAP_FIXTURE_OPEN_FAIL holds this fixture's name (a blank-separated
+ * list), open fails with -EADDRINUSE and a reason that starts with the
+ * fixture's name, as the socket transports' do.
+ *
  * If ZAP_FIXTURE_PROBE_LOG names a file, every probe appends "<name>\n" to
  * it, so tests can count probes (once per process, never for a plugin the
  * host rejected). Real plugins must not do this: probes leave nothing behind.
@@ -176,12 +180,29 @@ static enum zap_probe_result fix_probe(const struct zap_host *host,
 #endif
 }
 
+static int fix_open_fails(void)
+{
+	const char *v = getenv("ZAP_FIXTURE_OPEN_FAIL");
+	char buf[256], *save = NULL;
+
+	if (!v || strlen(v) >= sizeof(buf))
+		return 0;
+	strcpy(buf, v);
+	for (char *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save))
+		if (!strcmp(w, FIX_NAME))
+			return 1;
+	return 0;
+}
+
 static int fix_open(const struct zap_host *host,
 		    const struct zap_open_args *args, void **tp)
 {
-	struct fix_ep *ep = calloc(1, sizeof(*ep));
+	struct fix_ep *ep;
 
-	(void)args;
+	if (fix_open_fails())
+		return host->fail(-EADDRINUSE, "%s: cannot listen on %s: %s", FIX_NAME,
+				  args->listen, strerror(EADDRINUSE));
+	ep = calloc(1, sizeof(*ep));
 	if (!ep)
 		return host->fail(-ENOMEM, "%s: out of memory", FIX_NAME);
 	pthread_mutex_init(&ep->lock, NULL);

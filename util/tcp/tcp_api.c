@@ -193,7 +193,8 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 		 * after the partial frame (the peer drops only that one),
 		 * keep reading to the peer's FIN, then close.
 		 */
-		w->host->log(ZAP_LOG_WARN, w->dom,
+		/* The caller's own ctx did this and gets the error: DEBUG. */
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
 			     "retiring connection to %s: send interrupted mid-frame (%s)",
 			     c->raddr, strerror(-err));
 		tw_retire(c);
@@ -203,7 +204,10 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 			      w->dom, c->raddr);
 	} else if (err && done) {
 		/* A partial frame cannot be taken back: the stream is lost. */
-		w->host->log(ZAP_LOG_WARN, w->dom,
+		/* Our own deadline or shutdown: the caller has the error. */
+		w->host->log(stopped || err == -ESHUTDOWN ? ZAP_LOG_DEBUG
+							  : ZAP_LOG_WARN,
+			     w->dom,
 			     "dropping connection to %s: send interrupted mid-frame (%s)",
 			     c->raddr, strerror(-err));
 		tw_conn_kill(w, c);

@@ -24,6 +24,7 @@ struct ztls_ctx {
 	bool has_ca;
 	bool ktls_kernel;          /* ktls asked for and the kernel offers it */
 	char fp[ZTLS_FP_LEN];      /* our own certificate's key */
+	unsigned char fpbin[32];   /* the same, binary */
 	char trust[160];
 };
 

@@ -8,7 +8,7 @@
  * Trust: a peer is accepted when its certificate's public key is pinned
  * (ZAP_TLS_PEERS: "sha256:<hex>" SPKI fingerprints) and the certificate is
  * within its validity period, or when its chain verifies against the CA
- * bundle (ZAP_TLS_CA). Both ends must present a certificate and prove its
+ * bundle (ZAP_TLS_CA). An endpoint's own key counts as pinned. Both ends must present a certificate and prove its
  * key (TLS 1.3 CertificateVerify); ALPN "zap/1" is required. A connection
  * may further require one exact fingerprint (ztls_conn_new()'s @want_fp).
  *

@@ -190,6 +190,10 @@ struct zap_msg {
 	void *device_ptr;   /**< NULL unless GPU-readable */
 	const char *peer;   /**< replyable sender address, NUL-terminated */
 	void (*release)(struct zap_msg *m);
+	/* Appended in ABI 1.1; zap_msg_peer_id() reads it only when @size
+	 * covers it. */
+	const char *peer_id; /**< the sender's authenticated key,
+	                          "sha256:<hex>" (TLS), or NULL */
 };
 
 /**

@@ -353,6 +353,17 @@ ZAP_EXPORT size_t zap_msg_len(const struct zap_msg *m);
 ZAP_EXPORT const char *zap_msg_peer(const struct zap_msg *m);
 
 /**
+ * zap_msg_peer_id() - the sender's authenticated identity: on a TLS
+ * connection (ZAP_TLS_CERT), the SHA-256 of the key it proved, as
+ * "sha256:<64 hex digits>" (the form of a ZAP_TLS_PEERS line); the same key
+ * ends zap_msg_peer()'s string ("host:port#sha256:<hex>"), so a reply goes
+ * to that key only.
+ * Return: the fingerprint, valid until zap_msg_release(); NULL for a
+ * plaintext connection, a transport without authentication, or NULL @m.
+ */
+ZAP_EXPORT const char *zap_msg_peer_id(const struct zap_msg *m);
+
+/**
  * zap_msg_device_ptr() - the address a GPU kernel may read the bytes at, or
  * NULL when they are not device-visible.
  */

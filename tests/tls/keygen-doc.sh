@@ -2,9 +2,10 @@
 # Run the key and certificate recipe of docs/wires.md exactly as written
 # (the block between <!-- keygen-begin --> and <!-- keygen-end -->), then
 # check that util/tls accepts the result and agrees on its fingerprint.
-#   keygen-doc.sh <docs/wires.md> <tls-keygen-check>
+# zap-info -v must show the same fingerprint.
+#   keygen-doc.sh <docs/wires.md> <tls-keygen-check> <zap-info>
 set -euo pipefail
-doc=$(realpath "$1") check=$(realpath "$2")
+doc=$(realpath "$1") check=$(realpath "$2") info=$(realpath "$3")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 sed -n '/<!-- keygen-begin -->/,/<!-- keygen-end -->/p' "$doc" |
@@ -23,5 +24,8 @@ for n in alpha beta; do
 	got=$("$check" "$n.crt" "$n.key" peers)
 	want=$(cat "$n.pin")
 	[ "$got" = "$want" ] || { echo "$n: util/tls says $got, recipe says $want" >&2; exit 1; }
+	shown=$(ZAP_TLS_CERT=$n.crt ZAP_TLS_KEY=$n.key ZAP_TLS_PEERS=peers "$info" -v |
+		sed -n 's/^  key: *//p')
+	[ "$shown" = "$want" ] || { echo "$n: zap-info -v shows '$shown', want $want" >&2; exit 1; }
 	echo "ok $n $got"
 done

@@ -175,6 +175,18 @@ void ztls_conn_free(struct ztls_conn *c)
 	free(c);
 }
 
+/*
+ * SSL_get_error() needs an empty error queue before each call; every
+ * failure path here drains it, so on the data path it is almost always
+ * empty, and peeking costs less than ERR_clear_error() (which showed in
+ * profiles of 64 B round trips).
+ */
+static inline void clear_errors(void)
+{
+	if (ERR_peek_error())
+		ERR_clear_error();
+}
+
 /* Alerts a peer sends when it refuses our certificate (RFC 8446 6.2). */
 static bool alert_refuses_us(int reason)
 {
@@ -355,7 +367,7 @@ ssize_t ztls_read(struct ztls_conn *c, void *buf, size_t len, short *events,
 {
 	size_t n = 0;
 
-	ERR_clear_error();
+	clear_errors();
 	errno = 0;
 	if (SSL_read_ex(c->ssl, buf, len, &n))
 		return (ssize_t)n;
@@ -389,7 +401,7 @@ ssize_t ztls_write(struct ztls_conn *c, const void *buf, size_t len,
 	size_t n = 0;
 	int ok, se, err;
 
-	ERR_clear_error();
+	clear_errors();
 	errno = 0;
 	if (c->x->ktls_kernel) {
 		/* OpenSSL's socket BIO write()s: keep SIGPIPE off the

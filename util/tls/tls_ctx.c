@@ -22,6 +22,7 @@
 #include <openssl/x509.h>
 
 #define KEY_MAX_BYTES (1u << 20)
+#define ZTLS_READ_BUF (256u << 10)
 
 unsigned long ztls_ssl_err(char *why, size_t whylen, const char *what)
 {
@@ -335,8 +336,12 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 	x->ktls_kernel = cfg->ktls && kernel_has_tls_ulp();
 	if (x->ktls_kernel)
 		SSL_CTX_set_options(s, SSL_OP_ENABLE_KTLS);
-	else
-		SSL_CTX_set_read_ahead(s, 1); /* one read per burst of records */
+	else {
+		/* Read ahead into a buffer of several records: one read()
+		 * per burst instead of two per record (header, body). */
+		SSL_CTX_set_read_ahead(s, 1);
+		SSL_CTX_set_default_read_buffer_len(s, ZTLS_READ_BUF);
+	}
 	SSL_CTX_set_verify(s, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
 			   NULL);
 	SSL_CTX_set_cert_verify_callback(s, ztls_verify_cb, x);

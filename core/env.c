@@ -242,6 +242,30 @@ int zap__parse_log_level(const char *s, enum zap_log_level *out)
  * the once-per-process zap__config() so that the fuzz harness can run it on
  * any environment.
  */
+/* A number of milliseconds in [0, UINT32_MAX] from @name; unset: 0. */
+static void env_millis(struct zap_config *c, const char *name, const char *zero,
+		       uint64_t *out)
+{
+	char buf[64], *end;
+	size_t toolong;
+	unsigned long long ms;
+	const char *v = env_trimmed(name, buf, sizeof(buf), &toolong);
+
+	if (toolong) {
+		config_error(c, "%s is too long (%zu characters)", name, toolong);
+		return;
+	}
+	if (!v)
+		return;
+	errno = 0;
+	ms = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || ms > UINT32_MAX)
+		config_error(c, "%s='%s' is not a number of milliseconds in [0, %u] (%s)",
+			     name, v, UINT32_MAX, zero);
+	else
+		*out = ms;
+}
+
 void zap__config_read(struct zap_config *c)
 {
 	char buf[64], quiet[16];
@@ -317,24 +341,8 @@ void zap__config_read(struct zap_config *c)
 			   &c->max_msg_size))
 		config_error(c, "%s", zap_last_error());
 
-	v = env_trimmed("ZAP_SEND_TIMEOUT_MS", buf, sizeof(buf), &toolong);
-	if (toolong) {
-		config_error(c, "ZAP_SEND_TIMEOUT_MS is too long (%zu characters)",
-			     toolong);
-	} else if (v) {
-		char *end;
-		unsigned long long ms;
-
-		errno = 0;
-		ms = strtoull(v, &end, 10);
-		if (errno || end == v || *end || v[0] == '-' || ms > UINT32_MAX)
-			config_error(c,
-				     "ZAP_SEND_TIMEOUT_MS='%s' is not a number of "
-				     "milliseconds in [0, %u] (0: no timeout)",
-				     v, UINT32_MAX);
-		else
-			c->send_timeout_ms = ms;
-	}
+	env_millis(c, "ZAP_SEND_TIMEOUT_MS", "0: no timeout", &c->send_timeout_ms);
+	env_millis(c, "ZAP_PROBE_TIMEOUT_MS", "0: the default, 5000", &c->probe_timeout_ms);
 
 	/* TLS files: not in a privileged program, where the caller could
 	 * point it at a file of its choosing (such programs pass zap_attr). */

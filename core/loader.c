@@ -568,6 +568,14 @@ static void run_scan(void)
 	scan.done = true;
 }
 
+/* ZAP_PROBE_TIMEOUT_MS, else 5 s: a cold GPU driver may need longer. */
+static unsigned default_probe_timeout(void)
+{
+	uint64_t ms = zap__config()->probe_timeout_ms;
+
+	return ms ? (unsigned)ms : DEFAULT_PROBE_TIMEOUT_MS;
+}
+
 ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr)
 {
 	int rc = 0;
@@ -586,7 +594,7 @@ ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr)
 			scan.inprocess = false;
 		if (attr && (attr->flags & ZAP_SCAN_INPROCESS))
 			scan.inprocess = true;
-		scan.timeout_ms = DEFAULT_PROBE_TIMEOUT_MS;
+		scan.timeout_ms = default_probe_timeout();
 		if (attr && attr->size >= offsetof(struct zap_scan_attr, probe_timeout_ms) +
 						  sizeof(unsigned) && attr->probe_timeout_ms)
 			scan.timeout_ms = attr->probe_timeout_ms;
@@ -604,7 +612,7 @@ int zap__plugins(const struct zap_prec **recs, size_t *n)
 	pthread_mutex_lock(&scan.lock);
 	if (!scan.done) {
 		scan.inprocess = zap__config()->probe_inprocess;
-		scan.timeout_ms = DEFAULT_PROBE_TIMEOUT_MS;
+		scan.timeout_ms = default_probe_timeout();
 		run_scan();
 	}
 	pthread_mutex_unlock(&scan.lock);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Choosing a transport (DESIGN.md section 2): parse the preference, turn it
+ * Choosing a transport (docs/loader.md, "Picking a transport"): parse the preference, turn it
  * into an ordered list of candidates, load (loader.c: only a plugin picked
  * is loaded into this process) and open the first that opens.
  *

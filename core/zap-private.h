@@ -43,6 +43,7 @@ struct zap_config {
 	const char *listen;        /* ZAP_LISTEN, or NULL */
 	uint64_t max_msg_size;     /* ZAP_MAX_MSG_BYTES, or 0 */
 	uint64_t send_timeout_ms;  /* ZAP_SEND_TIMEOUT_MS, or 0 (none) */
+	uint64_t probe_timeout_ms; /* ZAP_PROBE_TIMEOUT_MS, or 0 (default) */
 	char transport_buf[256];   /* storage for @transport and @listen */
 	char listen_buf[ZAP_PEER_MAX];
 	/* ZAP_TLS_CERT, _KEY, _CA, _PEERS (secure_getenv), or NULL. */

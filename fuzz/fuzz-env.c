@@ -95,6 +95,21 @@ static uint64_t get64(const uint8_t *p)
 	return v;
 }
 
+/* The documented spellings, read separately: 1 true, 0 false, -1 neither. */
+static int ref_bool(const char *t)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t k = 0; k < 4; k++) {
+		if (!strcasecmp(t, yes[k]))
+			return 1;
+		if (!strcasecmp(t, no[k]))
+			return 0;
+	}
+	return -1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *val[NVARS] = {0};
@@ -146,9 +161,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					FUZZ_CHECK(c.log_level == ZAP_LOG_WARN);
 				}
 				break;
-			case 1: /* ZAP_TRANSPORT_QUIET */
-				FUZZ_CHECK(c.quiet == (t && !strcmp(t, "1")));
-				FUZZ_CHECK(!t || !*t || !strcmp(t, "1") || !strcmp(t, "0"));
+			case 1: /* ZAP_TRANSPORT_QUIET: a boolean, any case */
+				FUZZ_CHECK(c.quiet == (t && ref_bool(t) == 1));
+				FUZZ_CHECK(!t || !*t || ref_bool(t) >= 0);
 				break;
 			case 2: /* ZAP_TRANSPORT: taken whole, parsed at pick */
 				FUZZ_CHECK(!val[i] == !c.transport);

@@ -5,7 +5,7 @@
 Scans the C sources of core/, util/, plugins/ and tools/ for environment
 reads: a call to getenv(), secure_getenv() or any function whose name
 contains "env" (env_bytes, env_u64, env_bool, env_trimmed, host->env_bytes,
-...) whose first argument is a "ZAP_..." literal or a macro #defined to
+...) whose first argument (or second, after a context) is a "ZAP_..." literal or a macro #defined to
 one. Every string literal naming a ZAP_ variable counts too (messages that
 name a variable the code reads). Each name must appear in
 man/libzap.7.in and in docs/environment.md, and README.md must link
@@ -20,7 +20,9 @@ import sys
 DIRS = ("core", "util", "plugins", "tools")
 NAME = r"ZAP_[A-Z0-9_]+"
 DEFINE = re.compile(r'#\s*define\s+(\w+)\s+"(' + NAME + r')"')
-CALL = re.compile(r'([A-Za-z_][\w]*(?:->|\.)?[\w]*)\s*\(\s*("(' + NAME + r')"|([A-Z_][A-Z0-9_]*))')
+# The name is the first argument, or the second after a context pointer
+# (env_millis(c, "ZAP_...", ...)).
+CALL = re.compile(r'([A-Za-z_][\w]*(?:->|\.)?[\w]*)\s*\(\s*(?:[a-z_]\w*\s*,\s*)?("(' + NAME + r')"|([A-Z_][A-Z0-9_]*))')
 LITERAL = re.compile(r'"(' + NAME + r')')
 
 

@@ -13,7 +13,7 @@
  * gpudirect.c):
  *   1. read the peer's message: header, then the body it announces
  *      (gd_boot_header(), gd_boot_decode());
- *   2. the identity rule of the TCP wire (docs: DESIGN section 8): the
+ *   2. the identity rule of the TCP wire (plugins/default/WIRE.md): the
  *      address the peer claims to listen on must be the connection's
  *      source address; a wildcard host claimed becomes the source address;
  *      any other claim, or a claim of our own instance, is refused with a

@@ -18,37 +18,14 @@ peer=$1 spoof=$2
 sources=${3:-256}
 msgs=${4:-200}
 rate=${SPOOF_RATE:-50000}
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces, veth)"; exit 77; }
-command -v ip >/dev/null || { echo "SKIP: no ip(8) (iproute2)"; exit 77; }
-id=$$
-ns1=zapsp1-$id ns2=zapsp2-$id va=zspa$id vb=zspb$id
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add "$ns1" 2>"$tmp/ip.err" && ip netns add "$ns2" 2>>"$tmp/ip.err" ||
-	{ echo "SKIP: cannot create network namespaces here: $(cat "$tmp/ip.err")"; exit 77; }
-ip link add "$va" netns "$ns1" type veth peer name "$vb" netns "$ns2" 2>"$tmp/ip.err" ||
-	{ echo "SKIP: cannot create a veth pair here: $(cat "$tmp/ip.err")"; exit 77; }
-for ns in "$ns1" "$ns2"; do
-	ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null
-	ip -n "$ns" link set lo up
-done
-ip -n "$ns1" link set "$va" up && ip -n "$ns2" link set "$vb" up ||
-	{ echo "FAIL: cannot bring the veth pair up"; exit 1; }
+PREFIX=zapsp . "$(dirname "$0")/veth-pair.sh"
 mac=$(cat "/sys/class/net/$va/address" 2>/dev/null || ip netns exec "$ns1" cat "/sys/class/net/$va/address")
 
 eal="--no-huge --no-shconf -m 256 --no-pci --no-telemetry"
 export ZAP_TRANSPORT_QUIET=1
 # The receiver logs its mbufs once a second at DEBUG.
 ip netns exec "$ns1" env ZAP_LOG_LEVEL=debug \
-	ZAP_DPDK_EAL_ARGS="$eal -l 1 --vdev=net_af_packet0,iface=$va --file-prefix=zaps1$id" \
+	ZAP_DPDK_EAL_ARGS="$eal -l 1 --vdev=net_af_packet0,iface=$va --file-prefix=zaps1$$" \
 	ZAP_DPDK_IP=10.67.0.2 ZAP_DPDK_UDP_PORT=7000 "$peer" echo "$msgs" >"$tmp/echo.out" 2>&1 &
 echo_pid=$!
 pids+=($echo_pid)
@@ -64,7 +41,7 @@ else
 	: >"$tmp/spoof.out"
 fi
 ip netns exec "$ns2" env \
-	ZAP_DPDK_EAL_ARGS="$eal -l 0 --vdev=net_af_packet0,iface=$vb --file-prefix=zaps2$id" \
+	ZAP_DPDK_EAL_ARGS="$eal -l 0 --vdev=net_af_packet0,iface=$vb --file-prefix=zaps2$$" \
 	ZAP_DPDK_IP=10.67.0.1 ZAP_DPDK_UDP_PORT=7001 "$peer" ping 10.67.0.2:7000 "$msgs" \
 	>"$tmp/ping.out" 2>&1
 rc=$?

@@ -8,34 +8,8 @@
 # usage: veth.sh DP_PEER_BINARY
 set -uo pipefail
 peer=$1
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root (network namespaces, veth)"; exit 77; }
-command -v ip >/dev/null || { echo "SKIP: no ip(8) (iproute2)"; exit 77; }
 command -v tcpdump >/dev/null || { echo "SKIP: no tcpdump (apt-get install tcpdump)"; exit 77; }
-id=$$
-ns1=zapdp1-$id ns2=zapdp2-$id va=zdpa$id vb=zdpb$id
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	ip netns del "$ns1" 2>/dev/null
-	ip netns del "$ns2" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-# Only a missing capability is a reason to skip, and it is printed: ip's
-# own error (no CAP_SYS_ADMIN, no veth module, a read-only /run/netns).
-ip netns add "$ns1" 2>"$tmp/ip.err" && ip netns add "$ns2" 2>>"$tmp/ip.err" ||
-	{ echo "SKIP: cannot create network namespaces here: $(cat "$tmp/ip.err")"; exit 77; }
-ip link add "$va" netns "$ns1" type veth peer name "$vb" netns "$ns2" 2>"$tmp/ip.err" ||
-	{ echo "SKIP: cannot create a veth pair here: $(cat "$tmp/ip.err")"; exit 77; }
-for ns in "$ns1" "$ns2"; do
-	# No kernel addresses: the kernel must not answer for the DPDK side.
-	ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null
-	ip -n "$ns" link set lo up
-done
-ip -n "$ns1" link set "$va" up && ip -n "$ns2" link set "$vb" up ||
-	{ echo "FAIL: cannot bring the veth pair up"; exit 1; }
+PREFIX=zapdp . "$(dirname "$0")/veth-pair.sh"
 
 # net_af_packet sends with PACKET_QDISC_BYPASS, which taps do not see:
 # capture each side's received frames, which together are all of them.
@@ -50,11 +24,11 @@ done
 
 eal="--no-huge --no-shconf -m 256 --no-pci --no-telemetry"
 export ZAP_TRANSPORT_QUIET=1
-ip netns exec "$ns2" env ZAP_DPDK_EAL_ARGS="$eal -l 1 --vdev=net_af_packet0,iface=$vb --file-prefix=zapv2$id" \
+ip netns exec "$ns2" env ZAP_DPDK_EAL_ARGS="$eal -l 1 --vdev=net_af_packet0,iface=$vb --file-prefix=zapv2$$" \
 	ZAP_DPDK_IP=10.66.0.2 ZAP_DPDK_UDP_PORT=7000 "$peer" echo 24 >"$tmp/echo.out" 2>&1 &
 echo_pid=$!
 pids+=($echo_pid)
-ip netns exec "$ns1" env ZAP_DPDK_EAL_ARGS="$eal -l 0 --vdev=net_af_packet0,iface=$va --file-prefix=zapv1$id" \
+ip netns exec "$ns1" env ZAP_DPDK_EAL_ARGS="$eal -l 0 --vdev=net_af_packet0,iface=$va --file-prefix=zapv1$$" \
 	ZAP_DPDK_IP=10.66.0.1 ZAP_DPDK_UDP_PORT=7001 "$peer" ping 10.66.0.2:7000 24 >"$tmp/ping.out" 2>&1
 rc=$?
 wait "$echo_pid"; erc=$?

@@ -234,6 +234,8 @@ CHECK=$BUILD/tests/gpu/uma-gpu-check
 export ZAP_PLUGIN_PATH=$BUILD/plugins/uma ZAP_TRANSPORT_QUIET=1
 # Plugins are probed in a helper process: this build's, not an installed one.
 export ZAP_PROBE_HELPER=$BUILD/core/zap-probe
+# A cold driver (no persistence daemon) may take seconds to initialise.
+export ZAP_PROBE_TIMEOUT_MS=${ZAP_PROBE_TIMEOUT_MS:-60000}
 # ZAP_CUDA_DEVICE (an ordinal) picks the GPU, as for the uma plugin.
 
 # ---- checks that need no GPU ------------------------------------------------

@@ -62,6 +62,18 @@ static void child_crash(void *arg)
 	TH_CHECK_MSG(!mapped("libzap-hang.so"), "libzap-hang.so is mapped");
 }
 
+/* The time limit from ZAP_PROBE_TIMEOUT_MS, for the first pick itself. */
+static void child_hang_env(void *arg)
+{
+	const struct scene *s = arg;
+
+	th_setenv("ZAP_PLUGIN_PATH", s->dir);
+	th_setenv("ZAP_PROBE_TIMEOUT_MS", "250");
+	th_capture_logs(true);
+	TH_CHECK_PICK(NULL, 0, "good");
+	TH_CHECK_ROW("hang", NULL, ZAP_PLUGIN_ERROR, "probe timed out after 250 ms", NULL);
+}
+
 static void test_crash_hang_default(void **state)
 {
 	static const char *const f[] = { "good", "crash", "hang", NULL };
@@ -69,6 +81,7 @@ static void test_crash_hang_default(void **state)
 
 	(void)state;
 	th_child(child_crash, &s, TIMEOUT_MS);
+	th_child(child_hang_env, &s, TIMEOUT_MS);
 }
 
 /* "=default" and "^name": the other plugins are probed, never loaded here. */
@@ -465,7 +478,7 @@ static void child_fallback(void *arg)
 	TH_CHECK_PICK("nosuch", 0, "good");
 	TH_CHECK_PICK("nosym", 0, "good");
 	TH_CHECK_PICK("misnamed", 0, "good");
-	/* A valid descriptor gives a rank: below it, as DESIGN.md says. */
+	/* A valid descriptor gives a rank: below it, as docs/loader.md says. */
 	TH_CHECK_PICK("crash", 0, "default");
 	/* zap_pick_explain() agrees, and says what an absent name gets. */
 	TH_CHECK_INT(zap_pick_explain("nosym", 0, &c), 0);

@@ -296,6 +296,9 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * zap_send() - deliver one message to @peer.
  * @peer: the destination, in the transport's address form ("host:port" for
  *        default and uma); a peer string from zap_msg_peer() is valid.
+ *        With TLS on (ZAP_TLS_CERT), "host:port#sha256:<hex>" reaches
+ *        only the peer that proves that key (zap_msg_peer() has that
+ *        form), else the send fails with -EACCES.
  * @buf, @len: the message; the caller may reuse @buf once this returns.
  * @ctx:  cancellation/deadline, or NULL to block until sent.
  *
@@ -313,7 +316,9 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * Return: 0 once the transport owns the message (queued to the kernel or
  * acknowledged, per transport);
  *  -EMSGSIZE:   @len exceeds the maximum message size;
- *  -EINVAL:     malformed peer address;
+ *  -EINVAL:     malformed peer address (or a #sha256: key without TLS);
+ *  -EACCES:     TLS: the peer was refused (untrusted key, not the key
+ *               the peer string requires) or refused this endpoint;
  *  -EHOSTUNREACH/-ECONNREFUSED/-ECONNRESET/-EPIPE: the peer cannot be
  *               reached or went away;
  *  -EPROTO:     the far end answered but is not a peer of this transport

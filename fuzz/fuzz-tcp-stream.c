@@ -11,7 +11,8 @@
  * endpoint must answer with its own HELLO exactly when the HELLO is valid,
  * and deliver exactly the complete, valid DATA frames before the first
  * bad or truncated one, in order, byte for byte, each with the peer string
- * the HELLO announced (its wildcard host replaced by 127.0.0.1). It must
+ * the connection proves (source 127.0.0.1, the announced port): a HELLO
+ * claiming a name or another host is refused. It must
  * close every connection (protocol error, EOF) promptly: 5 s without that
  * is a hang.
  *
@@ -101,12 +102,17 @@ static bool hdr_ok(const uint8_t *h, unsigned type, uint64_t max, uint64_t *len)
 }
 
 /* A HELLO address: no NUL, an address by the shared grammar (zap-addr.h,
- * whose parser fuzz-address.c checks against its own reading), port not 0.
- * Sets *@port and *@wild. */
-static bool hello_addr_ok(const char *a, size_t n, char *port, bool *wild)
+ * whose parser fuzz-address.c checks against its own reading), port not 0,
+ * and (WIRE.md, "What a HELLO may claim") a wildcard or a literal naming
+ * the connection's source, 127.0.0.1 (also v4-mapped), and not the
+ * endpoint's own address. Sets *@port. */
+static bool hello_addr_ok(const char *a, size_t n, char *port)
 {
 	char s[ZAP_PEER_MAX];
 	struct zaddr z;
+	struct in6_addr a6;
+	static const uint8_t lo_mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff,
+					      127, 0, 0, 1};
 
 	if (!n || n >= sizeof(s) || memchr(a, '\0', n))
 		return false;
@@ -115,8 +121,16 @@ static bool hello_addr_ok(const char *a, size_t n, char *port, bool *wild)
 	if (zaddr_parse(s, &z) || !z.port_num)
 		return false;
 	strcpy(port, z.port);
-	*wild = z.wildcard;
-	return true;
+	if (z.wildcard)
+		return true;
+	if (z.kind == ZADDR_NAME)
+		return false;
+	if (z.kind == ZADDR_IPV4 && strcmp(z.host, "127.0.0.1"))
+		return false;
+	if (z.kind == ZADDR_IPV6 && (inet_pton(AF_INET6, z.host, &a6) != 1 ||
+				     memcmp(&a6, lo_mapped, 16)))
+		return false;
+	return z.port_num != ntohs(ep_sa.sin_port);
 }
 
 struct expect {
@@ -135,15 +149,11 @@ static void reference(const uint8_t *s, size_t n, struct expect *e)
 	if (n < HDR || !hdr_ok(s, 1, HELLO_MAX, &len) || len < 16 + 3 || HDR + len > n)
 		return;
 	char port[8];
-	bool wild;
-	if (!hello_addr_ok((const char *)s + HDR + 16, len - 16, port, &wild))
+	if (!rd64(s + HDR) ||
+	    !hello_addr_ok((const char *)s + HDR + 16, len - 16, port))
 		return;
 	e->hello_ok = true;
-	if (wild)
-		snprintf(e->peer, sizeof(e->peer), "127.0.0.1:%s", port);
-	else
-		snprintf(e->peer, sizeof(e->peer), "%.*s", (int)(len - 16),
-			 (const char *)s + HDR + 16);
+	snprintf(e->peer, sizeof(e->peer), "127.0.0.1:%s", port);
 	pos = HDR + len;
 	while (n - pos >= HDR && e->n < 64) {
 		if (!hdr_ok(s + pos, 2, MAX_MSG, &len) || len > n - pos - HDR)
@@ -164,7 +174,7 @@ static uint64_t now_ms(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const char *const addrs[4] = { "fuzz-peer.example:7", "10.1.2.3:65535",
+	static const char *const addrs[4] = { "fuzz-peer.example:7", "127.0.0.1:65535",
 					      "0.0.0.0:4242", "[::]:9" };
 	if (!ep)
 		setup();

@@ -140,18 +140,22 @@ static void do_hello(const uint8_t *d, size_t n)
 	FUZZ_CHECK(!strcmp(z.host, h.host) && !strcmp(z.port, h.port) &&
 		   z.port_num == h.port_num && z.wildcard == h.wildcard);
 	why[0] = '\0';
-	r = tcp_hello_peer(&h, (struct sockaddr *)&ss, sl, peer, sizeof(peer), why,
-			   sizeof(why));
-	if (!h.wildcard) {
-		FUZZ_CHECK(r == 0 && !strcmp(peer, h.addr));
-	} else if (!r) {
-		/* A replyable peer: parses, same port, the host from the
-		 * connection's source. */
+	int dport = d[0] & 1 ? (int)h.port_num : -1;
+	r = tcp_hello_peer(&h, (struct sockaddr *)&ss, sl, dport, peer,
+			   sizeof(peer), why, sizeof(why));
+	if (!r) {
+		/* A replyable peer: parses, same port, exactly the
+		 * connection's source host; a name never passes. */
 		struct zaddr pz;
+		char src[ZAP_PEER_MAX];
 		FUZZ_CHECK(zaddr_parse(peer, &pz) == 0);
 		FUZZ_CHECK(!strcmp(pz.port, h.port));
+		FUZZ_CHECK(zaddr_format((struct sockaddr *)&ss, sl, h.port_num, src,
+					sizeof(src)) == 0 &&
+			   !strcmp(src, peer));
+		FUZZ_CHECK(z.kind != ZADDR_NAME);
 	} else {
-		FUZZ_CHECK(why[0]);
+		FUZZ_CHECK(r == -EPROTO && why[0] && !peer[0]);
 	}
 	free(p);
 }

@@ -48,6 +48,22 @@ static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 	return 0;
 }
 
+/* Grow a message as its bytes arrive (the wire asks; see tcp_wire.h). */
+static int tcp_msg_grow(void *user, size_t len, struct tcp_rx_msg **mp)
+{
+	struct tcp_rx_msg *m;
+
+	(void)user;
+	if (len > SIZE_MAX - sizeof(*m))
+		return -ENOMEM;
+	m = realloc(*mp, sizeof(*m) + len);
+	if (!m)
+		return -ENOMEM;
+	m->msg.data = m + 1;
+	*mp = m;
+	return 0;
+}
+
 static void tcp_fill_caps(struct zap_caps *caps, uint64_t max_msg)
 {
 	struct zap_caps c = {
@@ -89,7 +105,7 @@ static int tcp_open(const struct zap_host *host, const struct zap_open_args *arg
 		.domain = TCP_DOMAIN,
 		.listen = args->listen,
 		.max_msg_size = args->max_msg_size,
-		.alloc = {.alloc = tcp_msg_alloc, .user = NULL},
+		.alloc = {.alloc = tcp_msg_alloc, .user = NULL, .grow = tcp_msg_grow},
 	};
 	int r;
 

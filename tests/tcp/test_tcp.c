@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <cmocka.h>
 
 #include <zap/zap.h>
@@ -900,13 +902,19 @@ static void test_ipv6_and_names(void **state)
 	(void)state;
 
 	struct zap_msg *m;
+	struct zap_transport *a6 = NULL;
 	if (zap_pick("=default", 0, &at, &b) == 0) {
+		/* The sender listens on IPv6 too: a HELLO's host must be the
+		 * connection's source (127.0.0.1 cannot claim to be ::1). */
+		assert_int_equal(zap_pick("=default", 0, &at, &a6), 0);
 		ep_addr(b, ab);
 		assert_true(!strncmp(ab, "[::1]:", 6));
-		send_ok(a, ab, "v6", 2);
+		send_ok(a6, ab, "v6", 2);
 		m = recv_ok(b);
 		assert_memory_equal(zap_msg_data(m), "v6", 2);
+		assert_true(!strncmp(zap_msg_peer(m), "[::1]:", 6));
 		zap_msg_release(m);
+		zap_close(a6);
 		zap_close(b);
 	} /* else: no IPv6 loopback on this host */
 
@@ -928,7 +936,16 @@ static void test_ipv6_and_names(void **state)
 /* Hostile input                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* Connect to @addr from the local address @from (NULL: any). Loopback
+ * addresses 127.0.0.2 and up stand for other hosts. */
+static int raw_connect_from(const char *addr, const char *from);
+
 static int raw_connect(const char *addr)
+{
+	return raw_connect_from(addr, NULL);
+}
+
+static int raw_connect_from(const char *addr, const char *from)
 {
 	char host[64];
 	const char *colon = strrchr(addr, ':');
@@ -939,6 +956,11 @@ static int raw_connect(const char *addr)
 	sa.sin_port = htons((uint16_t)atoi(colon + 1));
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(fd >= 0);
+	if (from) {
+		struct sockaddr_in me = {.sin_family = AF_INET};
+		inet_pton(AF_INET, from, &me.sin_addr);
+		assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
+	}
 	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	return fd;
 }
@@ -960,14 +982,21 @@ static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
 	return 16;
 }
 
+/* A HELLO from instance @id with @nonce announcing @addr. */
+static size_t hello_full(unsigned char *p, uint64_t id, uint64_t nonce,
+			 const char *addr)
+{
+	size_t n = hdr(p, 1, 16 + strlen(addr));
+	be64(p + n, id);
+	be64(p + n + 8, nonce);
+	memcpy(p + n + 16, addr, strlen(addr));
+	return n + 16 + strlen(addr);
+}
+
 /* A HELLO announcing @addr. */
 static size_t hello_addr(unsigned char *p, const char *addr)
 {
-	size_t n = hdr(p, 1, 16 + strlen(addr));
-	be64(p + n, 0x1234567887654321ull);
-	be64(p + n + 8, 42);
-	memcpy(p + n + 16, addr, strlen(addr));
-	return n + 16 + strlen(addr);
+	return hello_full(p, 0x1234567887654321ull, 42, addr);
 }
 
 static size_t hello(unsigned char *p)
@@ -1058,6 +1087,7 @@ struct hostile_case {
 	bool pump;         /* data frames: read only while someone receives */
 	bool served_first; /* a normal peer is served while this is refused */
 	const char *why;   /* the reason logged, or NULL */
+	const char *from;  /* local address to connect from, NULL: any */
 };
 
 static size_t hb_junk(unsigned char *p)
@@ -1131,28 +1161,50 @@ static size_t hb_hello_zone(unsigned char *p)
 	return hello_addr(p, "[fe80::1%lo]:9");
 }
 
+/* Identity: a HELLO's host must be the connection's source. */
+static size_t hb_hello_name(unsigned char *p)
+{
+	return hello_addr(p, "localhost:9");
+}
+
+static size_t hb_hello_other_host(unsigned char *p)
+{
+	return hello_addr(p, "127.0.0.1:9"); /* sent from 127.0.0.2 */
+}
+
+static size_t hb_hello_id0(unsigned char *p)
+{
+	return hello_full(p, 0, 42, "127.0.0.1:9");
+}
+
 static const struct hostile_case hostile_cases[] = {
-	{"hostile: random bytes", hb_junk, END_STAY, false, false, "bad magic"},
+	{"hostile: random bytes", hb_junk, END_STAY, false, false, "bad magic", NULL},
 	{"hostile: bad magic after HELLO", hb_bad_magic_after_hello, END_STAY,
-	 true, false, "bad magic"},
+	 true, false, "bad magic", NULL},
 	{"hostile: 4 GiB length after HELLO", hb_4g_after_hello, END_STAY, true,
-	 true, "exceeds the maximum"},
+	 true, "exceeds the maximum", NULL},
 	{"hostile: 4 GiB length as the first frame", hb_4g_first, END_STAY, false,
-	 false, NULL},
+	 false, NULL, NULL},
 	{"hostile: half a HELLO", hb_half_hello, END_CLOSE, false, false,
-	 "closed during the handshake"},
+	 "closed during the handshake", NULL},
 	{"hostile: HELLO, half a data header", hb_hello_half_header, END_FIN, true,
-	 false, "closed mid-frame"},
+	 false, "closed mid-frame", NULL},
 	{"hostile: FIN mid-message", hb_fin_mid_message, END_FIN, true, false,
-	 "closed mid-message"},
+	 "closed mid-message", NULL},
 	{"hostile: reset mid-message", hb_reset_mid_message, END_RESET, true, false,
-	 "reset"},
+	 "reset", NULL},
 	{"hostile: HELLO from *", hb_hello_star, END_STAY, false, false,
-	 "malformed address"},
+	 "malformed address", NULL},
 	{"hostile: HELLO from an octal IPv4", hb_hello_octal, END_STAY, false,
-	 false, "malformed address"},
+	 false, "malformed address", NULL},
 	{"hostile: HELLO with an IPv6 zone", hb_hello_zone, END_STAY, false, false,
-	 "malformed address"},
+	 "malformed address", NULL},
+	{"hostile: HELLO claiming a host name", hb_hello_name, END_STAY, false,
+	 false, "HELLO from 127.0.0.1:", NULL},
+	{"hostile: HELLO claiming another host", hb_hello_other_host, END_STAY,
+	 false, false, "HELLO from 127.0.0.2:", "127.0.0.2"},
+	{"hostile: HELLO with instance id 0", hb_hello_id0, END_STAY, false, false,
+	 "instance id 0", NULL},
 };
 
 static void test_hostile(void **state)
@@ -1165,7 +1217,7 @@ static void test_hostile(void **state)
 	assert_non_null(p);
 	ep_addr(b, ab);
 	log_clear();
-	int fd = raw_connect(ab);
+	int fd = raw_connect_from(ab, hc->from);
 	write_all(fd, p, hc->bytes(p));
 	if (hc->end == END_FIN) {
 		shutdown(fd, SHUT_WR);
@@ -1267,6 +1319,562 @@ static unsigned long rx_queued(unsigned port)
 	}
 	fclose(f);
 	return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Identity: what a HELLO may claim (hostile peers on 127.0.0.2 and up)      */
+/* ------------------------------------------------------------------------ */
+
+/* One message on @t within @ms, or NULL. */
+static struct zap_msg *recv_within(struct zap_transport *t, unsigned ms)
+{
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, ms * 1000000ull);
+	if (zap_recv(t, ctx, &m))
+		m = NULL;
+	zap_ctx_free(ctx);
+	return m;
+}
+
+/* @b has a live connection from @v, which it knows by @av. */
+static void link_up(struct zap_transport *v, struct zap_transport *b,
+		    const char *av, const char *ab)
+{
+	send_ok(v, ab, "hi", 2);
+	struct zap_msg *m = recv_ok(b);
+	assert_string_equal(zap_msg_peer(m), av);
+	zap_msg_release(m);
+}
+
+/* @b sends to @av and @v gets it, labelled @ab; and back. */
+static void still_linked(struct zap_transport *v, struct zap_transport *b,
+			 const char *av, const char *ab)
+{
+	send_ok(b, av, "secret", 6);
+	struct zap_msg *m = recv_within(v, 3000);
+	assert_non_null(m);
+	assert_memory_equal(zap_msg_data(m), "secret", 6);
+	assert_string_equal(zap_msg_peer(m), ab);
+	zap_msg_release(m);
+	link_up(v, b, av, ab);
+}
+
+/*
+ * A host that is not the victim claims the victim's address, instance id
+ * and the smallest nonce. It used to take the route over (B's replies to
+ * the victim went to it) and retire the victim's connection.
+ */
+static void test_hijack_from_other_host(void **state)
+{
+	struct zap_transport *v = ep_open(), *b = ep_open();
+	char av[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(v, av);
+	ep_addr(b, ab);
+	link_up(v, b, av, ab);
+	uint64_t vid = instance_id(av);
+	log_clear();
+	int fd = raw_connect_from(ab, "127.0.0.2");
+	write_all(fd, p, hello_full(p, vid, 0, av));
+	pump(b, 100);
+	still_linked(v, b, av, ab);
+	assert_true(dropped(fd));
+	close(fd);
+	/* The log names the real source, not the claim. */
+	assert_true(log_wait("dropping connection from 127.0.0.2:"));
+	assert_true(log_wait("not its source address"));
+	zap_close(v);
+	zap_close(b);
+}
+
+/*
+ * Another process on the victim's host (same source address: plaintext
+ * cannot tell them apart) claims the victim's address as another
+ * instance: the live victim keeps its route (the newcomer is not dropped:
+ * it may be the victim restarted, with its old connection's FIN not yet
+ * read; it gets the route once the old connections close).
+ */
+static void test_route_held_by_live_peer(void **state)
+{
+	struct zap_transport *v = ep_open(), *b = ep_open();
+	char av[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(v, av);
+	ep_addr(b, ab);
+	link_up(v, b, av, ab);
+	int fd = raw_connect(ab);
+	write_all(fd, p, hello_full(p, 0x1234567887654321ull, 1, av));
+	pump(b, 100);
+	still_linked(v, b, av, ab);
+	/* Nothing B sent to av went to the impostor. */
+	struct timeval tv = {.tv_sec = 0, .tv_usec = 300000};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	unsigned char r[256];
+	ssize_t got = 0, k;
+	while ((k = recv(fd, r, sizeof(r), 0)) > 0)
+		got += k;
+	assert_true(got <= 16 + 16 + (ssize_t)strlen(ab)); /* B's HELLO only */
+	close(fd);
+	zap_close(v);
+	zap_close(b);
+}
+
+/* A HELLO claiming our own listen address (it started an endless echo of
+ * replies to ourselves) or our own instance id is refused. */
+static void test_hello_claims_us(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect(ab);
+	write_all(fd, p, hello_addr(p, ab));
+	expect_dropped(b, fd, false, "claims our own listen address");
+
+	uint64_t bid = instance_id(ab);
+	log_clear();
+	fd = raw_connect_from(ab, "127.0.0.3");
+	write_all(fd, p, hello_full(p, bid, 7, "127.0.0.3:9"));
+	expect_dropped(b, fd, false, "claims our own instance id");
+	served(b, ab);
+	/* Sending to ourselves still works (the nonce exchange proves it). */
+	send_ok(b, ab, "me", 2);
+	struct zap_msg *m = recv_ok(b);
+	assert_string_equal(zap_msg_peer(m), ab);
+	zap_msg_release(m);
+	zap_close(b);
+}
+
+/* A raw acceptor that answers a dialer's HELLO wrongly. */
+struct fake_acceptor {
+	int lfd;
+	char addr[64];
+	int mode; /* 0: wrong nonce echo, 1: another port, 2: our id, 3: sink */
+	uint64_t id;
+};
+
+static void *fake_accept(void *arg)
+{
+	struct fake_acceptor *f = arg;
+	unsigned char in[256], out[256];
+	size_t got = 0;
+	int fd = accept(f->lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	while (got < 16 || got < 16 + (size_t)in[15]) {
+		ssize_t k = recv(fd, in + got, sizeof(in) - got, 0);
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	uint64_t id = 0, nonce = 0;
+	for (int i = 0; i < 8; i++) {
+		id = id << 8 | in[16 + i];
+		nonce = nonce << 8 | in[24 + i];
+	}
+	char claim[64];
+	snprintf(claim, sizeof(claim), "%s", f->addr);
+	if (f->mode == 1)
+		snprintf(strrchr(claim, ':'), 8, ":%u", 9u);
+	size_t n = hello_full(out, f->mode == 2 ? id : 0x55, f->mode == 0 ? nonce + 1 : nonce,
+			      claim);
+	ssize_t k = send(fd, out, n, MSG_NOSIGNAL);
+	(void)k;
+	if (f->mode == 3) {
+		/* A sink that never reads: wait for the test to shut us. */
+		int x = accept(f->lfd, NULL, NULL); /* until shut down */
+		if (x >= 0)
+			close(x);
+		close(fd);
+		return NULL;
+	}
+	while (recv(fd, in, sizeof(in), 0) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+static void test_dialer_checks_answer(void **state)
+{
+	static const char *const why[] = {"does not echo our connection nonce",
+					  "another port than the one dialed",
+					  "claims our own instance id"};
+	(void)state;
+
+	for (int mode = 0; mode < 3; mode++) {
+		struct zap_transport *b = ep_open();
+		struct fake_acceptor f = {.mode = mode};
+		struct sockaddr_in sa = {.sin_family = AF_INET};
+		socklen_t sl = sizeof(sa);
+		inet_pton(AF_INET, "127.0.0.4", &sa.sin_addr);
+		f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+		assert_int_equal(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_int_equal(listen(f.lfd, 4), 0);
+		getsockname(f.lfd, (struct sockaddr *)&sa, &sl);
+		snprintf(f.addr, sizeof(f.addr), "127.0.0.4:%u", ntohs(sa.sin_port));
+		pthread_t th;
+		pthread_create(&th, NULL, fake_accept, &f);
+		log_clear();
+		struct zap_ctx *ctx;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 3000000000ull);
+		int r = zap_send(b, f.addr, "x", 1, ctx);
+		zap_ctx_free(ctx);
+		if (r != -EPROTO)
+			fprintf(stderr, "mode %d: send returned %d\n", mode, r);
+		assert_int_equal(r, -EPROTO);
+		assert_non_null(strstr(zap_strerror(r), why[mode]));
+		zap_close(b);
+		pthread_join(th, NULL);
+		close(f.lfd);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Memory: nothing declared is held before it arrives, and not forever       */
+/* ------------------------------------------------------------------------ */
+
+static long vm_rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kib = -1;
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+struct staller {
+	char addr[ZAP_PEER_MAX];
+	char from[16];
+	size_t send; /* payload bytes of a 64 MiB message to send, then stall */
+	int fd;
+};
+
+static void *stall_main(void *p)
+{
+	struct staller *st = p;
+	unsigned char h[256];
+	char claim[32];
+	struct timeval tv = {.tv_sec = 3};
+
+	snprintf(claim, sizeof(claim), "%s:9", st->from);
+	st->fd = raw_connect_from(st->addr, st->from);
+	setsockopt(st->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	size_t n = hello_addr(h, claim);
+	n += hdr(h + n, 2, 64ull << 20);
+	assert_int_equal(send(st->fd, h, n, MSG_NOSIGNAL), (ssize_t)n);
+	unsigned char *junk = calloc(1, st->send);
+	size_t done = 0;
+	while (done < st->send) {
+		ssize_t k = send(st->fd, junk + done, st->send - done, MSG_NOSIGNAL);
+		if (k <= 0)
+			break;
+		done += (size_t)k;
+	}
+	free(junk);
+	return NULL;
+}
+
+/*
+ * Eight peers (127.0.0.2-9) each announce a 64 MiB message, send 16 MiB of
+ * it and stall. The endpoint's partial-message budget (4 MiB here) bounds
+ * what it holds, one message past it at a time; the stalled frames are
+ * dropped after ZAP_TCP_STALL_MS (0.4 s here); a well-behaved peer is served
+ * throughout. It used to hold all 128 MiB until the peers went away.
+ */
+static void test_partial_budget_and_stall(void **state)
+{
+	enum { NS = 8 };
+	struct staller st[NS];
+	pthread_t th[NS];
+	char ab[ZAP_PEER_MAX];
+	(void)state;
+
+	/* Large blocks always mmapped, so that RSS follows what is held
+	 * (glibc's dynamic threshold keeps freed blocks after earlier tests). */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+	setenv("ZAP_TCP_PARTIAL_BYTES", "4194304", 1);
+	setenv("ZAP_TCP_STALL_MS", "400", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_PARTIAL_BYTES");
+	unsetenv("ZAP_TCP_STALL_MS");
+	ep_addr(b, ab);
+	served(b, ab);
+	long rss0 = vm_rss_kib();
+	log_clear();
+	for (int i = 0; i < NS; i++) {
+		st[i] = (struct staller){.send = 16u << 20, .fd = -1};
+		snprintf(st[i].addr, sizeof(st[i].addr), "%s", ab);
+		snprintf(st[i].from, sizeof(st[i].from), "127.0.0.%d", i + 2);
+		pthread_create(&th[i], NULL, stall_main, &st[i]);
+	}
+	pump(b, 1000);
+	for (int i = 0; i < NS; i++)
+		pthread_join(th[i], NULL);
+	long grew = vm_rss_kib() - rss0;
+	fprintf(stderr, "# RSS grew by %ld KiB under %d stalled 16 MiB partials\n",
+		grew, NS);
+	/* Budget 4 MiB + the one message allowed past it (16 MiB) + slack. */
+	assert_true(grew < 40 * 1024);
+	served(b, ab);
+	/* No progress for 0.4 s: each stalled connection is dropped (those
+	 * held back by the budget once they had their turn). */
+	int left = NS;
+	for (int round = 0; left && round < 50; round++) {
+		pump(b, 300);
+		for (int i = 0; i < NS; i++) {
+			char c[4096];
+			ssize_t k;
+			if (st[i].fd < 0)
+				continue;
+			while ((k = recv(st[i].fd, c, sizeof(c), MSG_DONTWAIT)) > 0)
+				;
+			if (k == 0 || (k < 0 && errno != EAGAIN)) {
+				close(st[i].fd);
+				st[i].fd = -1;
+				left--;
+			}
+		}
+	}
+	assert_int_equal(left, 0);
+	assert_true(log_wait("made no progress"));
+	assert_true(log_wait("from 127.0.0.2:"));
+	served(b, ab);
+	zap_close(b);
+}
+
+struct flood_arg {
+	struct zap_transport *t;
+	const char *peer;
+	unsigned sent;
+};
+
+static void *flood_main(void *p)
+{
+	struct flood_arg *f = p;
+	static unsigned char buf[64 << 10];
+	struct zap_ctx *ctx;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 3000000000ull);
+	for (f->sent = 0; f->sent < 1600; f->sent++) {
+		memcpy(buf, &f->sent, sizeof(f->sent));
+		if (zap_send(f->t, f->peer, buf, sizeof(buf), ctx))
+			break;
+	}
+	zap_ctx_free(ctx);
+	return NULL;
+}
+
+struct stuck_arg {
+	struct zap_transport *t;
+	char peer[ZAP_PEER_MAX];
+	int rc;
+};
+
+/* A send that blocks (the peer never reads): its thread leads progress. */
+static void *stuck_send(void *p)
+{
+	struct stuck_arg *a = p;
+	size_t len = 64u << 20;
+	unsigned char *buf = calloc(1, len);
+	struct zap_ctx *ctx;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 4000000000ull);
+	a->rc = zap_send(a->t, a->peer, buf, len, ctx);
+	zap_ctx_free(ctx);
+	free(buf);
+	return NULL;
+}
+
+/*
+ * B's application is busy in a send that cannot finish and takes no
+ * messages, while A floods it with 100 MiB. B reads no more than its queue
+ * limit (1 MiB here) and TCP holds A back; when B drains, everything
+ * arrives in order. It used to read all of it into memory.
+ */
+static void test_rx_queue_bounded(void **state)
+{
+	char ab[ZAP_PEER_MAX];
+	(void)state;
+
+	setenv("ZAP_TCP_RX_QUEUE_BYTES", "1048576", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_RX_QUEUE_BYTES");
+	struct zap_transport *a = ep_open();
+	ep_addr(b, ab);
+
+	/* A sink that accepts, answers HELLO, and never reads again. */
+	struct fake_acceptor f = {.mode = 3};
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t sl = sizeof(sa);
+	inet_pton(AF_INET, "127.0.0.5", &sa.sin_addr);
+	f.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(f.lfd, 4), 0);
+	getsockname(f.lfd, (struct sockaddr *)&sa, &sl);
+	snprintf(f.addr, sizeof(f.addr), "127.0.0.5:%u", ntohs(sa.sin_port));
+	pthread_t fth, sth, ath;
+	pthread_create(&fth, NULL, fake_accept, &f);
+	struct stuck_arg sa2 = {.t = b};
+	snprintf(sa2.peer, sizeof(sa2.peer), "%s", f.addr);
+	pthread_create(&sth, NULL, stuck_send, &sa2);
+	usleep(200000);
+	struct flood_arg fa = {.t = a, .peer = ab};
+	pthread_create(&ath, NULL, flood_main, &fa);
+	pthread_join(ath, NULL);
+	fprintf(stderr, "# A sent %u of 1600 64 KiB messages while B did not drain\n",
+		fa.sent);
+	assert_true(fa.sent < 400); /* 1 MiB queue + socket buffers, not 100 MiB */
+	pthread_join(sth, NULL);
+	assert_int_equal(sa2.rc, -ETIMEDOUT);
+	/* Nothing lost: what A sent arrives, in order. */
+	for (unsigned i = 0; i < fa.sent; i++) {
+		struct zap_msg *m = recv_ok(b);
+		unsigned k;
+		memcpy(&k, zap_msg_data(m), sizeof(k));
+		assert_int_equal(k, i);
+		zap_msg_release(m);
+	}
+	zap_close(a);
+	zap_close(b);
+	shutdown(f.lfd, SHUT_RDWR);
+	pthread_join(fth, NULL);
+	close(f.lfd);
+}
+
+/* A peer that stops in the middle of a frame header is dropped too. */
+static void test_partial_header_stall(void **state)
+{
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	setenv("ZAP_TCP_STALL_MS", "300", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_STALL_MS");
+	ep_addr(b, ab);
+	log_clear();
+	int fd = raw_connect_from(ab, "127.0.0.6");
+	size_t n = hello_addr(p, "127.0.0.6:9");
+	n += hdr(p + n, 2, 100) - 8;
+	write_all(fd, p, n);
+	pump(b, 800);
+	expect_dropped(b, fd, false, "made no progress");
+	served(b, ab);
+	zap_close(b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Descriptors: idle peers cannot lock anyone out                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * An endpoint in a child process with RLIMIT_NOFILE 256 (the hostile
+ * sockets live here, and must not count against it) echoes messages.
+ * 300 peers from 127.0.1.x complete a HELLO and idle; a well-behaved peer
+ * must still get its echo. It used to be locked out (EMFILE on accept).
+ */
+static void test_idle_flood_low_nofile(void **state)
+{
+	enum { N = 300 };
+	int pfd[2];
+	char ab[ZAP_PEER_MAX] = "";
+	(void)state;
+
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < N + 200 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < N + 200)
+		skip();
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit low = {256, 256};
+		struct zap_transport *t;
+		close(pfd[0]);
+		setrlimit(RLIMIT_NOFILE, &low);
+		t = ep_open();
+		ep_addr(t, ab);
+		if (write(pfd[1], ab, sizeof(ab)) != (ssize_t)sizeof(ab))
+			_exit(1);
+		for (;;) {
+			struct zap_msg *m;
+			if (zap_recv(t, NULL, &m))
+				continue;
+			zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), NULL);
+			zap_msg_release(m);
+		}
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], ab, sizeof(ab)), (ssize_t)sizeof(ab));
+	close(pfd[0]);
+	int *fds = malloc(N * sizeof(int));
+	for (int i = 0; i < N; i++) {
+		char from[32], claim[48];
+		unsigned char p[256];
+		snprintf(from, sizeof(from), "127.0.1.%d", 1 + i % 250 + (i >= 250));
+		snprintf(claim, sizeof(claim), "%s:%d", from, 1000 + i);
+		fds[i] = raw_connect_from(ab, from);
+		write_all(fds[i], p, hello_full(p, 0x1000 + (uint64_t)i, 7, claim));
+	}
+	usleep(1500000); /* every one of them idle longer than 1 s */
+	struct zap_transport *a = ep_open();
+	int ok = 0;
+	for (int i = 0; i < 20; i++) {
+		struct zap_ctx *ctx;
+		struct zap_msg *m = NULL;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 2000000000ull);
+		if (!zap_send(a, ab, "echo", 4, ctx) && !zap_recv(a, ctx, &m)) {
+			ok++;
+			zap_msg_release(m);
+		}
+		zap_ctx_free(ctx);
+	}
+	zap_close(a);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	for (int i = 0; i < N; i++)
+		close(fds[i]);
+	free(fds);
+	fprintf(stderr, "# %d of 20 echoes through 300 idle peers at RLIMIT_NOFILE 256\n", ok);
+	assert_int_equal(ok, 20);
+}
+
+/* A connection that carries nothing for ZAP_TCP_IDLE_MS is closed. */
+static void test_idle_timeout(void **state)
+{
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	(void)state;
+
+	setenv("ZAP_TCP_IDLE_MS", "300", 1);
+	struct zap_transport *b = ep_open();
+	unsetenv("ZAP_TCP_IDLE_MS");
+	ep_addr(b, ab);
+	int fd = raw_connect_from(ab, "127.0.0.7");
+	write_all(fd, p, hello_addr(p, "127.0.0.7:9"));
+	pump(b, 1000);
+	expect_dropped(b, fd, false, NULL);
+	served(b, ab);
+	zap_close(b);
 }
 
 struct late_arg {
@@ -1429,6 +2037,12 @@ static void test_env_garbage(void **state)
 	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "99999999999999999999999"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "200us"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", " 200"), 0);
+	/* The trust limits: plain decimal in range. */
+	assert_int_equal(child_pick("ZAP_TCP_PARTIAL_BYTES", "64M"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_PARTIAL_BYTES", "1000"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_RX_QUEUE_BYTES", "-1"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_STALL_MS", "0"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_IDLE_MS", "forever"), 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1482,8 +2096,8 @@ static void test_spin_pingpong(void **state)
 	 * may be the one spinning). */
 	unsigned char *big = malloc(1u << 20);
 	fill(big, 1u << 20, 7);
-	ea.n = 1;
 	pthread_join(th, NULL);
+	ea.n = 1; /* after the join: the echo thread reads it */
 	pthread_create(&th, NULL, echo_n, &ea);
 	send_ok(a, ab, big, 1u << 20);
 	struct zap_msg *m = recv_ok(a);
@@ -1578,6 +2192,15 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_nothing_listens),
 		cmocka_unit_test(test_ipv6_and_names),
 		cmocka_unit_test(test_hostile_idle_1000),
+		cmocka_unit_test(test_hijack_from_other_host),
+		cmocka_unit_test(test_route_held_by_live_peer),
+		cmocka_unit_test(test_hello_claims_us),
+		cmocka_unit_test(test_dialer_checks_answer),
+		cmocka_unit_test(test_partial_budget_and_stall),
+		cmocka_unit_test(test_rx_queue_bounded),
+		cmocka_unit_test(test_partial_header_stall),
+		cmocka_unit_test(test_idle_flood_low_nofile),
+		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_env_garbage),
 		cmocka_unit_test(test_spin_pingpong),
 		cmocka_unit_test(test_spin_cancel_deadline_close),

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -38,6 +39,10 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 
 	if (!r)
 		return -ENOMEM;
+	/* Our own sends keep working at the descriptor limit: the
+	 * connection idle the longest makes room. */
+	if (w->nconns >= w->conn_max)
+		tw_evict_idle(w, "descriptor limit reached, dialing a new peer");
 	snprintf(r->addr, sizeof(r->addr), "%s", peer);
 	r->dialing = true;
 	r->next = w->routes;
@@ -183,6 +188,7 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 
 	c->tx_busy = false;
 	c->tx_used = true;
+	tw_touch(c, now_ms());
 	if (err && done && stopped && !c->dead) {
 		/*
 		 * A partial frame cannot be taken back, so no new frame may
@@ -282,6 +288,13 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	}
 	struct tcp_rx_msg *m = w->qhead;
 	w->qhead = m->next;
+	w->qbytes -= m->msg.len;
+	if (w->q_full && w->qbytes < w->rxq_max) {
+		/* Room again: the leader reads connections again. */
+		w->q_full = false;
+		if (w->leader)
+			tw_kick(w);
+	}
 	if (!w->qhead)
 		w->qtail = NULL;
 	else
@@ -440,6 +453,40 @@ static int env_limit(const struct zap_host *host, const char *dom,
 	return 0;
 }
 
+/*
+ * Connections (established and in handshake) the wire may hold: the
+ * descriptor limit less TCP_FD_HEADROOM and a quarter, for the
+ * application and our own eventfds; at least 8.
+ */
+static size_t conn_limit(void)
+{
+	struct rlimit rl;
+	uint64_t n = 1 << 20;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY)
+		n = rl.rlim_cur;
+	n = n > TCP_FD_HEADROOM ? (n - TCP_FD_HEADROOM) * 3 / 4 : 0;
+	return n < 8 ? 8 : (size_t)n;
+}
+
+/* A byte count from the environment: plain decimal like the other
+ * ZAP_TCP_* limits, TCP_BYTES_MIN..TCP_BYTES_MAX; unset or empty: @def. */
+static int env_size(const struct zap_host *host, const char *dom,
+		    const char *name, uint64_t def, uint64_t *out)
+{
+	const char *v = getenv(name);
+
+	*out = def;
+	if (!v || !*v)
+		return 0;
+	if (tcp_parse_uint(v, TCP_BYTES_MIN, TCP_BYTES_MAX, out))
+		return host->fail(-EINVAL,
+				  "%s: %s=\"%.32s\" is not a number of bytes from %llu to %llu",
+				  dom, name, v, (unsigned long long)TCP_BYTES_MIN,
+				  (unsigned long long)TCP_BYTES_MAX);
+	return 0;
+}
+
 int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 {
 	const struct zap_host *host = args->host;
@@ -452,6 +499,16 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	w->dom = args->domain;
 	w->alloc = args->alloc;
 	w->max_msg = args->max_msg_size;
+	/* A length must fit a size_t with the message record around it: on
+	 * a 32-bit build, 4 GiB or more would truncate in the cast to the
+	 * allocator. Clamp, and say so. */
+	if (w->max_msg > (uint64_t)(SIZE_MAX / 2)) {
+		w->max_msg = (uint64_t)(SIZE_MAX / 2);
+		host->log(ZAP_LOG_WARN, args->domain,
+			  "maximum message size %llu does not fit this build; using %llu",
+			  (unsigned long long)args->max_msg_size,
+			  (unsigned long long)w->max_msg);
+	}
 	w->id = tw_rand64();
 	w->lfd = w->kick_fd = w->stop_fd = -1;
 	atomic_init(&w->shut, false);
@@ -470,6 +527,19 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	if (!r)
 		r = env_limit(host, w->dom, TCP_PENDING_ENV, TCP_PENDING_MAX, 1,
 			      TCP_PENDING_LIMIT, "connections", &w->pending_max);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_STALL_ENV, TCP_STALL_MS,
+			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",
+			      &w->stall_ms);
+	if (!r)
+		r = env_size(host, w->dom, TCP_PARTIAL_ENV, TCP_PARTIAL_DEF,
+			     &w->partial_max);
+	if (!r)
+		r = env_size(host, w->dom, TCP_RXQ_ENV, TCP_RXQ_DEF, &w->rxq_max);
+	if (!r)
+		r = env_limit(host, w->dom, TCP_IDLE_ENV, TCP_IDLE_MS, TCP_HS_MIN_MS,
+			      TCP_IDLE_MAX_MS, "milliseconds", &w->idle_ms);
+	w->conn_max = conn_limit();
 	if (r)
 		goto fail;
 

@@ -77,6 +77,10 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 	h->addr[al] = '\0';
 	h->id = get_be64(p);
 	h->nonce = get_be64(p + 8);
+	if (!h->id) {
+		snprintf(why, whylen, "HELLO carries instance id 0");
+		return -EPROTO;
+	}
 	if (strlen(h->addr) != al || zaddr_parse(h->addr, &a) || !a.port_num) {
 		snprintf(why, whylen, "HELLO carries a malformed address");
 		return -EPROTO;
@@ -89,20 +93,69 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 	return 0;
 }
 
-int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
-		   socklen_t sl, char *out, size_t len, char *why, size_t whylen)
+/* @host (no brackets) as a socket address with @port, if it is an IPv4 or
+ * IPv6 literal. */
+static bool literal_sockaddr(const char *host, uint16_t port,
+			     struct sockaddr_storage *ss, socklen_t *sl)
 {
-	if (!h->wildcard) {
-		snprintf(out, len, "%s", h->addr);
-		return 0;
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons(port);
+		*sl = sizeof(*s4);
+		return true;
 	}
-	/* The source host with the announced port. */
+	if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons(port);
+		*sl = sizeof(*s6);
+		return true;
+	}
+	return false;
+}
+
+int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
+		   socklen_t sl, int dialed_port, char *out, size_t len,
+		   char *why, size_t whylen)
+{
+	char real[ZAP_PEER_MAX], claim[ZAP_PEER_MAX];
+	struct sockaddr_storage cs;
+	socklen_t cl;
+
+	/* The source host with the announced port: what the connection
+	 * proves, plus the one claim plaintext cannot check (the port). */
 	if (zaddr_format(src, sl, h->port_num, out, len)) {
 		snprintf(why, whylen, "unusable source address (family %d)",
 			 src->sa_family);
 		return -EPROTO;
 	}
+	if (zaddr_format(src, sl, -1, real, sizeof(real)))
+		snprintf(real, sizeof(real), "?");
+	if (dialed_port >= 0 && h->port_num != (unsigned)dialed_port) {
+		snprintf(why, whylen,
+			 "HELLO from %s claims %s, another port than the one dialed",
+			 real, h->addr);
+		goto refuse;
+	}
+	if (h->wildcard)
+		return 0;
+	/* A name is never looked up, and a literal must be the source. */
+	if (!literal_sockaddr(h->host, h->port_num, &cs, &cl) ||
+	    zaddr_format((struct sockaddr *)&cs, cl, -1, claim, sizeof(claim)) ||
+	    strcmp(claim, out)) {
+		snprintf(why, whylen,
+			 "HELLO from %s claims %s, which is not its source address",
+			 real, h->addr);
+		goto refuse;
+	}
 	return 0;
+refuse:
+	if (len)
+		out[0] = '\0';
+	return -EPROTO;
 }
 
 int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)

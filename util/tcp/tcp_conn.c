@@ -8,6 +8,7 @@
  * leader is polling, so the leader's snapshot of the table stays valid.
  */
 #include "tcp_int.h"
+#include "zap-addr.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -30,6 +31,17 @@ uint64_t tw_rand64(void)
 		    ((uint64_t)getpid() << 16) ^ (uint64_t)(uintptr_t)&ts;
 	}
 	return v ? v : 1;
+}
+
+void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa,
+		     socklen_t sl)
+{
+	if (sl > sizeof(c->sa))
+		sl = 0;
+	memcpy(&c->sa, sa, sl);
+	c->salen = sl;
+	if (!sl || zaddr_format(sa, sl, -1, c->src, sizeof(c->src)))
+		snprintf(c->src, sizeof(c->src), "?");
 }
 
 void tw_tune_socket(int fd)
@@ -155,6 +167,7 @@ void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 		return;
 	c->dead = true;
 	c->rx_eof = true;
+	w->reap_due = true;
 	if (c->peer && c->peer->tx == c)
 		tw_peer_pick_tx(w, c->peer);
 }
@@ -212,6 +225,8 @@ void tw_conn_free(struct tcp_conn *c)
 void tw_reap(struct tcp_wire *w)
 {
 	struct tcp_conn **pp = &w->conns;
+
+	w->reap_due = false;
 	while (*pp) {
 		struct tcp_conn *c = *pp;
 		if (!c->dead || c->tx_busy) {
@@ -220,6 +235,18 @@ void tw_reap(struct tcp_wire *w)
 		}
 		*pp = c->next;
 		struct tcp_peer *p = c->peer;
+		if (c->rx_charge) {
+			/* Its partial message goes: others may take the budget. */
+			w->partial_bytes -= c->rx_charge;
+			c->rx_charge = 0;
+			if (w->budget_wait) {
+				w->budget_wait = false;
+				tw_kick(w);
+			}
+		}
+		if (w->oldest == c)
+			w->oldest = NULL;
+		w->nconns--;
 		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
 			for (struct tcp_route **rp = &w->routes; *rp;) {
@@ -242,8 +269,48 @@ void tw_reap(struct tcp_wire *w)
 }
 
 /*
- * Add an established connection (HELLO seen). @dial_addr: the string the
- * application dialed, or NULL. Returns -ENOMEM on failure (c not added).
+ * Whether @c's HELLO carrying our own instance id comes from ourselves
+ * (mu held): an accepted end must echo the nonce of a dial we are making,
+ * a dialed end must have been registered by our accept thread under its
+ * nonce (the acceptor registers before it answers).
+ */
+bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c)
+{
+	if (c->rid != w->id)
+		return false;
+	if (!c->dialed) {
+		for (const struct tcp_dial *d = w->dials; d; d = d->next)
+			if (d->nonce == c->nonce)
+				return true;
+		return false;
+	}
+	for (const struct tcp_conn *x = w->conns; x; x = x->next)
+		if (!x->dialed && x->rid == w->id && x->nonce == c->nonce)
+			return true;
+	return false;
+}
+
+/* Whether @p still has a connection the peer has not closed (mu held): a
+ * FIN or reset waiting unread on a socket counts as closed, so a peer that
+ * restarted on the same address is not locked out by its own past. */
+static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
+{
+	for (const struct tcp_conn *x = w->conns; x; x = x->next) {
+		char b;
+		if (x->peer != p || x->dead || x->rx_eof)
+			continue;
+		ssize_t k = recv(x->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EINTR)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Add an established connection (HELLO seen, its address proven as far as
+ * plaintext can: tcp_hello_peer()). @dial_addr: the string the application
+ * dialed, or NULL. An accepted connection never takes over the route of a
+ * different live peer. Returns -ENOMEM on failure (c not added).
  */
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 			 const char *dial_addr)
@@ -251,29 +318,45 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 	struct tcp_peer *p = NULL;
 	bool self = c->rid == w->id;
 
+	bool keep_route = false;
+
+	if (!self || c->dialed) {
+		for (p = w->peers; p; p = p->next)
+			if (p->rid == c->rid && !strcmp(p->addr, c->raddr))
+				break;
+		struct tcp_route *r = tw_route_find(w, c->raddr);
+		/* Another instance at a live peer's address: a restart whose
+		 * old connections we have not seen close yet (data may sit
+		 * before their FIN), or a process posing as it from the same
+		 * host. Either way it does not take the route: replies go to
+		 * the live peer; once that one's connections close, the route
+		 * goes, and the next send dials the address again. */
+		keep_route = !c->dialed && !p && r && r->peer && peer_live(w, r->peer);
+	}
 	c->rbuf = malloc(TCP_RBUF);
 	if (!c->rbuf)
 		return -ENOMEM;
 	c->next = w->conns;
 	w->conns = c;
+	w->nconns++;
+	tw_touch(c, now_ms());
 	if (self && !c->dialed) {
 		/* The accepted end of a connection to ourselves only receives;
 		 * the dialed end carries our sends. */
 		c->peer = NULL;
 		goto out;
 	}
-	for (p = w->peers; p; p = p->next)
-		if (p->rid == c->rid)
-			break;
 	if (!p) {
 		p = calloc(1, sizeof(*p));
 		if (!p) {
 			w->conns = c->next;
+			w->nconns--;
 			free(c->rbuf);
 			c->rbuf = NULL;
 			return -ENOMEM;
 		}
 		p->rid = c->rid;
+		snprintf(p->addr, sizeof(p->addr), "%s", c->raddr);
 		p->next = w->peers;
 		w->peers = p;
 	}
@@ -290,7 +373,12 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 	} else {
 		tw_retire(c);
 	}
-	tw_route_set(w, c->raddr, p);
+	if (keep_route)
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s (from %s): a live peer holds that address; not routing to the newcomer",
+			     c->raddr, c->src);
+	else
+		tw_route_set(w, c->raddr, p);
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);
 out:
@@ -298,6 +386,38 @@ out:
 		tw_kick(w);
 	tw_wake_all(w);
 	return 0;
+}
+
+/*
+ * Close the connection idle the longest (no frame byte either way), if it
+ * has been idle at least TCP_EVICT_MIN_IDLE_MS (mu held): the descriptor
+ * limit is reached, and a newcomer or our own dial needs one. Whether one
+ * was closed. It closes at once when no leader polls, else after the
+ * leader's round.
+ */
+bool tw_evict_idle(struct tcp_wire *w, const char *why)
+{
+	struct tcp_conn *old = NULL;
+	uint64_t old_ms = UINT64_MAX, now = now_ms();
+
+	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+		uint64_t t = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+		if (c->dead || c->tx_busy || t >= old_ms)
+			continue;
+		old = c;
+		old_ms = t;
+	}
+	if (!old || now - old_ms < TCP_EVICT_MIN_IDLE_MS)
+		return false;
+	w->host->log(ZAP_LOG_WARN, w->dom,
+		     "closing the connection to %s (from %s), idle %llu ms: %s",
+		     old->raddr, old->src, (unsigned long long)(now - old_ms), why);
+	tw_conn_kill(w, old);
+	if (w->leader)
+		tw_kick(w);
+	else
+		tw_reap(w);
+	return true;
 }
 
 /*

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,29 @@ static size_t hello_build(const struct tcp_wire *w, uint64_t nonce,
 	put_be64(buf + TCP_HDR + 8, nonce);
 	memcpy(buf + TCP_HDR + TCP_HELLO_FIXED, w->bound, al);
 	return TCP_HDR + TCP_HELLO_FIXED + al;
+}
+
+/* Whether @c's proven address is one we listen on: our port, and our
+ * bound host, or for a wildcard listener a loopback host or the address
+ * the connection reached us at. */
+static bool own_address(const struct tcp_wire *w, const struct tcp_conn *c)
+{
+	struct zaddr ra, ba;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char local[ZAP_PEER_MAX];
+
+	if (zaddr_parse(c->raddr, &ra) || zaddr_parse(w->bound, &ba) ||
+	    ra.port_num != ba.port_num)
+		return false;
+	if (!ba.wildcard)
+		return !strcmp(c->raddr, w->bound);
+	if (!strcmp(ra.host, "::1") || !strncmp(ra.host, "127.", 4))
+		return true;
+	return !getsockname(c->fd, (struct sockaddr *)&ss, &sl) &&
+	       !zaddr_format((struct sockaddr *)&ss, sl, ba.port_num, local,
+			     sizeof(local)) &&
+	       !strcmp(local, c->raddr);
 }
 
 /*
@@ -77,28 +101,49 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 		return -errno;
 	}
 
-	/* Parse: id, nonce, address; substitute a wildcard host. */
+	/* Parse: id, nonce, address; check the address against the
+	 * connection (a wildcard host becomes the source). */
 	struct tcp_hello hl;
 	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why,
 				whylen);
 	if (r)
 		return r;
+	int dport = -1;
+	if (c->dialed) {
+		struct zaddr ra;
+		if (zaddr_parse(c->src, &ra)) {
+			snprintf(why, whylen, "unusable remote address");
+			return -EPROTO;
+		}
+		dport = ra.port_num;
+		if (hl.nonce != c->nonce) {
+			snprintf(why, whylen, "HELLO from %.64s does not echo our connection nonce",
+				 c->src);
+			return -EPROTO;
+		}
+	}
+	r = tcp_hello_peer(&hl, (struct sockaddr *)&c->sa, c->salen, dport, c->raddr,
+			   sizeof(c->raddr), why, whylen);
+	if (r)
+		return r;
 	c->rid = hl.id;
 	if (!c->dialed)
 		c->nonce = hl.nonce;
-	if (hl.wildcard) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0) {
-			snprintf(why, whylen, "getpeername: %s", strerror(errno));
-			return -errno;
-		}
-		r = tcp_hello_peer(&hl, (struct sockaddr *)&ss, sl, c->raddr,
-				   sizeof(c->raddr), why, whylen);
-		if (r)
-			return r;
-	} else {
-		snprintf(c->raddr, sizeof(c->raddr), "%s", hl.addr);
+
+	/* Loops: our own instance id or listen address, unless this really
+	 * is a connection to ourselves (the nonce exchange proves it). */
+	pthread_mutex_lock(&w->mu);
+	bool self = tw_self_proven(w, c);
+	pthread_mutex_unlock(&w->mu);
+	if (!self && hl.id == w->id) {
+		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
+			 c->raddr);
+		return -EPROTO;
+	}
+	if (!self && own_address(w, c)) {
+		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
+			 c->raddr);
+		return -EPROTO;
 	}
 	return 1;
 }
@@ -106,13 +151,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 static void pending_drop(struct tcp_wire *w, struct tcp_conn *c,
 			 enum zap_log_level lvl, const char *why)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char src[ZAP_PEER_MAX];
-	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) ||
-	    zaddr_format((struct sockaddr *)&ss, sl, -1, src, sizeof(src)))
-		snprintf(src, sizeof(src), "?");
-	w->host->log(lvl, w->dom, "dropping connection from %s: %s", src, why);
+	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
 	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -146,7 +185,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	pthread_mutex_unlock(&w->mu);
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
-			     "dropping connection from %s: out of memory", c->raddr);
+			     "dropping connection from %s: out of memory", c->src);
 		tw_conn_free(c);
 		return;
 	}
@@ -198,6 +237,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			continue;
 		}
 		c->fd = fd;
+		tw_conn_set_src(c, (struct sockaddr *)&ss, sl);
 		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
 		tw_tune_socket(fd);
 		if (w->npending >= w->pending_max) {
@@ -209,6 +249,19 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			if (old)
 				pending_drop(w, old, ZAP_LOG_WARN,
 					     "too many connections in handshake");
+		} else {
+			/* At the descriptor limit, the connection idle the
+			 * longest makes room, else the oldest handshake. */
+			pthread_mutex_lock(&w->mu);
+			bool full = w->nconns + w->npending >= w->conn_max;
+			bool made = full && tw_evict_idle(w, "descriptor limit reached");
+			pthread_mutex_unlock(&w->mu);
+			struct tcp_conn *old = w->pending;
+			while (old && old->next)
+				old = old->next;
+			if (full && !made && old)
+				pending_drop(w, old, ZAP_LOG_WARN,
+					     "descriptor limit reached");
 		}
 		c->next = w->pending;
 		w->pending = c;
@@ -321,6 +374,42 @@ static int wait_fd(struct tcp_wire *w, int fd, short events,
 	}
 }
 
+/*
+ * Dial from the host we listen on, when we listen on one: our HELLO
+ * claims that host, and the acceptor checks it against the source
+ * (an endpoint on 127.0.0.2 would otherwise dial from 127.0.0.1). Best
+ * effort: a family mismatch or a failed bind leaves the kernel's choice,
+ * and the acceptor then refuses us with a reason.
+ */
+static void bind_source(const struct tcp_wire *w, int fd, int family)
+{
+	struct zaddr b;
+	struct sockaddr_storage ss = {0};
+	socklen_t sl = 0;
+
+	if (zaddr_parse(w->bound, &b) || b.wildcard)
+		return;
+	if (family == AF_INET && b.kind == ZADDR_IPV4) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+		s4->sin_family = AF_INET;
+		if (inet_pton(AF_INET, b.host, &s4->sin_addr) == 1)
+			sl = sizeof(*s4);
+	} else if (family == AF_INET6 && b.kind == ZADDR_IPV6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+		s6->sin6_family = AF_INET6;
+		if (inet_pton(AF_INET6, b.host, &s6->sin6_addr) == 1)
+			sl = sizeof(*s6);
+	}
+#ifdef IP_BIND_ADDRESS_NO_PORT
+	int one = 1;
+	if (sl) /* pick the port at connect, by the whole 4-tuple */
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+#endif
+	if (sl && bind(fd, (struct sockaddr *)&ss, sl) < 0)
+		w->host->log(ZAP_LOG_DEBUG, w->dom, "cannot dial from %s: %s", b.host,
+			     strerror(errno));
+}
+
 static int dial_one(struct tcp_wire *w, const char *peer,
 		    const struct addrinfo *ai, struct zap_ctx *ctx, int *out)
 {
@@ -330,6 +419,7 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 		return w->host->fail(-errno, "%s: socket: %s", w->dom,
 				     strerror(errno));
 	tw_tune_socket(fd);
+	bind_source(w, fd, ai->ai_family);
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		if (errno != EINPROGRESS) {
 			int e = errno;
@@ -367,7 +457,8 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 /* Resolve @peer and connect to the first address that answers. 0 and
  * *@fd, or a negative errno with a reason. */
 static int dial_connect(struct tcp_wire *w, const char *peer,
-			struct zap_ctx *ctx, int *fd)
+			struct zap_ctx *ctx, int *fd,
+			struct sockaddr_storage *sa, socklen_t *salen)
 {
 	struct zaddr a;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
@@ -389,11 +480,24 @@ static int dial_connect(struct tcp_wire *w, const char *peer,
 	r = -EHOSTUNREACH;
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 		r = dial_one(w, peer, ai, ctx, fd);
+		if (!r && ai->ai_addrlen <= sizeof(*sa)) {
+			memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+			*salen = ai->ai_addrlen;
+		}
 		if (!r || r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN)
 			break;
 	}
 	freeaddrinfo(res);
 	return r;
+}
+
+static void dial_done(struct tcp_wire *w, struct tcp_dial *d)
+{
+	for (struct tcp_dial **pp = &w->dials; *pp; pp = &(*pp)->next)
+		if (*pp == d) {
+			*pp = d->next;
+			return;
+		}
 }
 
 /*
@@ -404,9 +508,11 @@ static int dial_connect(struct tcp_wire *w, const char *peer,
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 {
 	struct tcp_conn *c = NULL;
+	struct sockaddr_storage sa = {0};
+	socklen_t salen = 0;
 	int fd = -1, r;
 
-	r = dial_connect(w, peer, ctx, &fd);
+	r = dial_connect(w, peer, ctx, &fd, &sa, &salen);
 	if (r)
 		return r;
 
@@ -416,8 +522,14 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 		return -ENOMEM;
 	}
 	c->fd = fd;
+	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
 	c->dialed = true;
 	c->nonce = tw_rand64();
+	struct tcp_dial dial = {.nonce = c->nonce};
+	pthread_mutex_lock(&w->mu);
+	dial.next = w->dials;
+	w->dials = &dial;
+	pthread_mutex_unlock(&w->mu);
 	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
 	size_t hn = hello_build(w, c->nonce, hb);
 	/* A fresh socket's send buffer always takes a HELLO. */
@@ -454,12 +566,17 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 
 	pthread_mutex_lock(&w->mu);
 	r = tw_conn_register(w, c, peer);
+	dial_done(w, &dial);
 	pthread_mutex_unlock(&w->mu);
 	if (r)
-		goto fail;
+		goto fail_freed;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "connected to %s (%s)", peer, c->raddr);
 	return 0;
 fail:
+	pthread_mutex_lock(&w->mu);
+	dial_done(w, &dial);
+	pthread_mutex_unlock(&w->mu);
+fail_freed:
 	tw_conn_free(c);
 	return r;
 }

@@ -42,6 +42,16 @@
  * leader reads sockets with w->mu released. Connections are freed only by
  * tw_reap(), which runs only while no leader is polling (w->leader false, or
  * the leader itself between rounds), so the leader's snapshot stays valid.
+ *
+ * Bounds (WIRE.md, "Limits against floods"): the partial-message budget
+ * (w->partial_bytes, w->oldest, c->rx_charge) is receive-side state and
+ * so the leader's; tw_reap() returns a freed connection's charge, which is
+ * safe for the same reason it may free it. w->qbytes and w->q_full are
+ * under mu (the leader stops reading when the queue is full; a recv that
+ * drains kicks it). c->last_ms is written by the leader (reads) and by
+ * senders (under mu), so it is a relaxed atomic, read by the idle check
+ * and by tw_evict_idle() (mu held). w->dials (mu) lists the nonces of
+ * dials in progress, which prove a connection to ourselves.
  */
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H
@@ -53,6 +63,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
@@ -73,6 +84,23 @@
 #define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
 #define TCP_PENDING_LIMIT 1048576u
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
+/* Memory limits (WIRE.md, "Limits against floods"). */
+#define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
+#define TCP_PARTIAL_DEF (64ull << 20)
+#define TCP_RXQ_ENV "ZAP_TCP_RX_QUEUE_BYTES"
+#define TCP_RXQ_DEF (128ull << 20)
+#define TCP_BYTES_MIN (64ull << 10)
+#define TCP_BYTES_MAX (1ull << 40)
+#define TCP_STALL_ENV "ZAP_TCP_STALL_MS"
+#define TCP_STALL_MS 30000
+/* Descriptors (WIRE.md, "Limits against floods"). */
+#define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
+#define TCP_IDLE_MS 300000
+#define TCP_IDLE_MAX_MS 86400000u
+#define TCP_FD_HEADROOM 64     /* descriptors left to the application */
+#define TCP_EVICT_MIN_IDLE_MS 250
+/* A large message's first allocation when the allocator can grow it. */
+#define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u
 
 struct tcp_peer;
@@ -83,7 +111,10 @@ struct tcp_conn {
 	bool dialed;             /* we connected; else accepted */
 	uint64_t rid;            /* remote instance id, from its HELLO */
 	uint64_t nonce;          /* dialer's connection nonce */
-	char raddr[ZAP_PEER_MAX]; /* replyable remote address */
+	char raddr[ZAP_PEER_MAX]; /* replyable remote address (proven host) */
+	struct sockaddr_storage sa; /* remote address, from accept/connect */
+	socklen_t salen;
+	char src[ZAP_PEER_MAX];  /* the same as text, for logs ("?" if none) */
 	struct tcp_peer *peer;   /* mu; NULL for the accepted end of a self-connection */
 
 	/* mu */
@@ -102,6 +133,14 @@ struct tcp_conn {
 	size_t rhead, rlen;
 	struct tcp_rx_msg *rx_msg; /* payload being read straight into place */
 	size_t rx_off;
+	size_t rx_cap;           /* payload bytes rx_msg has room for (grows) */
+	size_t rx_len;           /* the frame's declared length */
+	uint64_t rx_charge;      /* bytes of the partial budget rx_msg holds */
+	uint64_t rx_total;       /* bytes read, ever */
+	uint64_t rx_since_ms;    /* last progress on a partial frame; 0: none */
+	uint64_t rx_start_ms;    /* when rx_msg was started */
+	bool budget_paused;      /* leader: alloc_wait for the partial budget */
+	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
 	int rx_res;              /* result of this round's read */
 	char rx_why[160];
 
@@ -111,10 +150,16 @@ struct tcp_conn {
 	uint64_t hs_deadline_ms;
 };
 
-/* One remote transport instance, by its id. */
+/*
+ * One remote transport instance, by its id and its address as the
+ * connection proved it (source host, claimed port): an instance id alone
+ * is a claim anyone can copy, so a connection from elsewhere that repeats
+ * it is another peer and never touches this one's connections.
+ */
 struct tcp_peer {
 	struct tcp_peer *next;
 	uint64_t rid;
+	char addr[ZAP_PEER_MAX];
 	struct tcp_conn *tx;     /* the connection our sends use, NULL if none */
 	unsigned nconns;
 };
@@ -125,6 +170,12 @@ struct tcp_route {
 	struct tcp_peer *peer;
 	bool dialing;
 	char addr[ZAP_PEER_MAX];
+};
+
+/* A dial in progress (mu): its nonce proves a connection to ourselves. */
+struct tcp_dial {
+	struct tcp_dial *next;
+	uint64_t nonce;
 };
 
 struct tcp_waiter {
@@ -174,6 +225,18 @@ struct tcp_wire {
 	struct tcp_spin spin;    /* leader only (ZAP_TCP_SPIN_US read at open) */
 	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
 	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
+	unsigned stall_ms;       /* ZAP_TCP_STALL_MS, read at open */
+	unsigned idle_ms;        /* ZAP_TCP_IDLE_MS, read at open */
+	size_t conn_max;         /* descriptors for connections: RLIMIT_NOFILE - headroom */
+	size_t nconns;           /* mu: established connections not yet freed */
+	uint64_t partial_max;    /* ZAP_TCP_PARTIAL_BYTES, read at open */
+	uint64_t rxq_max;        /* ZAP_TCP_RX_QUEUE_BYTES, read at open */
+	uint64_t partial_bytes;  /* leader: budget held by partial messages */
+	struct tcp_conn *oldest; /* leader: the partial allowed past the budget */
+	bool budget_wait;        /* leader: a connection waits for budget */
+	uint64_t qbytes;         /* mu: payload bytes queued for recv */
+	bool q_full;             /* mu: connections not read for a full queue */
+	bool reap_due;           /* mu: a connection died since the last reap */
 	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
 
@@ -187,6 +250,7 @@ struct tcp_wire {
 	struct tcp_conn *conns;
 	struct tcp_peer *peers;
 	struct tcp_route *routes;
+	struct tcp_dial *dials;
 	struct tcp_rx_msg *qhead, *qtail;
 	struct tcp_waiter *waiters;
 	unsigned nwaiters;
@@ -262,6 +326,8 @@ uint64_t tw_spin_budget(const struct tcp_spin *s);
 void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns);
 int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		 bool (*stop)(void *), void *arg);
+void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa,
+		     socklen_t sl);
 void tw_kick(struct tcp_wire *w);
 void tw_wake_all(struct tcp_wire *w);
 void tw_notify(struct tcp_wire *w, bool tx);
@@ -281,6 +347,12 @@ void tw_conn_free(struct tcp_conn *c);
 void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		     const char *dial_addr);
+bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
+bool tw_evict_idle(struct tcp_wire *w, const char *why);
+static inline void tw_touch(struct tcp_conn *c, uint64_t now)
+{
+	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);
+}
 bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c);
 
 /* tcp_handshake.c */

@@ -71,20 +71,70 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 #define RX_EOF_PARTIAL 2 /* FIN after part of a frame: that frame is dropped */
 #define RX_MORE 3        /* internal to conn_rx(): keep reading */
 
+/*
+ * The budget for partly received messages (leader): @n more bytes for @c.
+ * The oldest partial message, or the only one, may always grow, so one
+ * message at a time completes however the budget is spent; the others
+ * wait (the connection is not read, TCP holds the sender) until a partial
+ * message completes or is dropped and kicks them.
+ */
+static bool budget_take(struct tcp_wire *w, struct tcp_conn *c, uint64_t n)
+{
+	if (w->partial_bytes + n > w->partial_max && c != w->oldest &&
+	    w->partial_bytes) {
+		c->alloc_wait = true;
+		c->budget_paused = true;
+		w->budget_wait = true;
+		return false;
+	}
+	w->partial_bytes += n;
+	c->rx_charge += n;
+	return true;
+}
+
+static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
+{
+	w->partial_bytes -= c->rx_charge;
+	c->rx_charge = 0;
+	if (w->budget_wait) {
+		w->budget_wait = false;
+		tw_kick(w); /* resume_paused() retries the waiting ones */
+	}
+}
+
 /* Read more of the payload being read straight into place (c->rx_msg). */
-static int rx_payload(struct tcp_conn *c, struct tcp_rx_msg ***tail)
+static int rx_payload(struct tcp_wire *w, struct tcp_conn *c,
+		      struct tcp_rx_msg ***tail)
 {
 	struct tcp_rx_msg *m = c->rx_msg;
-	size_t want = m->msg.len - c->rx_off;
+
+	if (c->rx_off == c->rx_cap) {
+		/* Full, not complete: grow by what arrived, up to double. */
+		size_t ncap = c->rx_cap <= c->rx_len / 2 ? 2 * c->rx_cap : c->rx_len;
+		if (!budget_take(w, c, ncap - c->rx_cap))
+			return 0;
+		int r = w->alloc.grow(w->alloc.user, ncap, &c->rx_msg);
+		if (r) {
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "cannot grow a message to %zu bytes: %s", ncap,
+				 strerror(-r));
+			return r;
+		}
+		m = c->rx_msg;
+		c->rx_cap = ncap;
+	}
+	size_t want = c->rx_cap - c->rx_off;
 	ssize_t k = read(c->fd, (char *)m->msg.data + c->rx_off, want);
 
 	if (k > 0) {
+		c->rx_total += (size_t)k;
 		c->rx_off += (size_t)k;
-		if (c->rx_off < m->msg.len)
+		if (c->rx_off < c->rx_len)
 			return RX_MORE;
 		c->rx_msg = NULL;
-		c->rx_big = m->msg.len >= TCP_RBUF;
-		deliver(c, m, m->msg.len, tail);
+		c->rx_big = c->rx_len >= TCP_RBUF;
+		budget_put(w, c);
+		deliver(c, m, c->rx_len, tail);
 		c->rx_ready = true;
 		return 0;
 	}
@@ -94,8 +144,9 @@ static int rx_payload(struct tcp_conn *c, struct tcp_rx_msg ***tail)
 		 * it. */
 		snprintf(c->rx_why, sizeof(c->rx_why),
 			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off,
-			 m->msg.len);
+			 c->rx_len);
 		c->rx_msg = NULL;
+		budget_put(w, c);
 		m->msg.release(&m->msg);
 		return RX_EOF_PARTIAL;
 	}
@@ -128,15 +179,26 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c,
 			 * frames cost one read each. */
 			return RX_MORE;
 		}
+		/* Nothing a peer declares is allocated before it arrives:
+		 * with a growing allocator, start with what is here (at
+		 * least TCP_GROW_FIRST); either way within the budget. */
+		size_t first = (size_t)len;
+		bool part = len > avail;
+		if (part && w->alloc.grow && len > TCP_GROW_FIRST)
+			first = avail > TCP_GROW_FIRST ? avail : TCP_GROW_FIRST;
+		if (part && !budget_take(w, c, first))
+			return 0;
 		struct tcp_rx_msg *m = NULL;
-		r = w->alloc.alloc(w->alloc.user, (size_t)len, &m);
+		r = w->alloc.alloc(w->alloc.user, first, &m);
 		if (r == -EAGAIN) {
+			budget_put(w, c);
 			c->alloc_wait = true;
 			return 0;
 		}
 		if (r) {
+			budget_put(w, c);
 			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %" PRIu64 " bytes: %s", len,
+				 "cannot allocate %zu bytes: %s", first,
 				 strerror(-r));
 			return r;
 		}
@@ -147,7 +209,10 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c,
 		c->rhead += TCP_HDR + take;
 		if (take < len) {
 			c->rx_msg = m;
+			c->rx_start_ms = now_ms();
 			c->rx_off = take;
+			c->rx_cap = first;
+			c->rx_len = (size_t)len;
 			return RX_MORE;
 		}
 		deliver(c, m, (size_t)len, tail);
@@ -183,6 +248,7 @@ static int rx_fill(struct tcp_conn *c)
 		room = TCP_HDR - c->rlen;
 	ssize_t k = read(c->fd, c->rbuf + c->rlen, room);
 	if (k > 0) {
+		c->rx_total += (size_t)k;
 		c->rlen += (size_t)k;
 		return RX_MORE;
 	}
@@ -209,15 +275,15 @@ static int rx_fill(struct tcp_conn *c)
  * Return 0, RX_EOF, RX_EOF_PARTIAL (c->rx_why says what was dropped), or a
  * negative errno with c->rx_why set.
  */
-static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
-		   struct tcp_rx_msg ***tail)
+static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
+			 struct tcp_rx_msg ***tail)
 {
 	int got = 0, r;
 
 	c->rx_ready = false;
 	for (;;) {
 		if (c->rx_msg) {
-			r = rx_payload(c, tail);
+			r = rx_payload(w, c, tail);
 			if (r != RX_MORE)
 				return r;
 			continue;
@@ -237,6 +303,23 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
 		if (r != RX_MORE)
 			return r;
 	}
+}
+
+/* conn_rx_inner(), and the clock of a partial frame: it restarts at every
+ * byte that arrives and stops when no frame is partly read. */
+static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
+		   struct tcp_rx_msg ***tail, uint64_t now)
+{
+	uint64_t before = c->rx_total;
+	int r = conn_rx_inner(w, c, tail);
+
+	if (c->rx_total != before)
+		tw_touch(c, now);
+	if (!c->rx_msg && c->rhead == c->rlen)
+		c->rx_since_ms = 0;
+	else if (c->rx_total != before || !c->rx_since_ms)
+		c->rx_since_ms = now;
+	return r;
 }
 
 /*
@@ -321,7 +404,54 @@ static size_t pollset_fixed(struct tcp_wire *w, struct tcp_waiter *me, int cfd)
 static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 {
 	size_t first = n;
+	uint64_t now = now_ms(), oldest_ms = UINT64_MAX;
 
+	/* The application is not taking messages: read nothing, so that
+	 * TCP pushes back on the senders. A recv that drains kicks. */
+	w->q_full = w->qbytes >= w->rxq_max;
+	w->oldest = NULL;
+	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+		if (c->dead)
+			continue;
+		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+		if (!c->tx_busy && now - last >= w->idle_ms) {
+			w->host->log(ZAP_LOG_INFO, w->dom,
+				     "closing the connection to %s (from %s): idle for %u ms",
+				     c->raddr, c->src, w->idle_ms);
+			tw_conn_kill(w, c);
+			continue;
+		}
+		if (!c->tx_busy)
+			*timeout = ms_min(*timeout, (int)(last + w->idle_ms - now));
+		if (c->rx_eof || !c->rx_since_ms)
+			continue;
+		if (w->q_full || c->alloc_wait || tw_conn_held(w, c)) {
+			/* Not read by our choice: its clock does not run. */
+			c->rx_since_ms = now;
+		} else if (now - c->rx_since_ms >= w->stall_ms) {
+			w->host->log(ZAP_LOG_WARN, w->dom,
+				     "dropping connection to %s (from %s): a partial frame made no progress for %u ms",
+				     c->raddr, c->src, w->stall_ms);
+			tw_conn_kill(w, c);
+			continue;
+		} else {
+			*timeout = ms_min(*timeout,
+					  (int)(c->rx_since_ms + w->stall_ms - now));
+		}
+		if (c->rx_msg && c->rx_start_ms < oldest_ms) {
+			oldest_ms = c->rx_start_ms;
+			w->oldest = c;
+		}
+	}
+	if (w->oldest && w->oldest->budget_paused) {
+		/* The oldest partial message may always grow: resume it (it
+		 * may have become the oldest when an older one was dropped). */
+		w->oldest->alloc_wait = false;
+		w->oldest->budget_paused = false;
+		w->oldest->rx_ready = true;
+	}
+	if (w->q_full)
+		return n;
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
 		if (c->rx_eof || c->dead || c->alloc_wait)
 			continue;
@@ -389,6 +519,7 @@ static void resume_paused(struct tcp_wire *w)
 	for (struct tcp_conn *c = w->conns; c; c = c->next)
 		if (c->alloc_wait) {
 			c->alloc_wait = false;
+			c->budget_paused = false;
 			c->rx_ready = true;
 		}
 }
@@ -444,8 +575,11 @@ static void queue_append(struct tcp_wire *w, struct tcp_rx_msg *mhead)
 	else
 		w->qhead = mhead;
 	struct tcp_rx_msg *t = mhead;
-	while (t->next)
+	w->qbytes += t->msg.len;
+	while (t->next) {
 		t = t->next;
+		w->qbytes += t->msg.len;
+	}
 	w->qtail = t;
 }
 
@@ -475,10 +609,11 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 	if (wire_poll(w, w->pfd, n, timeout, me->out_fd < 0, ctx) < 0 &&
 	    errno != EINTR)
 		err = -errno;
+	uint64_t now = now_ms();
 	for (size_t i = first_conn; i < n; i++) {
 		struct tcp_conn *c = w->slot[i].p;
 		if (w->pfd[i].revents || c->rx_ready)
-			c->rx_res = conn_rx(w, c, &mtail);
+			c->rx_res = conn_rx(w, c, &mtail, now);
 	}
 	pthread_mutex_lock(&w->mu);
 
@@ -487,6 +622,10 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 		queue_append(w, mhead);
 		changed = true;
 	}
+	/* Close what died now (a stalled or broken peer), not at the next
+	 * round, which may be long in coming. */
+	if (w->reap_due)
+		tw_reap(w);
 	if (changed)
 		tw_wake_all(w);
 	return err;

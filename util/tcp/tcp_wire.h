@@ -52,6 +52,16 @@ struct tcp_rx_msg {
 struct tcp_rx_alloc {
 	int (*alloc)(void *user, size_t len, struct tcp_rx_msg **out);
 	void *user;
+	/*
+	 * Optional: make *@m's payload @len bytes (larger than before),
+	 * keeping its contents; *@m may move. 0, or a negative errno (the
+	 * connection is closed; *@m is still valid and released by the
+	 * wire). With it, a large message's memory grows as its bytes
+	 * arrive (alloc() is first asked for a part); without it, alloc()
+	 * gets the whole declared length once the endpoint's budget for
+	 * partly received messages allows it.
+	 */
+	int (*grow)(void *user, size_t len, struct tcp_rx_msg **m);
 };
 
 struct tcp_wire_args {
@@ -122,17 +132,24 @@ struct tcp_hello {
 };
 
 /* Parse the @len payload bytes after a HELLO header. 0, or -EPROTO with
- * @why (too short or long, NUL in the address, an address zaddr_parse()
- * refuses (zap-addr.h), port 0). */
+ * @why (too short or long, instance id 0, NUL in the address, an address
+ * zaddr_parse() refuses (zap-addr.h), port 0). */
 int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 		    char *why, size_t whylen);
 
-/* The replyable peer string for @h arriving from @src: the HELLO address,
- * its wildcard host replaced by @src's address (zaddr_format(): no IPv6
- * zone id). 0, or -EPROTO with @why (@src neither IPv4 nor IPv6, or @len
- * too small). */
+/*
+ * The replyable peer string for @h arriving on a connection whose remote
+ * address is @src: @src's host with the announced port (zaddr_format(): no
+ * IPv6 zone id). The announced host must be a wildcard or an IPv4/IPv6
+ * literal naming @src's host (a name is refused, never looked up); on a
+ * connection we dialed (@dialed_port >= 0, the port we connected to) the
+ * announced port must be that one. 0, or -EPROTO with @why naming @src
+ * (@src neither IPv4 nor IPv6, @len too small, or a claim @src does not
+ * back).
+ */
 int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
-		   socklen_t sl, char *out, size_t len, char *why, size_t whylen);
+		   socklen_t sl, int dialed_port, char *out, size_t len,
+		   char *why, size_t whylen);
 
 /* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
  * -EINVAL. */

@@ -207,6 +207,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s",
 		     c->raddr);
+	tw_tls_log_up(w, c);
 	pthread_mutex_lock(&w->mu);
 	/* Hold tx so that a retire decided here waits for our HELLO. */
 	c->tx_busy = true;
@@ -663,6 +664,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 			goto fail;
 	}
 
+	tw_tls_log_up(w, c); /* before the leader may read c */
 	pthread_mutex_lock(&w->mu);
 	r = tw_conn_register(w, c, peer);
 	dial_done(w, &dial);

@@ -373,6 +373,7 @@ int tw_tls_conn_new(struct tcp_wire *w, struct tcp_conn *c, bool server,
 		    const char *want_fp, char *why, size_t whylen);
 void tw_tls_conn_free(struct tcp_conn *c);
 int tw_tls_step(struct tcp_conn *c, char *why, size_t whylen);
+void tw_tls_log_up(struct tcp_wire *w, const struct tcp_conn *c);
 ssize_t tw_io_read(struct tcp_conn *c, void *buf, size_t len);
 struct iovec;
 ssize_t tw_io_send(struct tcp_conn *c, const struct iovec *iov, size_t n);

@@ -88,6 +88,16 @@ int tw_tls_step(struct tcp_conn *c, char *why, size_t whylen)
 	return r;
 }
 
+void tw_tls_log_up(struct tcp_wire *w, const struct tcp_conn *c)
+{
+	if (!c->tls)
+		return;
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "TLS with %s: %s, kernel TLS send %s, receive %s",
+		     c->raddr, ztls_conn_cipher(c->tls),
+		     ztls_conn_ktls_send(c->tls) ? "on" : "off",
+		     ztls_conn_ktls_recv(c->tls) ? "on" : "off");
+}
+
 /* Negative errno -> -1 with errno set; keep the reason for tw_io_err(). */
 static ssize_t io_fail(struct tcp_conn *c, ssize_t r)
 {

@@ -402,6 +402,13 @@ static void test_required_key(void **state)
 	zap_msg_release(m);
 	snprintf(peer, sizeof(peer), "%s#sha256:1234", ba);
 	assert_int_equal(zap_send(a, peer, "x", 1, NULL), -EINVAL);
+	/* To itself: its own key is trusted. */
+	char aa[ZAP_PEER_MAX];
+	addr_of(a, aa);
+	send_ok(a, aa, "self", 4);
+	m = recv_ok(a);
+	assert_string_equal(zap_msg_peer_id(m), A.fp);
+	zap_msg_release(m);
 	zap_close(a);
 	zap_close(b);
 

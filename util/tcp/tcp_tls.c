@@ -98,8 +98,8 @@ void tw_tls_log_up(struct tcp_wire *w, const struct tcp_conn *c)
 		     ztls_conn_ktls_recv(c->tls) ? "on" : "off");
 }
 
-/* Negative errno -> -1 with errno set; keep the reason for tw_io_err(). */
-static ssize_t io_fail(struct tcp_conn *c, ssize_t r)
+/* Negative errno -> -1 with errno set (the reason is in c->tls_why). */
+static ssize_t io_fail(ssize_t r)
 {
 	errno = (int)-r;
 	return -1;
@@ -113,7 +113,7 @@ ssize_t tw_io_read(struct tcp_conn *c, void *buf, size_t len)
 	pthread_mutex_lock(&c->tls_mu);
 	ssize_t r = ztls_read(c->tls, buf, len, &ev, c->tls_why, sizeof(c->tls_why));
 	pthread_mutex_unlock(&c->tls_mu);
-	return r >= 0 ? r : io_fail(c, r);
+	return r >= 0 ? r : io_fail(r);
 }
 
 /*
@@ -150,10 +150,11 @@ ssize_t tw_io_send(struct tcp_conn *c, const struct iovec *iov, size_t n)
 	pthread_mutex_lock(&c->tls_mu);
 	ssize_t r = ztls_write(c->tls, p, len, &ev, c->tls_why, sizeof(c->tls_why));
 	pthread_mutex_unlock(&c->tls_mu);
-	if (r == -EAGAIN && ev == POLLIN)
-		r = -EAGAIN; /* rare in TLS 1.3; the wait for room retries */
+	/* ev == POLLIN (TLS wants to read first) does not happen with TLS
+	 * 1.3 and no renegotiation; if it did, the wait for room would
+	 * return at once and retry, while the leader reads. */
 	c->tls_wpend = r == -EAGAIN;
-	return r >= 0 ? r : io_fail(c, r);
+	return r >= 0 ? r : io_fail(r);
 }
 
 bool tw_io_pending(struct tcp_conn *c)

@@ -264,7 +264,7 @@ static int first_byte(struct ztls_conn *c, char *why, size_t whylen)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	if (k == 0) {
 		snprintf(why, whylen, "peer closed the connection before the TLS handshake");
-		return -ECONNRESET;
+		return -EPIPE;
 	}
 	if (b[0] == 0x16)
 		return 1;

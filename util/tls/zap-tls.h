@@ -130,7 +130,8 @@ void ztls_conn_free(struct ztls_conn *c);
  * on the socket; negative: failed, reason in @why: -EPROTO (not TLS, e.g.
  * a plaintext zap peer; wrong protocol or ALPN), -EACCES (the peer's
  * certificate is not trusted, out of its validity period, missing, or its
- * key was not proven), -ECONNRESET (closed during the handshake), another
+ * key was not proven), -ECONNRESET (closed during the handshake), -EPIPE
+ * (server: closed before sending anything, e.g. a port probe), another
  * errno from the socket.
  */
 int ztls_handshake(struct ztls_conn *c, short *events, char *why,

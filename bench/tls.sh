@@ -5,8 +5,8 @@
 # 64 B one-way latency (median of RTT/2) and 1 MiB streaming bandwidth,
 # plaintext and TLS interleaved, the best of REPS runs each; and the time
 # of a new connection's first send between long-lived endpoints (connect,
-# TLS handshake, HELLO, one frame) from bench/tls_handshake.c. Goals (issue 13): TLS latency within
-# 1.2x of plaintext, TLS bandwidth at least 0.5x.
+# TLS handshake, HELLO, one frame) from bench/tls_handshake.c. Goals: TLS
+# latency within 1.2x of plaintext, TLS bandwidth at least 0.5x.
 #
 # Both zap-perf endpoints run with one node key (an endpoint trusts its
 # own key), made here with the recipe of docs/wires.md.

@@ -476,10 +476,112 @@ static void test_s_client(void **state)
 	zap_close(s);
 }
 
+
+/* Both ends stream large messages at each other while several threads
+ * send small ones: the leader reads a connection while senders write it,
+ * which TLS must serialise (one session per connection). */
+#define BIG_N 12
+#define BIG_LEN (3u << 20)
+#define SMALL_THREADS 4
+#define SMALL_N 2000
+
+struct bulk {
+	struct zap_transport *t;
+	char peer[ZAP_PEER_MAX];
+	int r;
+};
+
+static void *bulk_send(void *p)
+{
+	struct bulk *b = p;
+	unsigned char *buf = malloc(BIG_LEN);
+	b->r = 0;
+	for (unsigned i = 0; i < BIG_N && !b->r; i++) {
+		memset(buf, (int)(i + 1), BIG_LEN);
+		b->r = zap_send(b->t, b->peer, buf, BIG_LEN, NULL);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void *small_send(void *p)
+{
+	struct bulk *b = p;
+	b->r = 0;
+	for (unsigned i = 0; i < SMALL_N && !b->r; i++) {
+		unsigned v = i;
+		b->r = zap_send(b->t, b->peer, &v, sizeof(v), NULL);
+	}
+	return NULL;
+}
+
+/* Receive @big large and @small small messages; large ones arrive in
+ * order, each filled with its index + 1. */
+static void drain(struct zap_transport *t, unsigned big, unsigned small)
+{
+	unsigned nb = 0, ns = 0;
+	while (nb < big || ns < small) {
+		struct zap_msg *m = recv_ok(t);
+		const unsigned char *d = zap_msg_data(m);
+		if (zap_msg_len(m) == BIG_LEN) {
+			assert_int_equal(d[0], nb + 1);
+			assert_int_equal(d[BIG_LEN - 1], nb + 1);
+			nb++;
+		} else {
+			assert_int_equal(zap_msg_len(m), sizeof(unsigned));
+			ns++;
+		}
+		zap_msg_release(m);
+	}
+}
+
+struct drain_arg {
+	struct zap_transport *t;
+	unsigned big, small;
+};
+
+static void *drain_main(void *p)
+{
+	struct drain_arg *d = p;
+	drain(d->t, d->big, d->small);
+	return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+	struct zap_transport *a = ep(&A, pins), *b = ep(&B, pins);
+	struct bulk ab = {.t = a}, ba = {.t = b}, sm[SMALL_THREADS];
+	pthread_t tab, tba, ts[SMALL_THREADS], da;
+	addr_of(b, ab.peer);
+	addr_of(a, ba.peer);
+	struct drain_arg dab = {a, BIG_N, 0};
+	pthread_create(&da, NULL, drain_main, &dab);
+	pthread_create(&tab, NULL, bulk_send, &ab);
+	pthread_create(&tba, NULL, bulk_send, &ba);
+	for (int i = 0; i < SMALL_THREADS; i++) {
+		sm[i] = (struct bulk){.t = a};
+		addr_of(b, sm[i].peer);
+		pthread_create(&ts[i], NULL, small_send, &sm[i]);
+	}
+	drain(b, BIG_N, SMALL_THREADS * SMALL_N);
+	pthread_join(tab, NULL);
+	pthread_join(tba, NULL);
+	pthread_join(da, NULL);
+	for (int i = 0; i < SMALL_THREADS; i++) {
+		pthread_join(ts[i], NULL);
+		assert_int_equal(sm[i].r, 0);
+	}
+	assert_int_equal(ab.r, 0);
+	assert_int_equal(ba.r, 0);
+	zap_close(a);
+	zap_close(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exchange),
+		cmocka_unit_test(test_concurrent),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_impostor),
 		cmocka_unit_test(test_required_key),

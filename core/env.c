@@ -337,7 +337,7 @@ void zap__config_read(struct zap_config *c)
 		c->listen = v;
 	}
 
-	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, 1ull << 40,
+	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, ZAP_MAX_MSG_LIMIT,
 			   &c->max_msg_size))
 		config_error(c, "%s", zap_last_error());
 

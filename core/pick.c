@@ -435,6 +435,12 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
 	} else {
 		args->listen = cfg->listen ? cfg->listen : "0.0.0.0:0";
 	}
+	if (HAS(max_msg_size) && attr->max_msg_size > ZAP_MAX_MSG_LIMIT)
+		return zap__fail(-EINVAL,
+				 "zap_attr.max_msg_size %llu is above the limit %llu "
+				 "(the same bounds as ZAP_MAX_MSG_BYTES)",
+				 (unsigned long long)attr->max_msg_size,
+				 (unsigned long long)ZAP_MAX_MSG_LIMIT);
 	if (HAS(max_msg_size) && attr->max_msg_size)
 		args->max_msg_size = attr->max_msg_size;
 	else

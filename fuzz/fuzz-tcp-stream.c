@@ -39,7 +39,9 @@
 
 #define HDR 16
 #define MAX_MSG (64u << 10)
-#define HELLO_MAX (16 + ZAP_PEER_MAX - 1)
+/* HELLO payload: id, nonce, maximum message size (8 each), address. */
+#define HELLO_FIXED 24
+#define HELLO_MAX (HELLO_FIXED + ZAP_PEER_MAX - 1)
 
 static struct zap_transport *ep;
 static struct sockaddr_in ep_sa;
@@ -91,10 +93,10 @@ static void wr64(uint8_t *p, uint64_t v)
 	}
 }
 
-/* WIRE.md's header: magic, version 1, @type, reserved 0, length <= @max. */
+/* WIRE.md's header: magic, version 2, @type, reserved 0, length <= @max. */
 static bool hdr_ok(const uint8_t *h, unsigned type, uint64_t max, uint64_t *len)
 {
-	if (h[0] != 0x5a || h[1] != 0x41 || h[2] != 0x50 || h[3] != 0x57 || h[4] != 1 ||
+	if (h[0] != 0x5a || h[1] != 0x41 || h[2] != 0x50 || h[3] != 0x57 || h[4] != 2 ||
 	    h[5] != type || h[6] || h[7])
 		return false;
 	*len = rd64(h + 8);
@@ -146,11 +148,12 @@ static void reference(const uint8_t *s, size_t n, struct expect *e)
 	size_t pos;
 
 	memset(e, 0, sizeof(*e));
-	if (n < HDR || !hdr_ok(s, 1, HELLO_MAX, &len) || len < 16 + 3 || HDR + len > n)
+	if (n < HDR || !hdr_ok(s, 1, HELLO_MAX, &len) || len < HELLO_FIXED + 3 ||
+	    HDR + len > n)
 		return;
 	char port[8];
-	if (!rd64(s + HDR) ||
-	    !hello_addr_ok((const char *)s + HDR + 16, len - 16, port))
+	if (!rd64(s + HDR) || !rd64(s + HDR + 16) ||
+	    !hello_addr_ok((const char *)s + HDR + HELLO_FIXED, len - HELLO_FIXED, port))
 		return;
 	e->hello_ok = true;
 	snprintf(e->peer, sizeof(e->peer), "127.0.0.1:%s", port);
@@ -192,14 +195,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (mode & 1) {
 		const char *a = addrs[(mode >> 2) & 3];
 		size_t al = strlen(a);
-		static const uint8_t h[8] = { 0x5a, 0x41, 0x50, 0x57, 1, 1, 0, 0 };
+		static const uint8_t h[8] = { 0x5a, 0x41, 0x50, 0x57, 2, 1, 0, 0 };
 		memcpy(s, h, 8);
-		wr64(s + 8, 16 + al);
+		wr64(s + 8, HELLO_FIXED + al);
 		wr64(s + HDR, 0x1000 + ++iter); /* a new instance each time */
 		wr64(s + HDR + 8, iter * 77);
-		memcpy(s + HDR + 16, a, al);
-		memcpy(s + HDR + 16 + al, data, size);
-		n = HDR + 16 + al + size;
+		wr64(s + HDR + 16, MAX_MSG);
+		memcpy(s + HDR + HELLO_FIXED, a, al);
+		memcpy(s + HDR + HELLO_FIXED + al, data, size);
+		n = HDR + HELLO_FIXED + al + size;
 	} else {
 		memcpy(s, data, size);
 	}

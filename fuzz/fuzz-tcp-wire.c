@@ -46,7 +46,7 @@ static void do_header(const uint8_t *d, size_t n)
 	why[0] = '\0';
 	int r = tcp_parse_header(h, want, max, &len, why, sizeof(why));
 	bool ok = h[0] == 0x5a && h[1] == 0x41 && h[2] == 0x50 && h[3] == 0x57 &&
-		  h[4] == 1 && h[5] == want && !h[6] && !h[7];
+		  h[4] == 2 && h[5] == want && !h[6] && !h[7];
 	if (!ok) {
 		FUZZ_CHECK(r == -EPROTO && why[0]);
 	} else if (rd64(h + 8) > max) {
@@ -130,9 +130,12 @@ static void do_hello(const uint8_t *d, size_t n)
 		free(p);
 		return;
 	}
-	FUZZ_CHECK(n >= 16 + 3 && n <= 16 + ZAP_PEER_MAX - 1);
-	FUZZ_CHECK(h.id == rd64(p) && h.nonce == rd64(p + 8));
-	FUZZ_CHECK(strlen(h.addr) == n - 16 && !memcmp(h.addr, p + 16, n - 16));
+	/* WIRE.md: id, nonce, maximum message size (8 bytes each, none 0
+	 * but the nonce), then the address. */
+	FUZZ_CHECK(n >= 24 + 3 && n <= 24 + ZAP_PEER_MAX - 1);
+	FUZZ_CHECK(h.id == rd64(p) && h.nonce == rd64(p + 8) && h.max_msg == rd64(p + 16));
+	FUZZ_CHECK(h.id && h.max_msg);
+	FUZZ_CHECK(strlen(h.addr) == n - 24 && !memcmp(h.addr, p + 24, n - 24));
 	/* The address is what the shared parser (fuzz-address.c checks it
 	 * against its own oracle) reads, port 0 excluded. */
 	struct zaddr z;

@@ -44,6 +44,11 @@ extern "C" {
  */
 #define ZAP_ENOTAVAIL (-ENODEV)
 
+/** Largest message size a caller may set (zap_attr.max_msg_size or
+ * ZAP_MAX_MSG_BYTES): 1 TiB; transports may clamp it lower (dpdk: 4 GiB - 1,
+ * and half the address space on 32-bit builds). */
+#define ZAP_MAX_MSG_LIMIT (1ull << 40)
+
 /** Default largest message size, overridable by ZAP_MAX_MSG_BYTES. */
 #define ZAP_DEFAULT_MAX_MSG_BYTES (64ull << 20)
 
@@ -190,7 +195,9 @@ struct zap_attr {
 	                             default "0.0.0.0:0" (any address, any port;
 	                             see zap_transport_address() for the address
 	                             such a transport reports) */
-	uint64_t max_msg_size;  /**< env ZAP_MAX_MSG_BYTES, default 64 MiB */
+	uint64_t max_msg_size;  /**< env ZAP_MAX_MSG_BYTES, default 64 MiB;
+	                             1 to ZAP_MAX_MSG_LIMIT, else zap_pick()
+	                             fails -EINVAL */
 	uint64_t pool_bytes;    /**< buffer pool cap for transports with one
 	                             (e.g. ZAP_UMA_POOL_BYTES for uma) */
 	uint64_t send_timeout_ms; /**< limit of a zap_send() given no ctx;

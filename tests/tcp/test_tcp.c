@@ -975,22 +975,24 @@ static void be64(unsigned char *p, uint64_t v)
 static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
 {
 	memcpy(p, "ZAPW", 4);
-	p[4] = 1;
+	p[4] = 2; /* wire version */
 	p[5] = (unsigned char)type;
 	p[6] = p[7] = 0;
 	be64(p + 8, len);
 	return 16;
 }
 
-/* A HELLO from instance @id with @nonce announcing @addr. */
+/* A HELLO from instance @id with @nonce announcing @addr (and a 64 MiB
+ * maximum message). */
 static size_t hello_full(unsigned char *p, uint64_t id, uint64_t nonce,
 			 const char *addr)
 {
-	size_t n = hdr(p, 1, 16 + strlen(addr));
+	size_t n = hdr(p, 1, 24 + strlen(addr));
 	be64(p + n, id);
 	be64(p + n + 8, nonce);
-	memcpy(p + n + 16, addr, strlen(addr));
-	return n + 16 + strlen(addr);
+	be64(p + n + 16, 64ull << 20);
+	memcpy(p + n + 24, addr, strlen(addr));
+	return n + 24 + strlen(addr);
 }
 
 /* A HELLO announcing @addr. */
@@ -1290,7 +1292,7 @@ static uint64_t instance_id(const char *addr)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	write_all(fd, p, n);
 	/* Read the whole answer: closing with unread bytes would reset. */
-	while (got < 32 || got < 16 + (size_t)r[15]) {
+	while (got < 40 || got < 16 + (size_t)r[15]) {
 		ssize_t k = recv(fd, r + got, sizeof(r) - got, 0);
 		assert_true(k > 0);
 		got += (size_t)k;
@@ -1419,7 +1421,7 @@ static void test_route_held_by_live_peer(void **state)
 	ssize_t got = 0, k;
 	while ((k = recv(fd, r, sizeof(r), 0)) > 0)
 		got += k;
-	assert_true(got <= 16 + 16 + (ssize_t)strlen(ab)); /* B's HELLO only */
+	assert_true(got <= 16 + 24 + (ssize_t)strlen(ab)); /* B's HELLO only */
 	close(fd);
 	zap_close(v);
 	zap_close(b);
@@ -2169,6 +2171,70 @@ static void test_spin_cancel_deadline_close(void **state)
 	assert_true(cb[1].done_ns - t0 < PROMPT_NS);
 }
 
+/*
+ * Limits agreed in the handshake: each side announces its maximum message
+ * size in its HELLO, so a message above the receiver's limit fails at the
+ * sender (-EMSGSIZE, naming the peer's limit) before a byte is written,
+ * and the connection and every message after it are unaffected. (Before,
+ * the receiver closed the connection and the messages sent after the
+ * oversize one were lost while every send returned 0.)
+ */
+static void test_limits_agreed(void **state)
+{
+	struct zap_transport *small = ep_open_max(1024), *big = ep_open();
+	char as[ZAP_PEER_MAX], ab[ZAP_PEER_MAX];
+	static char buf[4096];
+	struct zap_msg *m;
+	char tag;
+	unsigned a, b;
+	int r;
+
+	(void)state;
+	ep_addr(small, as);
+	ep_addr(big, ab);
+	send_tagged(big, as, 'a', 1, 0); /* the connection is up: limits known */
+	zap_msg_release(recv_ok(small));
+	r = zap_send(big, as, buf, 2048, NULL);
+	assert_int_equal(r, -EMSGSIZE);
+	assert_non_null(strstr(zap_strerror(r), "1024"));
+	for (unsigned i = 0; i < 10; i++) /* nothing after it is lost */
+		send_tagged(big, as, 'b', i, 0);
+	for (unsigned i = 0; i < 10; i++) {
+		m = recv_ok(small);
+		parse_tagged(m, &tag, &a, &b);
+		assert_int_equal(tag, 'b');
+		assert_int_equal(a, i);
+		zap_msg_release(m);
+	}
+	/* Exactly the limit goes through. */
+	assert_int_equal(zap_send(big, as, buf, 1024, NULL), 0);
+	m = recv_ok(small);
+	assert_int_equal(zap_msg_len(m), 1024);
+	zap_msg_release(m);
+	/* The other way, the small side's own limit applies first. */
+	assert_int_equal(zap_send(small, ab, buf, 2048, NULL), -EMSGSIZE);
+	zap_close(small);
+	zap_close(big);
+}
+
+/* zap_attr.max_msg_size has ZAP_MAX_MSG_BYTES's bounds (it used to take
+ * any value, and 4 GiB or more truncated on 32-bit builds). */
+static void test_max_msg_bounds(void **state)
+{
+	struct zap_attr a = {.size = sizeof(a), .listen = "127.0.0.1:0",
+			     .max_msg_size = ZAP_MAX_MSG_LIMIT + 1};
+	struct zap_transport *t = NULL;
+	int r;
+
+	(void)state;
+	r = zap_pick("=default", 0, &a, &t);
+	assert_int_equal(r, -EINVAL);
+	assert_non_null(strstr(zap_strerror(r), "max_msg_size"));
+	a.max_msg_size = ZAP_MAX_MSG_LIMIT;
+	assert_int_equal(zap_pick("=default", 0, &a, &t), 0);
+	zap_close(t);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--child-pick"))
@@ -2202,6 +2268,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_idle_flood_low_nofile),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_env_garbage),
+		cmocka_unit_test(test_limits_agreed),
+		cmocka_unit_test(test_max_msg_bounds),
 		cmocka_unit_test(test_spin_pingpong),
 		cmocka_unit_test(test_spin_cancel_deadline_close),
 	};

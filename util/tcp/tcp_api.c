@@ -278,6 +278,19 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		err = send_claim(w, peer, &me, ctx, &c);
 		if (err)
 			break;
+		if (len > c->peer_max) {
+			/* The peer announced its limit: refuse here, before a
+			 * byte is written, so the connection and every message
+			 * after this one are unaffected. */
+			err = w->host->fail(-EMSGSIZE,
+					    "%s: message of %zu bytes exceeds the maximum %" PRIu64
+					    " that %s accepts (its ZAP_MAX_MSG_BYTES)",
+					    w->dom, len, c->peer_max, c->raddr);
+			c->tx_busy = false;
+			tw_conn_tx_done(w, c);
+			tw_notify(w, true);
+			break;
+		}
 		pthread_mutex_unlock(&w->mu);
 		err = send_frame(w, c, &me, buf, len, ctx, &done);
 		send_release(w, c, err, done);

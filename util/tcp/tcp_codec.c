@@ -77,8 +77,13 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 	h->addr[al] = '\0';
 	h->id = get_be64(p);
 	h->nonce = get_be64(p + 8);
+	h->max_msg = get_be64(p + 16);
 	if (!h->id) {
 		snprintf(why, whylen, "HELLO carries instance id 0");
+		return -EPROTO;
+	}
+	if (!h->max_msg) {
+		snprintf(why, whylen, "HELLO announces a maximum message size of 0");
 		return -EPROTO;
 	}
 	if (strlen(h->addr) != al || zaddr_parse(h->addr, &a) || !a.port_num) {

@@ -35,6 +35,7 @@ static size_t hello_build(const struct tcp_wire *w, uint64_t nonce,
 	tw_hdr_put(buf, TCP_T_HELLO, TCP_HELLO_FIXED + al);
 	put_be64(buf + TCP_HDR, w->id);
 	put_be64(buf + TCP_HDR + 8, nonce);
+	put_be64(buf + TCP_HDR + 16, w->max_msg);
 	memcpy(buf + TCP_HDR + TCP_HELLO_FIXED, w->bound, al);
 	return TCP_HDR + TCP_HELLO_FIXED + al;
 }
@@ -129,6 +130,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 	if (r)
 		return r;
 	c->rid = hl.id;
+	c->peer_max = hl.max_msg;
 	if (!c->dialed)
 		c->nonce = hl.nonce;
 

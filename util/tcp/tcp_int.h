@@ -68,12 +68,14 @@
 #include <time.h>
 
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
-#define TCP_VERSION 1
+/* 2: the HELLO announces the sender's maximum message size (WIRE.md). */
+#define TCP_VERSION 2
 #define TCP_HDR 16
 #define TCP_T_HELLO 1
 #define TCP_T_DATA 2
-/* HELLO payload: instance id (8), connection nonce (8), address text. */
-#define TCP_HELLO_FIXED 16
+/* HELLO payload: instance id (8), connection nonce (8), largest message
+ * accepted (8), address text. */
+#define TCP_HELLO_FIXED 24
 #define TCP_HELLO_MAX (TCP_HELLO_FIXED + ZAP_PEER_MAX - 1)
 #define TCP_RBUF (64 * 1024)
 /* Handshake limits (WIRE.md): defaults and their environment variables. */
@@ -111,6 +113,7 @@ struct tcp_conn {
 	int fd;
 	bool dialed;             /* we connected; else accepted */
 	uint64_t rid;            /* remote instance id, from its HELLO */
+	uint64_t peer_max;       /* largest message the peer accepts, from its HELLO */
 	uint64_t nonce;          /* dialer's connection nonce */
 	char raddr[ZAP_PEER_MAX]; /* replyable remote address (proven host) */
 	struct sockaddr_storage sa; /* remote address, from accept/connect */

@@ -129,6 +129,7 @@ int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
 /* A HELLO payload, parsed. */
 struct tcp_hello {
 	uint64_t id, nonce;
+	uint64_t max_msg;        /* largest message the sender accepts, >= 1 */
 	char addr[ZAP_PEER_MAX]; /* the sender's listen address, as sent */
 	char host[ZAP_PEER_MAX]; /* its host part, IPv6 without brackets */
 	char port[8];            /* its port, digits, not "0" */

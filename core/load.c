@@ -41,8 +41,8 @@
 
 #include "zap-private.h"
 
-const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor,
-				      char *buf, size_t len, const char *what)
+const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor, char *buf,
+				      size_t len, const char *what)
 {
 	if (st->st_uid != 0 && st->st_uid != geteuid()) {
 		snprintf(buf, len, "%s owned by uid %u (only root or uid %u are trusted)",
@@ -65,8 +65,8 @@ const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor,
 }
 
 /* Open @comp in @dfd as a directory, not following a symbolic link. */
-static int open_component(int dfd, const char *comp, const char *sofar,
-			  char *why, size_t len)
+static int open_component(int dfd, const char *comp, const char *sofar, char *why,
+			  size_t len)
 {
 	struct stat st;
 	int fd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -105,7 +105,8 @@ int zap__open_dir(const char *dir, char *why, size_t len)
 		char cwd[4096];
 
 		if (!getcwd(cwd, sizeof(cwd))) {
-			snprintf(why, len, "relative path, and getcwd: %s", strerror(errno));
+			snprintf(why, len, "relative path, and getcwd: %s",
+				 strerror(errno));
 			return -1;
 		}
 		if (asprintf(&path, "%s/%s", cwd, dir) < 0)
@@ -128,7 +129,8 @@ int zap__open_dir(const char *dir, char *why, size_t len)
 		while (c && !strcmp(c, "."))
 			c = strtok_r(NULL, "/", &save);
 		if (fstat(fd, &st)) {
-			snprintf(why, len, "%s: %s", sofar[0] ? sofar : "/", strerror(errno));
+			snprintf(why, len, "%s: %s", sofar[0] ? sofar : "/",
+				 strerror(errno));
 			goto fail;
 		}
 		last = c == NULL;
@@ -145,7 +147,8 @@ int zap__open_dir(const char *dir, char *why, size_t len)
 		if (last)
 			break;
 		if (!strcmp(c, "..")) {
-			snprintf(why, len, "'..' in the path (give the directory itself)");
+			snprintf(why, len,
+				 "'..' in the path (give the directory itself)");
 			errno = EINVAL;
 			goto fail;
 		}
@@ -173,8 +176,7 @@ fail:
 	return -1;
 }
 
-int zap__open_plugin(int dfd, const char *file, struct stat *st,
-		     struct zap_outcome *o)
+int zap__open_plugin(int dfd, const char *file, struct stat *st, struct zap_outcome *o)
 {
 	char why[200];
 	const char *bad;
@@ -197,7 +199,8 @@ int zap__open_plugin(int dfd, const char *file, struct stat *st,
 	} else if (!S_ISREG(st->st_mode)) {
 		o->state = ZAP_PLUGIN_REFUSED;
 		snprintf(o->reason, sizeof(o->reason), "not a regular file");
-	} else if ((bad = zap__unsafe_owner_or_mode(st, false, why, sizeof(why), "file"))) {
+	} else if ((bad = zap__unsafe_owner_or_mode(st, false, why, sizeof(why),
+						    "file"))) {
 		o->state = ZAP_PLUGIN_REFUSED;
 		snprintf(o->reason, sizeof(o->reason), "%s", bad);
 	} else {
@@ -218,9 +221,9 @@ static bool name_taken(const char *fdpath)
 	return true;
 }
 
-const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path,
-					    const char *name, void **handle,
-					    bool *pinned, struct zap_outcome *o)
+const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path, const char *name,
+					    void **handle, bool *pinned,
+					    struct zap_outcome *o)
 {
 	char fdpath[64];
 	const struct zap_plugin *d;
@@ -252,7 +255,8 @@ const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path,
 			o->state = ZAP_PLUGIN_DLOPEN_FAILED;
 			snprintf(o->reason, sizeof(o->reason),
 				 "the dynamic loader already holds an object as %s, or this very "
-				 "file under another name", fdpath);
+				 "file under another name",
+				 fdpath);
 			return NULL;
 		}
 		zap__log(ZAP_LOG_DEBUG, "loader", "%s is taken; loading %s through fd %d",
@@ -270,7 +274,8 @@ const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path,
 		if (e && !strncmp(e, fdpath, n))
 			snprintf(o->reason, sizeof(o->reason), "%s%s", path, e + n);
 		else
-			snprintf(o->reason, sizeof(o->reason), "%s", e ? e : "unknown error");
+			snprintf(o->reason, sizeof(o->reason), "%s",
+				 e ? e : "unknown error");
 		return NULL;
 	}
 	d = dlsym(h, ZAP_PLUGIN_SYMBOL);
@@ -314,8 +319,8 @@ reject:
 	if (name_taken(fdpath)) {
 		*pinned = true;
 		zap__log(ZAP_LOG_DEBUG, "loader",
-			 "%s stays mapped after dlclose (-z nodelete?); fd %d kept open", path,
-			 fd);
+			 "%s stays mapped after dlclose (-z nodelete?); fd %d kept open",
+			 path, fd);
 	}
 	return NULL;
 }
@@ -347,7 +352,7 @@ void zap__run_probe(const struct zap_plugin *d, struct zap_outcome *o)
 		break;
 	default:
 		o->state = ZAP_PLUGIN_ERROR;
-		snprintf(o->reason, sizeof(o->reason), "probe returned %d, not a zap_probe_result",
-			 (int)r);
+		snprintf(o->reason, sizeof(o->reason),
+			 "probe returned %d, not a zap_probe_result", (int)r);
 	}
 }

@@ -58,7 +58,7 @@ static struct {
 	bool done;
 	bool inprocess;
 	unsigned timeout_ms;
-	char *program_path;    /* zap_scan_attr.plugin_path */
+	char *program_path; /* zap_scan_attr.plugin_path */
 	struct zap_prec *recs;
 	size_t n;
 	struct dirrec *dirs;
@@ -67,7 +67,7 @@ static struct {
 	int nregistered;
 	/* Checked candidates waiting to be probed (scan time only). */
 	struct zap_probe_job *jobs;
-	size_t *job_rec;       /* index into recs */
+	size_t *job_rec; /* index into recs */
 	size_t njobs;
 } scan = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -143,7 +143,10 @@ static bool candidate_name(const char *file, char name[ZAP_NAME_MAX])
 	return true;
 }
 
-#define OP_CHECK(field) { #field, offsetof(struct zap_plugin_ops, field) }
+#define OP_CHECK(field)                                        \
+	{                                                      \
+#field, offsetof(struct zap_plugin_ops, field) \
+	}
 
 enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 				    const char *expect_name, char *why, size_t len)
@@ -152,8 +155,8 @@ enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 		const char *name;
 		size_t off;
 	} mandatory[] = {
-		OP_CHECK(probe), OP_CHECK(open), OP_CHECK(shutdown),
-		OP_CHECK(destroy), OP_CHECK(send), OP_CHECK(recv), OP_CHECK(caps),
+		OP_CHECK(probe), OP_CHECK(open), OP_CHECK(shutdown), OP_CHECK(destroy),
+		OP_CHECK(send),  OP_CHECK(recv), OP_CHECK(caps),
 	};
 	const struct zap_plugin_ops *ops;
 
@@ -190,8 +193,8 @@ enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 		return ZAP_PLUGIN_INVALID;
 	}
 	if (ops->size < ZAP_PLUGIN_OPS_MIN_SIZE) {
-		snprintf(why, len, "ops table too short (%zu bytes, need %zu)",
-			 ops->size, (size_t)ZAP_PLUGIN_OPS_MIN_SIZE);
+		snprintf(why, len, "ops table too short (%zu bytes, need %zu)", ops->size,
+			 (size_t)ZAP_PLUGIN_OPS_MIN_SIZE);
 		return ZAP_PLUGIN_INVALID;
 	}
 	for (size_t i = 0; i < ZAP_ARRAY_SIZE(mandatory); i++) {
@@ -199,13 +202,13 @@ enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
 
 		memcpy(&fn, (const char *)ops + mandatory[i].off, sizeof(fn));
 		if (!fn) {
-			snprintf(why, len, "mandatory op '%s' missing", mandatory[i].name);
+			snprintf(why, len, "mandatory op '%s' missing",
+				 mandatory[i].name);
 			return ZAP_PLUGIN_INVALID;
 		}
 	}
 	return ZAP_PLUGIN_LOADED;
 }
-
 
 static struct zap_prec *add_rec(const char *name, const char *path)
 {
@@ -364,13 +367,15 @@ static void probe_queued(void)
 /* Turn @r into a failed row: it cannot be loaded into this process. */
 static int load_failed(struct zap_prec *r, const struct zap_outcome *o)
 {
-	char *why = xasprintf("probed OK, but not loaded into this process: %s", o->reason);
+	char *why = xasprintf("probed OK, but not loaded into this process: %s",
+			      o->reason);
 
 	r->desc = NULL;
 	r->replaced = r->reason;
 	r->reason = why;
 	r->state = o->state == ZAP_PLUGIN_LOADED ? ZAP_PLUGIN_ERROR : o->state;
-	zap__log(ZAP_LOG_WARN, "loader", "transport '%s' (%s): %s", r->name, r->path, why);
+	zap__log(ZAP_LOG_WARN, "loader", "transport '%s' (%s): %s", r->name, r->path,
+		 why);
 	return zap__fail(ZAP_ENOTAVAIL, "%s: %s", r->name, why);
 }
 
@@ -401,7 +406,8 @@ static int load_now(struct zap_prec *r)
 	if (!same_file(r, &st)) {
 		close(fd);
 		o.state = ZAP_PLUGIN_ERROR;
-		snprintf(o.reason, sizeof(o.reason), "the file changed since it was probed");
+		snprintf(o.reason, sizeof(o.reason),
+			 "the file changed since it was probed");
 		return load_failed(r, &o);
 	}
 	d = zap__dlopen_plugin(&fd, r->path, r->name, &h, &pinned, &o);
@@ -482,8 +488,8 @@ static void scan_dir(const char *dir, const char *source)
 		if (!candidate_name(e->d_name, name)) {
 			if (!strncmp(e->d_name, "libzap-", 7))
 				zap__log(ZAP_LOG_DEBUG, "loader",
-					 "%s/%s: ignored (not libzap-[a-z0-9_]+.so)",
-					 dir, e->d_name);
+					 "%s/%s: ignored (not libzap-[a-z0-9_]+.so)", dir,
+					 e->d_name);
 			continue;
 		}
 		files = xreallocarray(files, nfiles + 1, sizeof(*files));
@@ -540,7 +546,8 @@ static void run_scan(void)
 	if (env) {
 		char *copy = xstrdup(env), *save = NULL;
 
-		for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
+		for (char *d = strtok_r(copy, ":", &save); d;
+		     d = strtok_r(NULL, ":", &save))
 			scan_dir(d, "ZAP_PLUGIN_PATH");
 		free(copy);
 	}
@@ -557,8 +564,9 @@ static void run_scan(void)
 			scan.registered[scan.nregistered++] = p->name;
 	}
 	for (int i = 1; i < scan.nregistered; i++) /* insertion sort: stable */
-		for (int j = i; j > 0 && cmp_rank(&scan.registered[j - 1],
-						  &scan.registered[j]) > 0; j--) {
+		for (int j = i;
+		     j > 0 && cmp_rank(&scan.registered[j - 1], &scan.registered[j]) > 0;
+		     j--) {
 			const char *t = scan.registered[j];
 
 			scan.registered[j] = scan.registered[j - 1];
@@ -581,9 +589,10 @@ ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr)
 	int rc = 0;
 
 	zap__clear_error();
-	if (attr && (attr->size < offsetof(struct zap_scan_attr, flags) + sizeof(unsigned) ||
-		     (attr->flags & ~(ZAP_SCAN_ISOLATE | ZAP_SCAN_INPROCESS)) ||
-		     (attr->flags & ZAP_SCAN_ISOLATE && attr->flags & ZAP_SCAN_INPROCESS)))
+	if (attr &&
+	    (attr->size < offsetof(struct zap_scan_attr, flags) + sizeof(unsigned) ||
+	     (attr->flags & ~(ZAP_SCAN_ISOLATE | ZAP_SCAN_INPROCESS)) ||
+	     (attr->flags & ZAP_SCAN_ISOLATE && attr->flags & ZAP_SCAN_INPROCESS)))
 		return zap__fail(-EINVAL, "zap_scan: bad attributes");
 	pthread_mutex_lock(&scan.lock);
 	if (scan.done) {
@@ -595,11 +604,15 @@ ZAP_EXPORT int zap_scan(const struct zap_scan_attr *attr)
 		if (attr && (attr->flags & ZAP_SCAN_INPROCESS))
 			scan.inprocess = true;
 		scan.timeout_ms = default_probe_timeout();
-		if (attr && attr->size >= offsetof(struct zap_scan_attr, probe_timeout_ms) +
-						  sizeof(unsigned) && attr->probe_timeout_ms)
+		if (attr &&
+		    attr->size >= offsetof(struct zap_scan_attr, probe_timeout_ms) +
+					  sizeof(unsigned) &&
+		    attr->probe_timeout_ms)
 			scan.timeout_ms = attr->probe_timeout_ms;
-		if (attr && attr->size >= offsetof(struct zap_scan_attr, plugin_path) +
-						  sizeof(attr->plugin_path) && attr->plugin_path)
+		if (attr &&
+		    attr->size >= offsetof(struct zap_scan_attr, plugin_path) +
+					  sizeof(attr->plugin_path) &&
+		    attr->plugin_path)
 			scan.program_path = xstrdup(attr->plugin_path);
 		run_scan();
 	}

@@ -44,8 +44,7 @@ static void emit(enum zap_log_level level, const char *domain, const char *msg)
 	fprintf(stderr, "zap: %s: %s: %s\n", level_names[level], domain, msg);
 }
 
-void zap__vlog(enum zap_log_level level, const char *domain, const char *fmt,
-	       va_list ap)
+void zap__vlog(enum zap_log_level level, const char *domain, const char *fmt, va_list ap)
 {
 	char msg[1024];
 

@@ -53,7 +53,7 @@ struct zap_pool {
 	struct slab *spare; /* records without memory */
 	struct slab *all;
 	struct waiter *waiters;
-	size_t users;       /* buffers held + allocations in progress */
+	size_t users; /* buffers held + allocations in progress */
 	bool closed;
 };
 
@@ -77,8 +77,8 @@ static uint64_t class_size(unsigned cls)
 	return 1ull << (MIN_SHIFT + cls);
 }
 
-int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap,
-		  uint64_t max_buf, struct zap_pool **out)
+int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap, uint64_t max_buf,
+		  struct zap_pool **out)
 {
 	struct zap_pool *p;
 	unsigned n = 1;
@@ -236,12 +236,15 @@ static int pool_get(struct zap_pool *p, size_t len, struct zap_ctx *ctx, bool wa
 	while (cls < p->nclasses && class_size(cls) < len)
 		cls++;
 	if (cls == p->nclasses)
-		return zap__fail(-EMSGSIZE, "buffer of %zu bytes exceeds the pool's largest (%llu)",
+		return zap__fail(-EMSGSIZE,
+				 "buffer of %zu bytes exceeds the pool's largest (%llu)",
 				 len, (unsigned long long)class_size(p->nclasses - 1));
 	size = class_size(cls);
 	if (size > p->cap)
-		return zap__fail(-EMSGSIZE, "buffer of %zu bytes (class %llu) exceeds the pool cap %llu",
-				 len, (unsigned long long)size, (unsigned long long)p->cap);
+		return zap__fail(
+			-EMSGSIZE,
+			"buffer of %zu bytes (class %llu) exceeds the pool cap %llu", len,
+			(unsigned long long)size, (unsigned long long)p->cap);
 
 	pthread_mutex_lock(&p->lock);
 	p->users++;
@@ -268,9 +271,11 @@ static int pool_get(struct zap_pool *p, size_t len, struct zap_ctx *ctx, bool wa
 					p->b.free(p->b.user, mem, size);
 				p->owned -= size;
 				wake_waiters(p);
-				rc = mem ? zap__fail(-ESHUTDOWN, "pool is closed") :
-					   zap__fail(-ENOMEM, "pool: backing allocation of %llu bytes failed",
-						     (unsigned long long)size);
+				rc = mem ? zap__fail(-ESHUTDOWN, "pool is closed")
+					 : zap__fail(
+						   -ENOMEM,
+						   "pool: backing allocation of %llu bytes failed",
+						   (unsigned long long)size);
 				goto fail;
 			}
 			s = p->spare;

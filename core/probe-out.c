@@ -39,14 +39,14 @@ extern char **environ;
 
 struct job {
 	struct zap_probe_job *pj;
-	pid_t pid;           /* 0: not running (failed to start, or reaped) */
-	int rfd;             /* read end, -1 at EOF */
-	bool result;         /* a valid RESULT arrived */
-	bool bad;            /* a malformed record arrived */
-	bool waited;         /* waitpid() answered (status valid) or ECHILD */
+	pid_t pid;   /* 0: not running (failed to start, or reaped) */
+	int rfd;     /* read end, -1 at EOF */
+	bool result; /* a valid RESULT arrived */
+	bool bad;    /* a malformed record arrived */
+	bool waited; /* waitpid() answered (status valid) or ECHILD */
 	bool status_known;
 	bool timed_out;
-	bool killed;         /* by us, at the deadline */
+	bool killed; /* by us, at the deadline */
 	int status;
 	unsigned logs, dropped;
 	size_t got;
@@ -110,8 +110,13 @@ static int start(struct job *j, const char *helper)
 	char level[8], proto[8];
 	const bool secure = zap__env_secure();
 	char *const argv[] = {
-		(char *)helper, proto, (char *)j->pj->name, (char *)j->pj->path,
-		level, secure ? "secure" : NULL, NULL,
+		(char *)helper,
+		proto,
+		(char *)j->pj->name,
+		(char *)j->pj->path,
+		level,
+		secure ? "secure" : NULL,
+		NULL,
 	};
 	char *empty[] = { NULL };
 	posix_spawn_file_actions_t fa;
@@ -191,7 +196,9 @@ static void take_str(char *dst, size_t dlen, const char *src, size_t slen,
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)src[i];
 
-		dst[i] = (c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7f ? '?' : (char)c;
+		dst[i] = (c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7f
+				 ? '?'
+				 : (char)c;
 	}
 	dst[n] = '\0';
 }
@@ -248,8 +255,10 @@ static void take_record(struct job *j)
 		o->caps.gpu_resident = r->gpu_resident != 0;
 		o->caps.zero_copy = r->zero_copy != 0;
 		o->caps.device_buffers = r->device_buffers != 0;
-		o->caps.min_latency_us = isfinite(r->min_latency_us) && r->min_latency_us >= 0
-						 ? r->min_latency_us : 0;
+		o->caps.min_latency_us = isfinite(r->min_latency_us) &&
+							 r->min_latency_us >= 0
+						 ? r->min_latency_us
+						 : 0;
 		o->caps.max_msg_size = r->max_msg_size;
 	}
 }
@@ -257,7 +266,8 @@ static void take_record(struct job *j)
 static void drain(struct job *j)
 {
 	for (;;) {
-		ssize_t n = read(j->rfd, (char *)&j->rec + j->got, sizeof(j->rec) - j->got);
+		ssize_t n = read(j->rfd, (char *)&j->rec + j->got,
+				 sizeof(j->rec) - j->got);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -313,18 +323,20 @@ static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
 			 j->dropped);
 	why[0] = '\0';
 	if (j->timed_out) {
-		snprintf(why, sizeof(why), "probe timed out after %u ms (killed)", timeout_ms);
+		snprintf(why, sizeof(why), "probe timed out after %u ms (killed)",
+			 timeout_ms);
 	} else if (j->killed) {
 		/* the result came whole before the deadline */
 	} else if (j->status_known && WIFSIGNALED(j->status)) {
 		int sig = WTERMSIG(j->status);
 
-		snprintf(why, sizeof(why), "probe crashed: signal %d (%s)", sig, strsignal(sig));
+		snprintf(why, sizeof(why), "probe crashed: signal %d (%s)", sig,
+			 strsignal(sig));
 	} else if (j->status_known && WIFEXITED(j->status) &&
 		   WEXITSTATUS(j->status) == ZAP_PROBE_EXIT_PROTO) {
 		snprintf(why, sizeof(why),
-			 "probe helper %s is from another libzap (protocol %d expected)", helper,
-			 ZAP_PROBE_PROTO);
+			 "probe helper %s is from another libzap (protocol %d expected)",
+			 helper, ZAP_PROBE_PROTO);
 	} else if (j->bad) {
 		snprintf(why, sizeof(why), "probe helper sent a malformed report");
 	} else if (!j->result) {
@@ -336,8 +348,10 @@ static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
 			snprintf(why, sizeof(why),
 				 "probe helper ended before reporting (how is unknown: this "
 				 "process ignores SIGCHLD or reaped it elsewhere)");
-	} else if (j->status_known && WIFEXITED(j->status) && WEXITSTATUS(j->status) != 0) {
-		snprintf(why, sizeof(why), "probe helper exited with status %d after reporting",
+	} else if (j->status_known && WIFEXITED(j->status) &&
+		   WEXITSTATUS(j->status) != 0) {
+		snprintf(why, sizeof(why),
+			 "probe helper exited with status %d after reporting",
 			 WIFEXITED(j->status) ? WEXITSTATUS(j->status) : -1);
 	}
 	if (why[0]) {
@@ -348,8 +362,7 @@ static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
 	}
 }
 
-static void run_batch(struct job *jobs, size_t n, const char *helper,
-		      unsigned timeout_ms)
+static void run_batch(struct job *jobs, size_t n, const char *helper, unsigned timeout_ms)
 {
 	uint64_t deadline = zap__now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	struct pollfd pfd[MAX_INFLIGHT];

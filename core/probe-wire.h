@@ -40,22 +40,22 @@ enum zap_probe_rec_type {
 };
 
 struct zap_probe_rec {
-	uint32_t magic;          /* ZAP_PROBE_MAGIC */
-	uint32_t proto;          /* ZAP_PROBE_PROTO */
-	uint32_t type;           /* enum zap_probe_rec_type */
-	int32_t state;           /* RESULT: enum zap_plugin_state */
-	int32_t rank;            /* RESULT */
-	int32_t level;           /* LOG: enum zap_log_level */
-	uint8_t gpu_resident;    /* RESULT caps, 0 or 1 */
+	uint32_t magic;       /* ZAP_PROBE_MAGIC */
+	uint32_t proto;       /* ZAP_PROBE_PROTO */
+	uint32_t type;        /* enum zap_probe_rec_type */
+	int32_t state;        /* RESULT: enum zap_plugin_state */
+	int32_t rank;         /* RESULT */
+	int32_t level;        /* LOG: enum zap_log_level */
+	uint8_t gpu_resident; /* RESULT caps, 0 or 1 */
 	uint8_t zero_copy;
 	uint8_t device_buffers;
 	uint8_t pad[5];
 	double min_latency_us;
 	uint64_t max_msg_size;
-	char domain[32];         /* LOG */
+	char domain[32]; /* LOG */
 	char version[ZAP_VERSION_MAX];
-	char reason[256];        /* RESULT */
-	char text[1024];         /* RESULT: probe detail; LOG: the line */
+	char reason[256]; /* RESULT */
+	char text[1024];  /* RESULT: probe detail; LOG: the line */
 };
 
 #endif

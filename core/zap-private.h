@@ -14,10 +14,10 @@
 #define ZAP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* log.c */
-void zap__log(enum zap_log_level level, const char *domain, const char *fmt,
-	      ...) __attribute__((format(printf, 3, 4)));
-void zap__vlog(enum zap_log_level level, const char *domain, const char *fmt,
-	       va_list ap) __attribute__((format(printf, 3, 0)));
+void zap__log(enum zap_log_level level, const char *domain, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void zap__vlog(enum zap_log_level level, const char *domain, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 int zap__log_enabled(enum zap_log_level level);
 /*
  * The first-pick summary: an INFO line that is shown at the default WARN
@@ -28,12 +28,13 @@ void zap__log_pick_summary(const char *fmt, ...) __attribute__((format(printf, 1
 
 /* error.c */
 int zap__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int zap__vfail(int err, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+int zap__vfail(int err, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 void zap__clear_error(void);
 
 /* env.c: the core's environment, read and checked once per process. */
 struct zap_config {
-	int error;                 /* 0, or -EINVAL with error_msg */
+	int error; /* 0, or -EINVAL with error_msg */
 	char error_msg[256];
 	enum zap_log_level log_level;
 	bool log_level_set;        /* ZAP_LOG_LEVEL given */
@@ -76,8 +77,8 @@ const char *zap__env_get(const char *name);
 bool zap__env_secure(void);
 void zap__env_forbid(void);
 /* env_bytes() for plugins: like zap__env_bytes(), through zap__env_get(). */
-int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min,
-			uint64_t max, uint64_t *out);
+int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
+			uint64_t *out);
 
 /* ctx.c */
 int zap__ctx_fd(const struct zap_ctx *ctx);
@@ -99,14 +100,14 @@ struct zap_prec {
 	const char *name;
 	const char *path;
 	const char *_Atomic reason;
-	const char *replaced;      /* the reason before zap__load() failed:
+	const char *replaced; /* the reason before zap__load() failed:
 	                              still handed out, so kept, not freed */
 	const char *detail;
 	const char *version;
-	_Atomic int state;         /* enum zap_plugin_state */
+	_Atomic int state; /* enum zap_plugin_state */
 	int rank;
 	bool builtin;
-	bool probed_out;           /* probed in the helper, not loaded here */
+	bool probed_out; /* probed in the helper, not loaded here */
 	struct zap_caps caps;
 	/* The file that was checked and probed, to load it only if unchanged. */
 	dev_t dev;
@@ -128,8 +129,7 @@ const struct zap_prec *zap__find(const char *name);
 int zap__load(const struct zap_prec *r);
 /* Validate a descriptor; 0 or the failing state with a reason in @why. */
 enum zap_plugin_state zap__validate(const struct zap_plugin *d, size_t symsize,
-				    const char *expect_name, char *why,
-				    size_t len);
+				    const char *expect_name, char *why, size_t len);
 
 /* load.c: one candidate; shared with the probe helper. */
 struct zap_outcome {
@@ -143,31 +143,30 @@ struct zap_outcome {
 /* Why @st (a file or directory) may not be trusted, or NULL. @ancestor:
  * a directory above the plugin directory, where the sticky bit excuses
  * others' write permission. */
-const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor,
-				      char *buf, size_t len, const char *what);
+const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor, char *buf,
+				      size_t len, const char *what);
 /* Open plugin directory @dir component by component (see load.c); an
  * O_DIRECTORY descriptor, or -1 with errno and @why ("missing" for ENOENT). */
 int zap__open_dir(const char *dir, char *why, size_t len);
 /* Open and check @file in @dfd; the descriptor, or -1 with @o refused. */
-int zap__open_plugin(int dfd, const char *file, struct stat *st,
-		     struct zap_outcome *o);
+int zap__open_plugin(int dfd, const char *file, struct stat *st, struct zap_outcome *o);
 /*
  * dlopen the checked open file *@fdp and validate its descriptor. May move
  * to another descriptor (*@fdp updated, the old one left open). *@pinned:
  * the object stays mapped (loaded, or a rejected one that cannot be
  * unloaded), so *@fdp must never be closed. NULL with @o saying why.
  */
-const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path,
-					    const char *name, void **handle,
-					    bool *pinned, struct zap_outcome *o);
+const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path, const char *name,
+					    void **handle, bool *pinned,
+					    struct zap_outcome *o);
 void zap__run_probe(const struct zap_plugin *d, struct zap_outcome *o);
 
 /* probe-out.c: probing in helper processes. */
 struct zap_probe_job {
-	int fd;                  /* the checked plugin file */
+	int fd; /* the checked plugin file */
 	const char *path;
 	const char *name;
-	struct zap_outcome o;    /* the result */
+	struct zap_outcome o; /* the result */
 };
 /* Probe @n candidates, each in its own helper, all at once. */
 void zap__probe_out(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
@@ -179,8 +178,8 @@ void zap__probe_out(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
 int zap__copy_sized(void *dst, const void *full, size_t full_size);
 
 /* pool.c */
-int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap,
-		  uint64_t max_buf, struct zap_pool **out);
+int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap, uint64_t max_buf,
+		  struct zap_pool **out);
 int zap__pool_alloc(struct zap_pool *pool, size_t len, struct zap_ctx *ctx,
 		    struct zap_buffer **out);
 int zap__pool_try_alloc(struct zap_pool *pool, size_t len, struct zap_buffer **out);
@@ -192,8 +191,8 @@ void zap__pool_close(struct zap_pool *pool);
 /* A parsed preference string (ZAP_TRANSPORT syntax). */
 struct zap_pref {
 	bool strict;
-	bool exclude;  /* "^a,b": everything but these */
-	size_t n;      /* 0: auto */
+	bool exclude; /* "^a,b": everything but these */
+	size_t n;     /* 0: auto */
 	char names[ZAP_PREF_MAX_NAMES][ZAP_NAME_MAX];
 };
 /* Parse @src; @origin names it in the error ("ZAP_TRANSPORT"). 0 or -EINVAL. */

@@ -56,8 +56,8 @@ static void put(const struct zap_probe_rec *r)
 	}
 }
 
-static void relay_log(enum zap_log_level level, const char *domain,
-		      const char *msg, void *user)
+static void relay_log(enum zap_log_level level, const char *domain, const char *msg,
+		      void *user)
 {
 	struct zap_probe_rec r;
 
@@ -96,7 +96,8 @@ int main(int argc, char **argv)
 	}
 	level = strtol(argv[4], NULL, 10);
 	zap_set_log_level(level >= ZAP_LOG_ERROR && level <= ZAP_LOG_DEBUG
-				  ? (enum zap_log_level)level : ZAP_LOG_WARN);
+				  ? (enum zap_log_level)level
+				  : ZAP_LOG_WARN);
 	zap_set_log_handler(relay_log, NULL);
 
 	memset(&o, 0, sizeof(o));

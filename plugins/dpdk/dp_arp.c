@@ -71,8 +71,8 @@ void dp_arp_send(struct dp *d, uint16_t op, const uint8_t tha[6], uint32_t tpa)
 
 	if (!mb)
 		return;
-	mb->data_len = (uint16_t)dp_wire_arp(rte_pktmbuf_mtod(mb, uint8_t *), op, d->loc.mac,
-					      d->loc.ip, tha, tpa);
+	mb->data_len = (uint16_t)dp_wire_arp(rte_pktmbuf_mtod(mb, uint8_t *), op,
+					     d->loc.mac, d->loc.ip, tha, tpa);
 	mb->pkt_len = mb->data_len;
 	dp_tx_push(d, mb);
 }
@@ -106,11 +106,14 @@ int dp_resolve(struct dp *d, uint32_t ip, const char *peer, struct zap_ctx *ctx)
 
 		if (now >= next) {
 			if (now >= end)
-				return d->host->fail(-EHOSTUNREACH, "dpdk: no ARP reply from %s after %u "
-						     "requests in %llu ms (ZAP_DPDK_ARP_TIMEOUT_MS); "
-						     "is the peer up on port %u's link?",
-						     peer, tries, (unsigned long long)d->conf.arp_timeout_ms,
-						     d->port);
+				return d->host->fail(
+					-EHOSTUNREACH,
+					"dpdk: no ARP reply from %s after %u "
+					"requests in %llu ms (ZAP_DPDK_ARP_TIMEOUT_MS); "
+					"is the peer up on port %u's link?",
+					peer, tries,
+					(unsigned long long)d->conf.arp_timeout_ms,
+					d->port);
 			dp_arp_request(d, ip, now, true);
 			tries++;
 			next = now + gap;

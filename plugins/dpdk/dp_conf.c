@@ -28,9 +28,8 @@ static const char *dp_getenv(const struct zap_host *h, const char *name)
 	return ZAP_HOST_HAS(h, env_get) ? h->env_get(name) : secure_getenv(name);
 }
 
-static int env_u64(const struct zap_host *h, const char *name, uint64_t def,
-		   uint64_t min, uint64_t max,
-		   uint64_t *out, char *why, size_t len)
+static int env_u64(const struct zap_host *h, const char *name, uint64_t def, uint64_t min,
+		   uint64_t max, uint64_t *out, char *why, size_t len)
 {
 	const char *v = dp_getenv(h, name);
 	unsigned long long x;
@@ -43,8 +42,8 @@ static int env_u64(const struct zap_host *h, const char *name, uint64_t def,
 	errno = 0;
 	x = strtoull(v, &end, 10);
 	if (errno || end == v || *end || v[0] == '-' || x < min || x > max) {
-		snprintf(why, len, "bad %s=\"%s\" (want an integer in [%llu, %llu])", name,
-			 v, (unsigned long long)min, (unsigned long long)max);
+		snprintf(why, len, "bad %s=\"%s\" (want an integer in [%llu, %llu])",
+			 name, v, (unsigned long long)min, (unsigned long long)max);
 		return -EINVAL;
 	}
 	*out = x;
@@ -83,27 +82,31 @@ static int parse_neighbors(struct dp_conf *c, const char *v, char *why, size_t l
 	if (strlen(v) >= sizeof(buf))
 		goto bad;
 	snprintf(buf, sizeof(buf), "%s", v);
-	for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+	for (tok = strtok_r(buf, ", \t", &save); tok;
+	     tok = strtok_r(NULL, ", \t", &save)) {
 		char *eq = strchr(tok, '=');
 
 		if (!eq || c->n_nb == sizeof(c->nb) / sizeof(c->nb[0]))
 			goto bad;
 		*eq = 0;
-		if (dp_parse_ip(tok, &c->nb[c->n_nb].ip) || dp_parse_mac(eq + 1, c->nb[c->n_nb].mac))
+		if (dp_parse_ip(tok, &c->nb[c->n_nb].ip) ||
+		    dp_parse_mac(eq + 1, c->nb[c->n_nb].mac))
 			goto bad;
 		c->n_nb++;
 	}
 	return 0;
 bad:
-	snprintf(why, len, "bad ZAP_DPDK_NEIGHBORS=\"%s\" (want ip=aa:bb:cc:dd:ee:ff,... "
-		 "at most 64)", v);
+	snprintf(why, len,
+		 "bad ZAP_DPDK_NEIGHBORS=\"%s\" (want ip=aa:bb:cc:dd:ee:ff,... "
+		 "at most 64)",
+		 v);
 	return -EINVAL;
 }
 
 /* The EAL arguments and the local address: what makes the transport
  * configured at all. */
 static int conf_identity(const struct zap_host *h, struct dp_conf *c, char *why,
-			size_t len)
+			 size_t len)
 {
 	const char *v = dp_getenv(h, "ZAP_DPDK_EAL_ARGS");
 
@@ -112,7 +115,8 @@ static int conf_identity(const struct zap_host *h, struct dp_conf *c, char *why,
 		return DP_CONF_UNSET;
 	}
 	if (strlen(v) >= sizeof(c->eal)) {
-		snprintf(why, len, "ZAP_DPDK_EAL_ARGS longer than %zu bytes", sizeof(c->eal) - 1);
+		snprintf(why, len, "ZAP_DPDK_EAL_ARGS longer than %zu bytes",
+			 sizeof(c->eal) - 1);
 		return -EINVAL;
 	}
 	snprintf(c->eal, sizeof(c->eal), "%s", v);
@@ -130,7 +134,7 @@ static int conf_identity(const struct zap_host *h, struct dp_conf *c, char *why,
 
 /* The port, the UDP port, static neighbours and receive drop injection. */
 static int conf_addressing(const struct zap_host *h, struct dp_conf *c, char *why,
-			size_t len)
+			   size_t len)
 {
 	const char *v;
 	uint64_t x;
@@ -154,7 +158,9 @@ static int conf_addressing(const struct zap_host *h, struct dp_conf *c, char *wh
 		errno = 0;
 		c->drop_rx = strtod(v, &end);
 		if (errno || end == v || *end || !(c->drop_rx >= 0 && c->drop_rx < 1)) {
-			snprintf(why, len, "bad ZAP_DPDK_DROP_RX=\"%s\" (want a fraction in [0, 1))", v);
+			snprintf(why, len,
+				 "bad ZAP_DPDK_DROP_RX=\"%s\" (want a fraction in [0, 1))",
+				 v);
 			rc = -EINVAL;
 		}
 	}
@@ -162,24 +168,35 @@ static int conf_addressing(const struct zap_host *h, struct dp_conf *c, char *wh
 }
 
 /* Sizes, timeouts and switches. */
-static int conf_tuning(const struct zap_host *h, struct dp_conf *c, char *why,
-			size_t len)
+static int conf_tuning(const struct zap_host *h, struct dp_conf *c, char *why, size_t len)
 {
 	int rc;
 
 	rc = env_u64(h, "ZAP_DPDK_MTU", 1500, 576, 9000, &c->mtu, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MBUFS", 8191, 1023, 1u << 24, &c->mbufs, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_WINDOW", 256, 4, DP_WIN_MAX, &c->window, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_SPIN_US", 100, 0, 1000000, &c->spin_us, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_RTO_MIN_US", 1000, 20, 10000000, &c->rto_min_us, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_PEER_TIMEOUT_MS", 5000, 10, 3600000,
-			       &c->peer_timeout_ms, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_ARP_TIMEOUT_MS", 3000, 1, 600000, &c->arp_timeout_ms,
-			       why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_START_TIMEOUT_MS", 5000, 0, 600000,
-			       &c->start_timeout_ms, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why, len);
-	rc = rc ? rc : env_u64(h, "ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_MBUFS", 8191, 1023, 1u << 24, &c->mbufs, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_WINDOW", 256, 4, DP_WIN_MAX, &c->window, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_SPIN_US", 100, 0, 1000000, &c->spin_us, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_RTO_MIN_US", 1000, 20, 10000000, &c->rto_min_us,
+			  why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_PEER_TIMEOUT_MS", 5000, 10, 3600000,
+			  &c->peer_timeout_ms, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_ARP_TIMEOUT_MS", 3000, 1, 600000,
+			  &c->arp_timeout_ms, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_START_TIMEOUT_MS", 5000, 0, 600000,
+			  &c->start_timeout_ms, why, len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_LINGER_MS", 2000, 0, 600000, &c->linger_ms, why,
+			  len);
+	rc = rc ? rc
+		: env_u64(h, "ZAP_DPDK_MAX_PEERS", 256, 1, 65536, &c->max_peers, why,
+			  len);
 	rc = rc ? rc : env_bool(h, "ZAP_DPDK_PIN", 1, &c->pin, why, len);
 	return rc;
 }
@@ -193,7 +210,8 @@ static int conf_tuning(const struct zap_host *h, struct dp_conf *c, char *why,
 static int conf_hold(const struct zap_host *h, struct dp_conf *c, char *why, size_t len)
 {
 	if (h->env_bytes("ZAP_DPDK_RX_HOLD_FRAMES", 0, 0, 1u << 24, &c->hold) ||
-	    h->env_bytes("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1, &c->hold_peer)) {
+	    h->env_bytes("ZAP_DPDK_RX_HOLD_PEER_FRAMES", 0, 0, DP_WIN_MAX - 1,
+			 &c->hold_peer)) {
 		snprintf(why, len, "%s", h->last_error());
 		return -EINVAL;
 	}
@@ -247,7 +265,8 @@ int dp_split_args(char *s, char **argv, int max)
 	int n = 0;
 
 	argv[n++] = (char *)"zap-dpdk";
-	for (char *t = strtok_r(s, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
+	for (char *t = strtok_r(s, " \t\n", &save); t;
+	     t = strtok_r(NULL, " \t\n", &save)) {
 		if (n == max - 1)
 			return -E2BIG;
 		argv[n++] = t;
@@ -326,7 +345,8 @@ int dp_eal_args_check(const char *eal, char *why, size_t len)
 	snprintf(buf, sizeof(buf), "%s", eal);
 	argc = dp_split_args(buf, argv, DP_MAX_ARGS + 1);
 	if (argc < 0) {
-		snprintf(why, len, "ZAP_DPDK_EAL_ARGS has more than %d words", DP_MAX_ARGS - 1);
+		snprintf(why, len, "ZAP_DPDK_EAL_ARGS has more than %d words",
+			 DP_MAX_ARGS - 1);
 		return -EINVAL;
 	}
 	for (int i = 1; i < argc; i++) {
@@ -343,13 +363,15 @@ int dp_eal_args_check(const char *eal, char *why, size_t len)
 			continue;
 		snprintf(name, sizeof(name), "%.*s", (int)strcspn(dev, ","), dev);
 		if (!vdev_driver_found(name, dir, sizeof(dir))) {
-			snprintf(why, len, "ZAP_DPDK_EAL_ARGS: no DPDK driver for vdev \"%.64s\" in %.120s",
+			snprintf(why, len,
+				 "ZAP_DPDK_EAL_ARGS: no DPDK driver for vdev \"%.64s\" in %.120s",
 				 name, dir);
 			return -ENOENT;
 		}
 	}
 	if (!no_huge && !free_hugepages()) {
-		snprintf(why, len, "no free hugepages (see /sys/kernel/mm/hugepages) and "
+		snprintf(why, len,
+			 "no free hugepages (see /sys/kernel/mm/hugepages) and "
 			 "ZAP_DPDK_EAL_ARGS lacks --no-huge");
 		return -ENOMEM;
 	}

@@ -73,7 +73,8 @@ void dp_eal_said(char *out, size_t len)
 	if (dp_log_err[0][0])
 		snprintf(out, len, "%s / %s", dp_log_err[0], dp_log_err[1]);
 	else
-		snprintf(out, len, "%s", dp_log_err[1][0] ? dp_log_err[1] : "(nothing logged)");
+		snprintf(out, len, "%s",
+			 dp_log_err[1][0] ? dp_log_err[1] : "(nothing logged)");
 	pthread_mutex_unlock(&dp_log_lock);
 }
 
@@ -95,7 +96,8 @@ static void log_redirect(const struct zap_host *h)
 {
 	dp_log_host = h;
 	if (!rte_log_get_stream() || rte_log_get_stream() == stderr) {
-		FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){ .write = log_write });
+		FILE *f = fopencookie(NULL, "w",
+				      (cookie_io_functions_t){ .write = log_write });
 
 		if (f) {
 			setvbuf(f, NULL, _IOLBF, 0);
@@ -116,7 +118,8 @@ static int eal_init(const struct zap_host *h, const struct dp_conf *c)
 	snprintf(buf, sizeof(buf), "%s", c->eal);
 	argc = dp_split_args(buf, argv, DP_MAX_ARGS + 1);
 	if (argc < 0) {
-		snprintf(dp_eal_why, sizeof(dp_eal_why), "ZAP_DPDK_EAL_ARGS has too many words");
+		snprintf(dp_eal_why, sizeof(dp_eal_why),
+			 "ZAP_DPDK_EAL_ARGS has too many words");
 		return -EINVAL;
 	}
 	/* rte_eal_init() pins the calling thread to the main lcore: that is
@@ -130,10 +133,12 @@ static int eal_init(const struct zap_host *h, const struct dp_conf *c)
 		int e = rte_errno;
 
 		dp_eal_said(said, sizeof(said));
-		snprintf(msg, sizeof(msg), "rte_eal_init(\"%s\") failed: %s; EAL said: %s",
-			 c->eal, rte_strerror(e), said);
+		snprintf(msg, sizeof(msg),
+			 "rte_eal_init(\"%s\") failed: %s; EAL said: %s", c->eal,
+			 rte_strerror(e), said);
 		/* Kept to the first sizeof(dp_eal_why) - 1 bytes. */
-		n = strlen(msg) < sizeof(dp_eal_why) ? strlen(msg) : sizeof(dp_eal_why) - 1;
+		n = strlen(msg) < sizeof(dp_eal_why) ? strlen(msg)
+						     : sizeof(dp_eal_why) - 1;
 		memcpy(dp_eal_why, msg, n);
 		dp_eal_why[n] = 0;
 		h->log(ZAP_LOG_ERROR, DP_DOM, "%s", dp_eal_why);

@@ -34,12 +34,14 @@ static void gpu_chunk(struct rte_mempool *mp, void *opaque,
 	if (g->why[0])
 		return;
 	if (pt->nchunks == DP_GPU_CHUNKS) {
-		snprintf(g->why, sizeof(g->why), "more than %d memory chunks", DP_GPU_CHUNKS);
+		snprintf(g->why, sizeof(g->why), "more than %d memory chunks",
+			 DP_GPU_CHUNKS);
 		return;
 	}
 	c = &pt->chunk[pt->nchunks];
 	r = g->cu->MemHostRegister(memhdr->addr, memhdr->len,
-				   ZCU_MEMHOSTREGISTER_PORTABLE | ZCU_MEMHOSTREGISTER_DEVICEMAP);
+				   ZCU_MEMHOSTREGISTER_PORTABLE |
+					   ZCU_MEMHOSTREGISTER_DEVICEMAP);
 	if (r != ZCU_SUCCESS) {
 		snprintf(g->why, sizeof(g->why), "cuMemHostRegister(%zu bytes): %s",
 			 memhdr->len, zcu_error_name(g->cu, r, err, sizeof(err)));
@@ -85,31 +87,38 @@ void dp_gpu_register(const struct zap_host *h, unsigned port)
 
 	if (zcu_load(&g.cu, g.why, sizeof(g.why)) != ZAP_PROBE_OK ||
 	    zcu_open_device(h, g.cu, &info, g.why, sizeof(g.why)) != ZAP_PROBE_OK) {
-		h->log(ZAP_LOG_DEBUG, DP_DOM, "mbuf pool not mapped for a GPU: %s", g.why);
+		h->log(ZAP_LOG_DEBUG, DP_DOM, "mbuf pool not mapped for a GPU: %s",
+		       g.why);
 		return;
 	}
 	if (!g.cu->MemHostRegister || !g.cu->MemHostUnregister ||
 	    !g.cu->MemHostGetDevicePointer) {
-		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: the CUDA "
+		h->log(ZAP_LOG_WARN, DP_DOM,
+		       "mbuf pool not mapped for the GPU: the CUDA "
 		       "driver lacks cuMemHostRegister/cuMemHostGetDevicePointer");
 		return;
 	}
 	r = g.cu->DevicePrimaryCtxRetain(&ctx, info.dev);
 	if (r != ZCU_SUCCESS) {
-		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: "
-		       "cuDevicePrimaryCtxRetain: %s", zcu_error_name(g.cu, r, err, sizeof(err)));
+		h->log(ZAP_LOG_WARN, DP_DOM,
+		       "mbuf pool not mapped for the GPU: "
+		       "cuDevicePrimaryCtxRetain: %s",
+		       zcu_error_name(g.cu, r, err, sizeof(err)));
 		return;
 	}
 	gpu_map_pool(&g, ctx);
 	if (g.why[0]) {
 		g.cu->DevicePrimaryCtxRelease(info.dev);
-		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: %s", g.why);
+		h->log(ZAP_LOG_WARN, DP_DOM, "mbuf pool not mapped for the GPU: %s",
+		       g.why);
 		return;
 	}
 	/* The context stays retained: the pool lives as long as the process. */
 	dp_ports[port].gpu = true;
-	h->log(ZAP_LOG_INFO, DP_DOM, "mbuf pool of port %u mapped for CUDA device %d (%s): "
-	       "%u chunks", port, info.ordinal, info.name, dp_ports[port].nchunks);
+	h->log(ZAP_LOG_INFO, DP_DOM,
+	       "mbuf pool of port %u mapped for CUDA device %d (%s): "
+	       "%u chunks",
+	       port, info.ordinal, info.name, dp_ports[port].nchunks);
 }
 
 void *dp_gpu_addr(unsigned port, const void *p)

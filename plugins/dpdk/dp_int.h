@@ -67,8 +67,8 @@ struct dp_conf {
 	} nb[64];
 	unsigned n_nb;
 	double drop_rx;
-	uint64_t mtu, mbufs, window, spin_us, rto_min_us, peer_timeout_ms,
-		arp_timeout_ms, start_timeout_ms, linger_ms, max_peers, pin;
+	uint64_t mtu, mbufs, window, spin_us, rto_min_us, peer_timeout_ms, arp_timeout_ms,
+		start_timeout_ms, linger_ms, max_peers, pin;
 	uint64_t reasm_bytes, rxq_bytes, pool_bytes;
 	uint64_t hold, hold_peer; /* early frames held: all peers, per peer */
 };

@@ -33,7 +33,8 @@ void dp_tx_flush(struct dp *d)
 	unsigned sent = 0;
 
 	for (int tries = 0; sent < d->ntx && tries < 4; tries++)
-		sent += rte_eth_tx_burst(d->port, 0, d->txb + sent, (uint16_t)(d->ntx - sent));
+		sent += rte_eth_tx_burst(d->port, 0, d->txb + sent,
+					 (uint16_t)(d->ntx - sent));
 	/* The ring is full or the link down: those frames are lost, and the
 	 * protocol retransmits what matters. */
 	for (unsigned i = sent; i < d->ntx; i++)
@@ -83,7 +84,8 @@ static void fr_csum(const struct dp *d, struct rte_mbuf *mb, uint8_t *f)
 	if (d->tx_csum_offload) {
 		mb->l2_len = DP_ETH_HLEN;
 		mb->l3_len = DP_IP_HLEN;
-		mb->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+		mb->ol_flags = RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM |
+			       RTE_MBUF_F_TX_UDP_CKSUM;
 		udp->dgram_cksum = rte_ipv4_phdr_cksum(ip, mb->ol_flags);
 	} else {
 		ip->hdr_checksum = rte_ipv4_cksum(ip);
@@ -163,7 +165,8 @@ static void fr_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 	struct dp *d = user;
 	struct dp_msg *m = malloc(sizeof(*m));
 
-	if (m && frame && atomic_load(&dp_ports[d->port].held) > dp_ports[d->port].nmbufs / 4) {
+	if (m && frame &&
+	    atomic_load(&dp_ports[d->port].held) > dp_ports[d->port].nmbufs / 4) {
 		/* The application holds many frames: copy this one out so the
 		 * port keeps mbufs to receive into. */
 		heap = malloc(len ? len : 1);
@@ -176,8 +179,8 @@ static void fr_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 	}
 	if (!m || (!frame && !heap)) {
 		/* Already acknowledged, so this loses a message: say so. */
-		d->host->log(ZAP_LOG_ERROR, DP_DOM, "out of memory: message of %zu bytes lost",
-			     len);
+		d->host->log(ZAP_LOG_ERROR, DP_DOM,
+			     "out of memory: message of %zu bytes lost", len);
 		free(m);
 		free(heap);
 		if (frame)
@@ -185,10 +188,15 @@ static void fr_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 		return;
 	}
 	*m = (struct dp_msg){
-		.m = { .size = sizeof(m->m), .data = data, .len = len, .peer = m->peer,
+		.m = { .size = sizeof(m->m),
+		       .data = data,
+		       .len = len,
+		       .peer = m->peer,
 		       .release = dp_msg_release,
 		       .device_ptr = frame ? dp_gpu_addr(d->port, data) : NULL },
-		.mb = frame, .heap = heap, .held = &dp_ports[d->port].held,
+		.mb = frame,
+		.heap = heap,
+		.held = &dp_ports[d->port].held,
 	};
 	if (frame)
 		atomic_fetch_add(m->held, 1);
@@ -198,8 +206,11 @@ static void fr_deliver(void *user, struct dp_addr from, void *frame, void *heap,
 
 void dp_io_proto_ops(struct dp *d, struct dp_proto_ops *po)
 {
-	*po = (struct dp_proto_ops){ .user = d, .frame_alloc = fr_alloc, .frame_free = fr_free,
-				     .frame_xmit = fr_xmit, .deliver = fr_deliver };
+	*po = (struct dp_proto_ops){ .user = d,
+				     .frame_alloc = fr_alloc,
+				     .frame_free = fr_free,
+				     .frame_xmit = fr_xmit,
+				     .deliver = fr_deliver };
 }
 
 /* --- receive side */
@@ -226,13 +237,14 @@ static void rx_one(struct dp *d, struct rte_mbuf *mb, uint64_t now)
 		uint64_t ipf = mb->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
 		uint64_t l4f = mb->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
 
-		if (ipf == RTE_MBUF_F_RX_IP_CKSUM_BAD || l4f == RTE_MBUF_F_RX_L4_CKSUM_BAD)
+		if (ipf == RTE_MBUF_F_RX_IP_CKSUM_BAD ||
+		    l4f == RTE_MBUF_F_RX_L4_CKSUM_BAD)
 			goto drop;
 		trust |= ipf == RTE_MBUF_F_RX_IP_CKSUM_GOOD ? DP_TRUST_IP_CSUM : 0;
 		trust |= l4f == RTE_MBUF_F_RX_L4_CKSUM_GOOD ? DP_TRUST_UDP_CSUM : 0;
 	}
-	switch (dp_wire_parse(rte_pktmbuf_mtod(mb, uint8_t *), mb->data_len, &d->loc, trust,
-			      &fi)) {
+	switch (dp_wire_parse(rte_pktmbuf_mtod(mb, uint8_t *), mb->data_len, &d->loc,
+			      trust, &fi)) {
 	case DP_FRAME_ARP:
 		dp_neigh_learn(d, fi.arp_spa, fi.arp_sha, fi.arp_tpa == d->loc.ip, now);
 		if (fi.arp_op == DP_ARP_REQUEST && fi.arp_tpa == d->loc.ip && fi.arp_spa)
@@ -244,8 +256,8 @@ static void rx_one(struct dp *d, struct rte_mbuf *mb, uint64_t now)
 		 * is whatever the sender wrote, and a challenge (dp_proto.h)
 		 * must go where the claimed address really is (ARP or
 		 * ZAP_DPDK_NEIGHBORS), not to whoever claims it. */
-		dp_input(d->proto, (struct dp_addr){ fi.src_ip, fi.src_port }, mb, fi.payload,
-			 fi.payload_len, now);
+		dp_input(d->proto, (struct dp_addr){ fi.src_ip, fi.src_port }, mb,
+			 fi.payload, fi.payload_len, now);
 		return;
 	case DP_FRAME_DROP:
 		break;
@@ -375,7 +387,8 @@ void *dp_service_main(void *arg)
 		/* Callers poll on the latency path; this thread only covers
 		 * the gaps (acknowledgements, retransmissions, ARP answers
 		 * while the application is elsewhere). */
-		if (now_ns() - last >= DP_SERVICE_IDLE_NS && !pthread_mutex_trylock(&d->lock)) {
+		if (now_ns() - last >= DP_SERVICE_IDLE_NS &&
+		    !pthread_mutex_trylock(&d->lock)) {
 			n = dp_progress(d);
 			busy = dp_busy(d->proto);
 			pthread_mutex_unlock(&d->lock);

@@ -35,13 +35,16 @@ static int port_check(struct dp *d, struct rte_eth_dev_info *di)
 		char said[520];
 
 		dp_eal_said(said, sizeof(said));
-		return h->fail(ZAP_ENOTAVAIL, "dpdk: ZAP_DPDK_PORT=%u: no such port (the EAL "
-			       "found %u); EAL said: %s", d->port, rte_eth_dev_count_avail(),
-			       said);
+		return h->fail(ZAP_ENOTAVAIL,
+			       "dpdk: ZAP_DPDK_PORT=%u: no such port (the EAL "
+			       "found %u); EAL said: %s",
+			       d->port, rte_eth_dev_count_avail(), said);
 	}
 	if (dp_ports[d->port].in_use)
-		return h->fail(-EBUSY, "dpdk: port %u is in use by another open transport in "
-			       "this process", d->port);
+		return h->fail(-EBUSY,
+			       "dpdk: port %u is in use by another open transport in "
+			       "this process",
+			       d->port);
 	rc = rte_eth_dev_info_get(d->port, di);
 	if (rc)
 		return h->fail(-EIO, "dpdk: rte_eth_dev_info_get(%u): %s", d->port,
@@ -65,16 +68,19 @@ static int port_pool(struct dp *d)
 	/* One frame per mbuf: room for the MTU, the Ethernet header and our
 	 * 2-byte alignment shift. */
 	room = RTE_PKTMBUF_HEADROOM + 2 +
-	       (uint32_t)(d->conf.mtu + DP_ETH_HLEN + 4 > 2048 ? d->conf.mtu + DP_ETH_HLEN + 4
-								: 2048);
+	       (uint32_t)(d->conf.mtu + DP_ETH_HLEN + 4 > 2048
+				  ? d->conf.mtu + DP_ETH_HLEN + 4
+				  : 2048);
 	snprintf(name, sizeof(name), "zap_dp_%u", d->port);
 	/* NUMA-local to the port; hugepages unless --no-huge. */
-	pt->mp = rte_pktmbuf_pool_create(name, (unsigned)d->conf.mbufs, 256, 0, (uint16_t)room,
-					 d->socket);
+	pt->mp = rte_pktmbuf_pool_create(name, (unsigned)d->conf.mbufs, 256, 0,
+					 (uint16_t)room, d->socket);
 	if (!pt->mp)
-		return d->host->fail(-ENOMEM, "dpdk: rte_pktmbuf_pool_create(%llu mbufs of %u "
-				     "bytes, socket %d): %s", (unsigned long long)d->conf.mbufs,
-				     room, d->socket, rte_strerror(rte_errno));
+		return d->host->fail(-ENOMEM,
+				     "dpdk: rte_pktmbuf_pool_create(%llu mbufs of %u "
+				     "bytes, socket %d): %s",
+				     (unsigned long long)d->conf.mbufs, room, d->socket,
+				     rte_strerror(rte_errno));
 	pt->nmbufs = (unsigned)d->conf.mbufs;
 	dp_gpu_register(d->host, d->port);
 out:
@@ -101,12 +107,12 @@ static int port_configure(struct dp *d, const struct rte_eth_dev_info *di)
 		conf.rxmode.offloads = want_rx;
 	rc = rte_eth_dev_configure(d->port, 1, 1, &conf);
 	if (rc)
-		return h->fail(-EIO, "dpdk: rte_eth_dev_configure(port %u, %s): %s", d->port,
-			       di->driver_name, rte_strerror(-rc));
+		return h->fail(-EIO, "dpdk: rte_eth_dev_configure(port %u, %s): %s",
+			       d->port, di->driver_name, rte_strerror(-rc));
 	rc = rte_eth_dev_set_mtu(d->port, (uint16_t)d->conf.mtu);
 	if (rc && rc != -ENOTSUP)
-		h->log(ZAP_LOG_DEBUG, DP_DOM, "rte_eth_dev_set_mtu(%u, %llu): %s", d->port,
-		       (unsigned long long)d->conf.mtu, rte_strerror(-rc));
+		h->log(ZAP_LOG_DEBUG, DP_DOM, "rte_eth_dev_set_mtu(%u, %llu): %s",
+		       d->port, (unsigned long long)d->conf.mtu, rte_strerror(-rc));
 	rte_eth_dev_adjust_nb_rx_tx_desc(d->port, &nrx, &ntx);
 	rc = rte_eth_rx_queue_setup(d->port, 0, nrx, (unsigned)d->socket, NULL, d->mp);
 	if (!rc)
@@ -128,9 +134,10 @@ static int port_run(struct dp *d, const struct rte_eth_dev_info *di)
 	while ((rc = rte_eth_dev_start(d->port)) != 0 && now_ns() < deadline)
 		usleep(20000);
 	if (rc)
-		return d->host->fail(-EIO, "dpdk: rte_eth_dev_start(port %u, %s): %s (for %llu "
-				     "ms, ZAP_DPDK_START_TIMEOUT_MS)", d->port, di->driver_name,
-				     rte_strerror(-rc),
+		return d->host->fail(-EIO,
+				     "dpdk: rte_eth_dev_start(port %u, %s): %s (for %llu "
+				     "ms, ZAP_DPDK_START_TIMEOUT_MS)",
+				     d->port, di->driver_name, rte_strerror(-rc),
 				     (unsigned long long)d->conf.start_timeout_ms);
 	rte_eth_macaddr_get(d->port, &mac);
 	memcpy(d->loc.mac, mac.addr_bytes, 6);
@@ -189,7 +196,8 @@ void dp_port_link_watch(struct dp *d, uint64_t *down_since)
 	rte_eth_dev_stop(d->port);
 	rc = rte_eth_dev_start(d->port);
 	pthread_mutex_unlock(&d->lock);
-	d->host->log(ZAP_LOG_DEBUG, DP_DOM, "port %u link down for 500 ms: restarted it (%s)",
-		     d->port, rc ? rte_strerror(-rc) : "ok");
+	d->host->log(ZAP_LOG_DEBUG, DP_DOM,
+		     "port %u link down for 500 ms: restarted it (%s)", d->port,
+		     rc ? rte_strerror(-rc) : "ok");
 	*down_since = now;
 }

@@ -155,7 +155,8 @@ static void peer_remove(struct dp_proto *p, struct dp_peer *e, uint64_t now)
 	dpp_tx_reset(p, e);
 	if (e->ids.rx_epoch_known || e->ids.rx_lost) {
 		/* Keep its stream ids a while (the last DP_GHOSTS forgotten). */
-		p->ghosts[p->ghost_next] = (struct dp_ghost){ e->addr, true, e->ids, now };
+		p->ghosts[p->ghost_next] = (struct dp_ghost){ e->addr, true, e->ids,
+							      now };
 		p->ghost_next = (p->ghost_next + 1) % DP_GHOSTS;
 	}
 	while (*pp != e)
@@ -193,7 +194,8 @@ static void peer_unghost(struct dp_proto *p, struct dp_peer *e, uint64_t now)
 {
 	for (unsigned i = 0; i < DP_GHOSTS; i++) {
 		/* The newest record of it, if it was forgotten before. */
-		struct dp_ghost *g = &p->ghosts[(p->ghost_next + DP_GHOSTS - 1 - i) % DP_GHOSTS];
+		struct dp_ghost *g =
+			&p->ghosts[(p->ghost_next + DP_GHOSTS - 1 - i) % DP_GHOSTS];
 
 		if (g->used && g->addr.ip == e->addr.ip && g->addr.port == e->addr.port) {
 			/* Not for ever: a peer whose epoch clashes with an
@@ -290,8 +292,8 @@ bool dp_busy(const struct dp_proto *p)
 	return p->st.unacked_frames || p->st.early_frames || p->st.reasm_bytes;
 }
 
-void dp_input(struct dp_proto *p, struct dp_addr from, void *frame,
-	      const uint8_t *b, size_t len, uint64_t now)
+void dp_input(struct dp_proto *p, struct dp_addr from, void *frame, const uint8_t *b,
+	      size_t len, uint64_t now)
 {
 	if (len < DP_HDR_LEN || rd16(b) != DP_MAGIC || b[2] != DP_VERSION) {
 		dpp_frame_drop(p, frame);

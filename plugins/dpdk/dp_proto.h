@@ -111,17 +111,17 @@ struct dp_addr {
 };
 
 struct dp_proto_cfg {
-	uint32_t payload_max;     /* message bytes per DATA frame */
-	uint32_t window;          /* unacknowledged frames per peer, <= DP_WIN_MAX */
-	uint64_t max_msg;         /* largest message accepted (<= UINT32_MAX) */
+	uint32_t payload_max; /* message bytes per DATA frame */
+	uint32_t window;      /* unacknowledged frames per peer, <= DP_WIN_MAX */
+	uint64_t max_msg;     /* largest message accepted (<= UINT32_MAX) */
 	uint64_t rto_min_ns, rto_max_ns;
 	uint64_t peer_timeout_ns; /* no progress for this long: give up */
 	uint32_t max_peers;
-	uint64_t reasm_cap;       /* bytes of partial messages, all peers */
-	uint32_t hold_max;	  /* early frames held, all peers (0: no cap) */
-	uint32_t hold_peer_max;	  /* early frames held per peer (0: DP_WIN_MAX) */
-	uint64_t seed;            /* for stream ids */
-	uint8_t secret[16];	  /* cookie key: random per process */
+	uint64_t reasm_cap;     /* bytes of partial messages, all peers */
+	uint32_t hold_max;      /* early frames held, all peers (0: no cap) */
+	uint32_t hold_peer_max; /* early frames held per peer (0: DP_WIN_MAX) */
+	uint64_t seed;          /* for stream ids */
+	uint8_t secret[16];     /* cookie key: random per process */
 };
 
 /* How the protocol reaches frames and the application (the I/O layer). */
@@ -143,9 +143,9 @@ struct dp_proto_ops {
 
 struct dp_stats {
 	uint32_t peers;
-	uint32_t early_frames;    /* held out of order */
-	uint32_t unacked_frames;  /* held for retransmission */
-	uint64_t reasm_bytes;     /* held by partial messages */
+	uint32_t early_frames;   /* held out of order */
+	uint32_t unacked_frames; /* held for retransmission */
+	uint64_t reasm_bytes;    /* held by partial messages */
 	uint64_t delivered, retransmits, dups, dropped, acks_sent;
 	uint64_t partials_dropped, peers_reset;
 	uint64_t challenges;   /* CHALLENGE frames sent (unproven sources) */
@@ -174,8 +174,8 @@ void dp_proto_free(struct dp_proto *p);
  * way (wait and retry); -EAGAIN when the peer table is full of live peers;
  * -EMSGSIZE above max_msg; -ENOMEM.
  */
-int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len,
-		  struct dp_send *s, uint64_t now);
+int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len, struct dp_send *s,
+		  uint64_t now);
 /* What dp_send_step() returns when it does not fail. */
 enum dp_send_status {
 	DP_SEND_WAIT = 0, /* window or frames exhausted: poll, call again */
@@ -191,15 +191,14 @@ enum dp_send_status {
  * dropped part of this message), or a pause of more than peer_timeout in
  * the middle of the message (the receiver drops a partial message then).
  */
-int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
-		 uint64_t now);
+int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf, uint64_t now);
 /* Finish (or abandon) @s. An abandoned message is discarded by the
  * receiver when the next one to it starts. */
 void dp_send_end(struct dp_proto *p, struct dp_send *s);
 
 /* One received UDP payload from @from. Takes @frame (freed or delivered). */
-void dp_input(struct dp_proto *p, struct dp_addr from, void *frame,
-	      const uint8_t *b, size_t len, uint64_t now);
+void dp_input(struct dp_proto *p, struct dp_addr from, void *frame, const uint8_t *b,
+	      size_t len, uint64_t now);
 /* Send the acknowledgements due (call after a batch of dp_input()). */
 void dp_flush_acks(struct dp_proto *p);
 /* Retransmit, give up silent peers, drop stale partial messages, forget

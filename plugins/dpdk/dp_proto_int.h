@@ -69,12 +69,12 @@ struct dp_peer {
 	bool ack_queued, ack_due, rst_due;
 	unsigned pins;
 	bool tx_owned;
-	uint64_t last_ns;            /* last activity either way */
+	uint64_t last_ns; /* last activity either way */
 
 	/* send stream (its id: see dpp_next_conn()) */
 	uint32_t tx_conn, snd_una, snd_nxt;
 	uint64_t tx_cookie;   /* the peer's cookie for tx_conn (0: none yet) */
-	bool tx_proven;	      /* the peer acknowledged tx_conn: adopted */
+	bool tx_proven;       /* the peer acknowledged tx_conn: adopted */
 	uint64_t progress_ns; /* last time snd_una moved (or the window filled) */
 	uint64_t srtt, rttvar, rto;
 	struct dp_txslot tx[DP_WIN_MAX];
@@ -103,12 +103,19 @@ struct dp_proto {
 	struct dp_stats st;
 };
 
-static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint16_t rd16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
 static inline uint32_t rd32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
-static inline void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static inline void wr16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
 static inline void wr32(uint8_t *p, uint32_t v)
 {
 	wr16(p, (uint16_t)(v >> 16));
@@ -125,7 +132,10 @@ static inline void wr64(uint8_t *p, uint64_t v)
 }
 
 /* Sequence arithmetic modulo 2^32. */
-static inline int32_t seq_diff(uint32_t a, uint32_t b) { return (int32_t)(a - b); }
+static inline int32_t seq_diff(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b);
+}
 
 /* dp_proto.c: peers and stream ids */
 uint32_t dpp_next_conn(struct dp_proto *p);

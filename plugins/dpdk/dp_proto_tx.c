@@ -31,8 +31,8 @@ void dpp_tx_reset(struct dp_proto *p, struct dp_peer *e)
 	e->rto = p->cfg.rto_min_ns;
 }
 
-int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len,
-		  struct dp_send *s, uint64_t now)
+int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len, struct dp_send *s,
+		  uint64_t now)
 {
 	struct dp_peer *e;
 
@@ -45,7 +45,8 @@ int dp_send_begin(struct dp_proto *p, struct dp_addr to, uint64_t len,
 		return -EBUSY;
 	/* After a long silence the peer may have forgotten this stream (it
 	 * forgets idle peers): start a new one, which it adopts at seq 0. */
-	if (e->snd_una == e->snd_nxt && e->snd_nxt && now - e->last_ns > p->cfg.peer_timeout_ns)
+	if (e->snd_una == e->snd_nxt && e->snd_nxt &&
+	    now - e->last_ns > p->cfg.peer_timeout_ns)
 		dpp_tx_reset(p, e);
 	e->tx_owned = true;
 	e->pins++;
@@ -62,8 +63,7 @@ void dp_send_end(struct dp_proto *p, struct dp_send *s)
 	s->peer = NULL;
 }
 
-static void xmit(struct dp_proto *p, struct dp_peer *e, struct dp_txslot *t,
-		 uint64_t now)
+static void xmit(struct dp_proto *p, struct dp_peer *e, struct dp_txslot *t, uint64_t now)
 {
 	t->last_ns = now;
 	p->ops.frame_xmit(p->ops.user, e->addr, t->frame, t->len);
@@ -117,8 +117,7 @@ static void data_header(uint8_t *b, const struct dp_peer *e, const struct dp_sen
 	wr64(b + 24, e->tx_cookie);
 }
 
-int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf,
-		 uint64_t now)
+int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf, uint64_t now)
 {
 	struct dp_peer *e = s->peer;
 	int rc = send_resume(p, s, now);

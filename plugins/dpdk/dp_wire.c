@@ -93,9 +93,8 @@ static enum dp_frame_kind parse_arp(const uint8_t *a, size_t len,
 	return DP_FRAME_ARP;
 }
 
-enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len,
-				 const struct dp_local *loc, unsigned trust,
-				 struct dp_frame_info *info)
+enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len, const struct dp_local *loc,
+				 unsigned trust, struct dp_frame_info *info)
 {
 	const uint8_t *ip, *udp;
 	size_t ihl, tot, ulen;
@@ -126,7 +125,8 @@ enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len,
 		return drop(info, "IPv4 fragment");
 	if (ip[9] != IPPROTO_UDP_)
 		return drop(info, "not UDP");
-	if (!(trust & DP_TRUST_IP_CSUM) && dp_csum_fold(dp_csum_add(0, ip, ihl)) != 0xffff)
+	if (!(trust & DP_TRUST_IP_CSUM) &&
+	    dp_csum_fold(dp_csum_add(0, ip, ihl)) != 0xffff)
 		return drop(info, "bad IPv4 checksum");
 	if (rd32(ip + 16) != loc->ip)
 		return drop(info, "not our IPv4 address");
@@ -151,9 +151,9 @@ enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len,
 	return DP_FRAME_UDP;
 }
 
-size_t dp_wire_udp(uint8_t *f, const uint8_t src_mac[6],
-		   const uint8_t dst_mac[6], uint32_t src_ip, uint32_t dst_ip,
-		   uint16_t src_port, uint16_t dst_port, size_t payload_len)
+size_t dp_wire_udp(uint8_t *f, const uint8_t src_mac[6], const uint8_t dst_mac[6],
+		   uint32_t src_ip, uint32_t dst_ip, uint16_t src_port, uint16_t dst_port,
+		   size_t payload_len)
 {
 	uint8_t *ip = f + DP_ETH_HLEN, *udp = ip + DP_IP_HLEN;
 
@@ -163,7 +163,7 @@ size_t dp_wire_udp(uint8_t *f, const uint8_t src_mac[6],
 	ip[0] = 0x45;
 	ip[1] = 0;
 	wr16(ip + 2, (uint16_t)(DP_IP_HLEN + DP_UDP_HLEN + payload_len));
-	wr16(ip + 4, 0);      /* id: never fragmented, DF set */
+	wr16(ip + 4, 0); /* id: never fragmented, DF set */
 	wr16(ip + 6, 0x4000);
 	ip[8] = 64;
 	ip[9] = IPPROTO_UDP_;
@@ -216,8 +216,8 @@ size_t dp_wire_arp(uint8_t *f, uint16_t op, const uint8_t sha[6], uint32_t spa,
  * @sep and nothing else: no blanks, signs or trailing bytes (sscanf would
  * take "1. 2.3.4" or "1.+2.3.4").
  */
-static int parse_fields(const char *s, int n, char sep, int base, int width,
-			unsigned max, unsigned *out)
+static int parse_fields(const char *s, int n, char sep, int base, int width, unsigned max,
+			unsigned *out)
 {
 	if (!s)
 		return -EINVAL;

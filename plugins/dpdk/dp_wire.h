@@ -38,7 +38,7 @@ struct dp_local {
 };
 
 struct dp_frame_info {
-	const char *why;      /* DP_FRAME_DROP: a static reason */
+	const char *why; /* DP_FRAME_DROP: a static reason */
 	uint8_t src_mac[6];
 	uint32_t src_ip;
 	uint16_t src_port;
@@ -56,9 +56,8 @@ struct dp_frame_info {
  * zero UDP checksum counts as bad: this transport always sends one), and
  * datagrams for another address or port are DP_FRAME_DROP with info->why.
  */
-enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len,
-				 const struct dp_local *loc, unsigned trust,
-				 struct dp_frame_info *info);
+enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len, const struct dp_local *loc,
+				 unsigned trust, struct dp_frame_info *info);
 
 /*
  * Write Ethernet, IPv4 and UDP headers in front of a UDP payload of
@@ -66,9 +65,9 @@ enum dp_frame_kind dp_wire_parse(const uint8_t *f, size_t len,
  * are left 0: the caller fills them (dp_wire_csum(), rte_*_cksum or NIC
  * offload). Return the frame length.
  */
-size_t dp_wire_udp(uint8_t *f, const uint8_t src_mac[6],
-		   const uint8_t dst_mac[6], uint32_t src_ip, uint32_t dst_ip,
-		   uint16_t src_port, uint16_t dst_port, size_t payload_len);
+size_t dp_wire_udp(uint8_t *f, const uint8_t src_mac[6], const uint8_t dst_mac[6],
+		   uint32_t src_ip, uint32_t dst_ip, uint16_t src_port, uint16_t dst_port,
+		   size_t payload_len);
 
 /* Fill both checksums of a frame dp_wire_udp() built, in software. */
 void dp_wire_csum(uint8_t *f);

@@ -48,7 +48,8 @@ static void fill_caps(const struct dp *d, struct zap_caps *c)
 
 /* What probe can judge of a loaded configuration @c: ZAP_PROBE_OK with
  * *@eal the EAL's state, or ZAP_PROBE_ERROR with the reason. */
-static enum zap_probe_result probe_check(const struct dp_conf *c, struct zap_probe_info *pi,
+static enum zap_probe_result probe_check(const struct dp_conf *c,
+					 struct zap_probe_info *pi,
 					 enum dp_eal_state *eal)
 {
 	char why[768];
@@ -56,14 +57,14 @@ static enum zap_probe_result probe_check(const struct dp_conf *c, struct zap_pro
 	*eal = dp_eal_state(why, sizeof(why));
 	switch (*eal) {
 	case DP_EAL_FAILED:
-		snprintf(pi->reason, sizeof(pi->reason), "EAL failed earlier in this process: %.200s",
-			 why);
+		snprintf(pi->reason, sizeof(pi->reason),
+			 "EAL failed earlier in this process: %.200s", why);
 		return ZAP_PROBE_ERROR;
 	case DP_EAL_RUNNING:
 		/* The EAL already runs here (an earlier open): ask it. */
 		if (!rte_eth_dev_is_valid_port((uint16_t)c->port)) {
-			snprintf(pi->reason, sizeof(pi->reason), "ZAP_DPDK_PORT=%u: no such port",
-				 c->port);
+			snprintf(pi->reason, sizeof(pi->reason),
+				 "ZAP_DPDK_PORT=%u: no such port", c->port);
 			return ZAP_PROBE_ERROR;
 		}
 		return ZAP_PROBE_OK;
@@ -96,8 +97,10 @@ static enum zap_probe_result dp_probe(const struct zap_host *h, struct zap_probe
 	res = probe_check(&c, pi, &eal);
 	if (res != ZAP_PROBE_OK)
 		return res;
-	dp_format_peer(ipbuf, sizeof(ipbuf), c.ip, c.udp_port > 0 ? (uint16_t)c.udp_port : 0);
-	snprintf(pi->reason, sizeof(pi->reason), "configured: port %u, %s%s", c.port, ipbuf,
+	dp_format_peer(ipbuf, sizeof(ipbuf), c.ip,
+		       c.udp_port > 0 ? (uint16_t)c.udp_port : 0);
+	snprintf(pi->reason, sizeof(pi->reason), "configured: port %u, %s%s", c.port,
+		 ipbuf,
 		 eal == DP_EAL_RUNNING ? " (EAL running)" : " (the EAL starts at open)");
 	snprintf(pi->detail, sizeof(pi->detail),
 		 "EAL arguments: %.600s\nport: %u\nlocal address: %s (port 0: from the listen "
@@ -158,8 +161,8 @@ static int dp_new(const struct zap_host *h, const struct zap_open_args *args,
 	d->loc.ip = d->conf.ip;
 	dp_parse_ip_port(args->listen, &lip, &lport);
 	d->loc.port = d->conf.udp_port > 0 ? (uint16_t)d->conf.udp_port
-		      : lport			 ? lport
-						 : DP_DEFAULT_UDP_PORT;
+		      : lport              ? lport
+					   : DP_DEFAULT_UDP_PORT;
 	/* The wire carries 32-bit message lengths. */
 	d->max_msg = args->max_msg_size < UINT32_MAX ? args->max_msg_size : UINT32_MAX;
 	if (d->conf.reasm_bytes < d->max_msg)
@@ -203,13 +206,15 @@ static int proto_setup(struct dp *d)
 
 static int pool_setup(struct dp *d, const struct zap_open_args *args)
 {
-	struct zap_pool_backing backing = { .size = sizeof(backing), .alloc = mem_alloc,
+	struct zap_pool_backing backing = { .size = sizeof(backing),
+					    .alloc = mem_alloc,
 					    .free = mem_free,
 					    .user = &dp_ports[d->port].socket };
 
 	return d->host->pool_new(&backing,
 				 args->pool_bytes ? args->pool_bytes : d->conf.pool_bytes,
-				 d->max_msg < d->conf.pool_bytes ? d->max_msg : d->conf.pool_bytes,
+				 d->max_msg < d->conf.pool_bytes ? d->max_msg
+								 : d->conf.pool_bytes,
 				 &d->pool);
 }
 
@@ -254,11 +259,13 @@ static int dp_open(const struct zap_host *h, const struct zap_open_args *args, v
 	rc = rc ? rc : service_start(d);
 	if (rc)
 		goto fail;
-	h->log(ZAP_LOG_INFO, DP_DOM, "port %u (%s) %02x:%02x:%02x:%02x:%02x:%02x, %u.%u.%u.%u:%u,"
-	       " checksums %s", d->port, d->driver, d->loc.mac[0], d->loc.mac[1], d->loc.mac[2],
+	h->log(ZAP_LOG_INFO, DP_DOM,
+	       "port %u (%s) %02x:%02x:%02x:%02x:%02x:%02x, %u.%u.%u.%u:%u,"
+	       " checksums %s",
+	       d->port, d->driver, d->loc.mac[0], d->loc.mac[1], d->loc.mac[2],
 	       d->loc.mac[3], d->loc.mac[4], d->loc.mac[5], d->loc.ip >> 24,
-	       (d->loc.ip >> 16) & 0xff, (d->loc.ip >> 8) & 0xff, d->loc.ip & 0xff, d->loc.port,
-	       d->tx_csum_offload ? "offloaded" : "in software");
+	       (d->loc.ip >> 16) & 0xff, (d->loc.ip >> 8) & 0xff, d->loc.ip & 0xff,
+	       d->loc.port, d->tx_csum_offload ? "offloaded" : "in software");
 	*tp = d;
 	return 0;
 fail:
@@ -364,10 +371,13 @@ static int dp_send(void *tp, const char *peer, const void *buf, size_t len,
 	int rc;
 
 	if (dp_parse_ip_port(peer, &ip, &port) || !ip || !port)
-		return d->host->fail(-EINVAL, "dpdk: bad peer \"%s\" (want a.b.c.d:port)", peer);
+		return d->host->fail(-EINVAL, "dpdk: bad peer \"%s\" (want a.b.c.d:port)",
+				     peer);
 	if (len > d->max_msg)
-		return d->host->fail(-EMSGSIZE, "dpdk: %zu bytes exceed the maximum message size "
-				     "%llu", len, (unsigned long long)d->max_msg);
+		return d->host->fail(-EMSGSIZE,
+				     "dpdk: %zu bytes exceed the maximum message size "
+				     "%llu",
+				     len, (unsigned long long)d->max_msg);
 	if (atomic_load(&d->shut))
 		return -ESHUTDOWN;
 	rc = d->host->ctx_err(ctx);
@@ -377,7 +387,8 @@ static int dp_send(void *tp, const char *peer, const void *buf, size_t len,
 	rc = dp_resolve(d, ip, peer, ctx);
 	idle = now_ns();
 	while (!rc) {
-		rc = dp_send_begin(d->proto, (struct dp_addr){ ip, port }, len, &s, now_ns());
+		rc = dp_send_begin(d->proto, (struct dp_addr){ ip, port }, len, &s,
+				   now_ns());
 		if (rc != -EBUSY && rc != -EAGAIN)
 			break;
 		/* another thread is sending to this peer: wait */
@@ -388,10 +399,11 @@ static int dp_send(void *tp, const char *peer, const void *buf, size_t len,
 	rc = send_fragments(d, &s, buf, ctx);
 	dp_send_end(d->proto, &s);
 	if (rc == -ECONNRESET)
-		rc = d->host->fail(-ECONNRESET, "dpdk: the message to %s was lost: the "
+		rc = d->host->fail(-ECONNRESET,
+				   "dpdk: the message to %s was lost: the "
 				   "peer reset the stream, or one side was silent for over "
-				   "%llu ms (ZAP_DPDK_PEER_TIMEOUT_MS)", peer,
-				   (unsigned long long)d->conf.peer_timeout_ms);
+				   "%llu ms (ZAP_DPDK_PEER_TIMEOUT_MS)",
+				   peer, (unsigned long long)d->conf.peer_timeout_ms);
 out:
 	pthread_mutex_unlock(&d->lock);
 	return rc;

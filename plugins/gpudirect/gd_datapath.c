@@ -27,7 +27,8 @@ static int gd_post_send(void *qp, uint64_t wr_id, const void *src, size_t len,
 {
 	struct gd_qp *q = qp;
 	struct ibv_sge sge = {
-		.addr = (uint64_t)(uintptr_t)src, .length = (uint32_t)len,
+		.addr = (uint64_t)(uintptr_t)src,
+		.length = (uint32_t)len,
 		.lkey = (uint32_t)key,
 	};
 	struct ibv_send_wr wr = {
@@ -45,7 +46,8 @@ static int gd_post_recv(void *qp, uint64_t wr_id, uint32_t slot)
 	struct gd_qp *q = qp;
 	struct ibv_sge sge = {
 		.addr = q->slot_mem + (uint64_t)slot * q->slot_bytes,
-		.length = q->slot_bytes, .lkey = q->slot_mr->lkey,
+		.length = q->slot_bytes,
+		.lkey = q->slot_mr->lkey,
 	};
 	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
 	int rc = ibv_post_recv(q->qp, &wr, &bad);
@@ -60,7 +62,8 @@ static int gd_post_credit(void *qp, uint64_t wr_id, uint64_t consumed)
 	 * sq_depth are in flight: each source word is free when reused. */
 	uint64_t *src = &q->credit[1 + (wr_id & 0xffffffffu) % q->sq_depth];
 	struct ibv_sge sge = {
-		.addr = (uint64_t)(uintptr_t)src, .length = sizeof(*src),
+		.addr = (uint64_t)(uintptr_t)src,
+		.length = sizeof(*src),
 		.lkey = q->credit_mr->lkey,
 	};
 	struct ibv_send_wr wr = {
@@ -101,7 +104,8 @@ static int poll_some(struct gd_qp *q, struct gd_cqe *out, int max)
 		return post_err(q, "ibv_poll_cq", -n);
 	for (int i = 0; i < n; i++) {
 		out[i].wr_id = wc[i].wr_id;
-		out[i].status = wc[i].status == IBV_WC_SUCCESS ? 0 : wc_errno(wc[i].status);
+		out[i].status = wc[i].status == IBV_WC_SUCCESS ? 0
+							       : wc_errno(wc[i].status);
 		out[i].why = ibv_wc_status_str(wc[i].status);
 		out[i].byte_len = wc[i].byte_len;
 		out[i].imm = wc[i].wc_flags & IBV_WC_WITH_IMM ? ntohl(wc[i].imm_data) : 0;
@@ -172,7 +176,8 @@ static int gd_copy(void *qp, void *dst, const void *src, size_t len)
 
 	if (gd_cu_push(q->dev))
 		return -EIO;
-	r = q->dev->sel.cu->MemcpyDtoD((zcu_ptr)(uintptr_t)dst, (zcu_ptr)(uintptr_t)src, len);
+	r = q->dev->sel.cu->MemcpyDtoD((zcu_ptr)(uintptr_t)dst, (zcu_ptr)(uintptr_t)src,
+				       len);
 	gd_cu_pop(q->dev);
 	if (r != ZCU_SUCCESS) {
 		gd_cu_fail_log(q->dev, "cuMemcpyDtoD", r);

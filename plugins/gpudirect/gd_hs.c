@@ -23,10 +23,10 @@
 
 enum hs_phase {
 	HS_FREE = 0,
-	HS_HDR,	 /* reading the peer's header */
+	HS_HDR,  /* reading the peer's header */
 	HS_BODY, /* reading its body */
-	HS_OUT,	 /* pair built: writing ours and the confirmation */
-	HS_OK,	 /* reading the peer's confirmation */
+	HS_OUT,  /* pair built: writing ours and the confirmation */
+	HS_OK,   /* reading the peer's confirmation */
 };
 
 struct hs {
@@ -68,8 +68,8 @@ int gd_hs_identity(const char *claim, const struct sockaddr *src, unsigned srcle
 		return -EINVAL;
 	}
 	if (zaddr_parse(claim, &c) || !c.port_num) {
-		snprintf(why, wl, "malformed listen address \"%s\" claimed from %s", claim,
-			 from.host);
+		snprintf(why, wl, "malformed listen address \"%s\" claimed from %s",
+			 claim, from.host);
 		return -EINVAL;
 	}
 	fam = from.kind == ZADDR_IPV6 ? AF_INET6 : AF_INET;

@@ -30,7 +30,7 @@
 #define GD_DEFAULT_CHUNK (1u << 20)
 #define GD_DEFAULT_SLOTS 16u
 #define GD_DEFAULT_PEER_PIN (64ull << 20) /* per pair: slots + host staging */
-#define GD_DEFAULT_PIN (4ull << 30)	  /* all pairs */
+#define GD_DEFAULT_PIN (4ull << 30)       /* all pairs */
 #define GD_DEFAULT_HANDSHAKES 128
 #define GD_DEFAULT_HANDSHAKE_MS 10000
 
@@ -79,8 +79,10 @@ void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
 	if (!r) {
 		/* The slot stays taken (one credit less) rather than risk a
 		 * repost from inside the engine's lock. */
-		t->host->log(ZAP_LOG_ERROR, "gpudirect", "out of memory: dropped a "
-			     "message from %s", p->key);
+		t->host->log(ZAP_LOG_ERROR, "gpudirect",
+			     "out of memory: dropped a "
+			     "message from %s",
+			     p->key);
 		if (d->slot < 0 && d->buf.handle)
 			((struct zap_buffer *)d->buf.handle)->release(d->buf.handle);
 		return;
@@ -131,8 +133,10 @@ static int read_env(const struct zap_host *host, uint64_t *chunk, uint64_t *slot
 			    600000, &l->hs_ms))
 		return -EINVAL;
 	if (*chunk & (*chunk - 1))
-		return host->fail(-EINVAL, "ZAP_GPUDIRECT_CHUNK_BYTES=%llu is not a "
-				  "power of two", (unsigned long long)*chunk);
+		return host->fail(-EINVAL,
+				  "ZAP_GPUDIRECT_CHUNK_BYTES=%llu is not a "
+				  "power of two",
+				  (unsigned long long)*chunk);
 	/* A pair pins our receive slots and one staging buffer at least. */
 	if (*slots * *chunk + *chunk > l->peer_pin)
 		return host->fail(
@@ -228,7 +232,8 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	pthread_mutex_init(&t->dial_mx, NULL);
 	pthread_cond_init(&t->cv, NULL);
 	while (!t->instance)
-		if (getrandom(&t->instance, sizeof(t->instance), 0) != sizeof(t->instance))
+		if (getrandom(&t->instance, sizeof(t->instance), 0) !=
+		    sizeof(t->instance))
 			t->instance = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
 	rc = gd_dev_open(host, &t->dev);
 	if (rc)
@@ -340,8 +345,10 @@ static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
 	gd_conn_put(c);
 	if (rc && rc != -ECANCELED && rc != -ETIMEDOUT && rc != -ESHUTDOWN &&
 	    rc != -EMSGSIZE)
-		return t->host->fail(rc, "gpudirect: send to %s failed: %s (the pair "
-				     "is rebuilt on the next send)", peer, strerror(-rc));
+		return t->host->fail(rc,
+				     "gpudirect: send to %s failed: %s (the pair "
+				     "is rebuilt on the next send)",
+				     peer, strerror(-rc));
 	return rc;
 }
 

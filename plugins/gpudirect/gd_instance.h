@@ -48,11 +48,11 @@ struct gd_tp;
 
 /* One queue pair to one peer; owned by its engine (freed with it). */
 struct gd_peer {
-	struct gd_peer *next;    /* in gd_tp.peers, under gd_tp.mx */
+	struct gd_peer *next; /* in gd_tp.peers, under gd_tp.mx */
 	struct gd_tp *tp;
-	struct gd_conn *conn;    /* the table's reference */
+	struct gd_conn *conn; /* the table's reference */
 	struct gd_qp *qp;
-	char key[ZAP_PEER_MAX];  /* peer string sends name it by */
+	char key[ZAP_PEER_MAX]; /* peer string sends name it by */
 	uint64_t instance;
 	uint64_t pinned;  /* bytes reserved in *pinctr */
 	uint64_t *pinctr; /* the device's count (gd_dev_pinned()) */
@@ -62,7 +62,7 @@ struct gd_peer {
 struct gd_rxmsg {
 	struct zap_msg msg;
 	struct gd_rxmsg *next;
-	struct gd_conn *conn;    /* reference while a slot is held */
+	struct gd_conn *conn; /* reference while a slot is held */
 	int32_t slot;
 	struct zap_buffer *buf;
 	char peer[ZAP_PEER_MAX];
@@ -84,10 +84,10 @@ struct gd_tp {
 	char addr[ZAP_PEER_MAX];  /* sendable */
 	pthread_t accept_th, prog_th;
 	bool threads;
-	pthread_mutex_t dial_mx;  /* one dial at a time */
-	pthread_mutex_t mx;       /* peers, shut */
-	pthread_mutex_t rx_mx;    /* rx queue, shut; inside engine locks */
-	pthread_cond_t cv;        /* with rx_mx */
+	pthread_mutex_t dial_mx; /* one dial at a time */
+	pthread_mutex_t mx;      /* peers, shut */
+	pthread_mutex_t rx_mx;   /* rx queue, shut; inside engine locks */
+	pthread_cond_t cv;       /* with rx_mx */
 	struct gd_peer *peers;
 	struct gd_rxmsg *rx_head, **rx_tail;
 	bool shut;
@@ -99,8 +99,7 @@ struct gd_tp {
 int gd_listen(struct gd_tp *t, const char *listen_addr);
 /* Connect to @key, bootstrap a pair, add it to the table: its engine,
  * referenced, in *out. Called with dial_mx held. */
-int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
-	    struct gd_conn **out);
+int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx, struct gd_conn **out);
 /* The accept thread: bootstraps incoming pairs until t->wake fires. */
 void *gd_accept_main(void *arg);
 

@@ -80,7 +80,8 @@ int gd_gpu_alloc(struct gd_dev *d, size_t len, zcu_ptr *out, struct ibv_mr **mr)
 	/* The NIC writes behind the GPU's back: make every synchronous CUDA
 	 * copy of this range see those writes (what GPUDirect RDMA asks). */
 	if (r == ZCU_SUCCESS && d->sel.cu->PointerSetAttribute)
-		d->sel.cu->PointerSetAttribute(&one, ZCU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p);
+		d->sel.cu->PointerSetAttribute(&one, ZCU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+					       p);
 	gd_cu_pop(d);
 	if (r != ZCU_SUCCESS) {
 		gd_cu_fail_log(d, "cuMemAlloc", r);

@@ -90,19 +90,22 @@ int gd_boot_header(const uint8_t *hdr, size_t *body_len, char *why, size_t wl)
 	uint16_t body = get16(hdr + 6);
 
 	if (magic != GD_BOOT_MAGIC) {
-		snprintf(why, wl, "not a gpudirect peer (bootstrap magic 0x%08x, "
-			 "expected 0x%08x)", magic, GD_BOOT_MAGIC);
+		snprintf(why, wl,
+			 "not a gpudirect peer (bootstrap magic 0x%08x, "
+			 "expected 0x%08x)",
+			 magic, GD_BOOT_MAGIC);
 		return -EPROTO;
 	}
 	if (ver != GD_BOOT_VERSION) {
-		snprintf(why, wl, "peer speaks gpudirect bootstrap version %u, this "
+		snprintf(why, wl,
+			 "peer speaks gpudirect bootstrap version %u, this "
 			 "endpoint version %u: run the same libzap on both ends",
 			 ver, GD_BOOT_VERSION);
 		return -EPROTONOSUPPORT;
 	}
 	if (body < GD_BOOT_FIXED + 1 || body > GD_BOOT_FIXED + ZAP_PEER_MAX - 1) {
-		snprintf(why, wl, "bootstrap body of %u bytes (expected %u to %u)",
-			 body, GD_BOOT_FIXED + 1, GD_BOOT_FIXED + ZAP_PEER_MAX - 1);
+		snprintf(why, wl, "bootstrap body of %u bytes (expected %u to %u)", body,
+			 GD_BOOT_FIXED + 1, GD_BOOT_FIXED + ZAP_PEER_MAX - 1);
 		return -EPROTO;
 	}
 	*body_len = body;
@@ -115,8 +118,8 @@ static int bad(char *why, size_t wl, const char *field, unsigned long long v)
 	return -EPROTO;
 }
 
-int gd_boot_decode(const uint8_t *buf, size_t len, struct gd_boot *b,
-		   char *why, size_t wl)
+int gd_boot_decode(const uint8_t *buf, size_t len, struct gd_boot *b, char *why,
+		   size_t wl)
 {
 	const uint8_t *p = buf + GD_BOOT_HDR;
 	size_t body, alen;
@@ -130,8 +133,8 @@ int gd_boot_decode(const uint8_t *buf, size_t len, struct gd_boot *b,
 	if (rc)
 		return rc;
 	if (len != GD_BOOT_HDR + body) {
-		snprintf(why, wl, "bootstrap message of %zu bytes, header says %zu",
-			 len, GD_BOOT_HDR + body);
+		snprintf(why, wl, "bootstrap message of %zu bytes, header says %zu", len,
+			 GD_BOOT_HDR + body);
 		return -EPROTO;
 	}
 	memset(b, 0, sizeof(*b));
@@ -182,22 +185,22 @@ struct gd_conn {
 	pthread_mutex_t send_mx; /* one message at a time on the pair */
 	pthread_cond_t cv;
 	int refs;
-	int err;                 /* sticky; 0 while healthy */
+	int err; /* sticky; 0 while healthy */
 	bool shut;
 
 	/* send side */
-	uint64_t sent;           /* data chunks posted, ever */
-	uint64_t peer_consumed;  /* of our chunks, reposted by the peer */
+	uint64_t sent;          /* data chunks posted, ever */
+	uint64_t peer_consumed; /* of our chunks, reposted by the peer */
 	uint32_t sq_used;
-	uint32_t inflight;       /* data chunks posted, not completed */
-	uint32_t *stage_free;    /* stack of free staging slots */
+	uint32_t inflight;    /* data chunks posted, not completed */
+	uint32_t *stage_free; /* stack of free staging slots */
 	uint32_t nstage_free;
 	uint64_t credit_seq;
 
 	/* receive side */
-	uint64_t consumed;       /* our slots reposted, ever */
-	uint64_t credit_sent;    /* last value written to the peer */
-	struct gd_cqe *pend;     /* receive completions not handled yet */
+	uint64_t consumed;    /* our slots reposted, ever */
+	uint64_t credit_sent; /* last value written to the peer */
+	struct gd_cqe *pend;  /* receive completions not handled yet */
 	uint32_t pend_head, npend;
 	bool asm_on;
 	uint32_t asm_n, asm_next;
@@ -250,10 +253,10 @@ static void credit_locked(struct gd_conn *c)
 {
 	int rc;
 
-	if (c->err || c->consumed == c->credit_sent ||
-	    c->sq_used >= c->cfg.sq_depth)
+	if (c->err || c->consumed == c->credit_sent || c->sq_used >= c->cfg.sq_depth)
 		return;
-	rc = c->cfg.ops->post_credit(c->cfg.qp, GD_WR_CREDIT | (c->credit_seq++ % c->cfg.sq_depth),
+	rc = c->cfg.ops->post_credit(c->cfg.qp,
+				     GD_WR_CREDIT | (c->credit_seq++ % c->cfg.sq_depth),
 				     c->consumed);
 	if (rc) {
 		fail_locked(c, rc, "posting a credit update failed");
@@ -503,8 +506,7 @@ static int post_chunk_locked(struct gd_conn *c, const void *src, size_t clen,
 
 /* After the last chunk, or a failure @rc once @posted chunks went out:
  * settle the pair's state and give the send's result. */
-static int finish_send_locked(struct gd_conn *c, int rc, uint64_t posted,
-			      unsigned *spins)
+static int finish_send_locked(struct gd_conn *c, int rc, uint64_t posted, unsigned *spins)
 {
 	/*
 	 * A message cut short cannot be taken back: the pair is failed (the
@@ -530,8 +532,7 @@ static int finish_send_locked(struct gd_conn *c, int rc, uint64_t posted,
 	return rc;
 }
 
-int gd_conn_send(struct gd_conn *c, const void *buf, size_t len,
-		 struct zap_ctx *ctx)
+int gd_conn_send(struct gd_conn *c, const void *buf, size_t len, struct zap_ctx *ctx)
 {
 	size_t sb = c->cfg.peer_slot_bytes, off = 0;
 	uint64_t n = len ? (len + sb - 1) / sb : 1;
@@ -553,8 +554,8 @@ int gd_conn_send(struct gd_conn *c, const void *buf, size_t len,
 		rc = wait_room_locked(c, in_place, clen, ctx, &spins);
 		if (rc)
 			break;
-		rc = post_chunk_locked(c, (const char *)buf + off, clen, imm,
-				       in_place, key);
+		rc = post_chunk_locked(c, (const char *)buf + off, clen, imm, in_place,
+				       key);
 		if (rc)
 			break;
 		posted++;
@@ -599,8 +600,7 @@ int gd_conn_new(const struct gd_conn_cfg *cfg, struct gd_conn **out)
 	int rc = -ENOMEM;
 
 	if (!cfg->slots || cfg->slots > GD_SLOTS_MAX || !cfg->peer_slots ||
-	    !cfg->slot_bytes || !cfg->peer_slot_bytes || !cfg->sq_depth ||
-	    !cfg->stages)
+	    !cfg->slot_bytes || !cfg->peer_slot_bytes || !cfg->sq_depth || !cfg->stages)
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (!c)

@@ -34,8 +34,8 @@
 
 #define GD_BOOT_MAGIC 0x5A474442u /* "ZGDB" */
 #define GD_BOOT_VERSION 1u
-#define GD_BOOT_HDR 8u            /* magic u32, version u16, body length u16 */
-#define GD_BOOT_FIXED 58u         /* body bytes before the listen address */
+#define GD_BOOT_HDR 8u    /* magic u32, version u16, body length u16 */
+#define GD_BOOT_FIXED 58u /* body bytes before the listen address */
 #define GD_BOOT_MAX (GD_BOOT_HDR + GD_BOOT_FIXED + ZAP_PEER_MAX)
 
 #define GD_SLOTS_MAX 4096u
@@ -44,15 +44,15 @@
 
 /* What each end tells the other before the queue pairs connect. */
 struct gd_boot {
-	uint64_t instance;     /* random, non-zero, fixed per endpoint */
-	uint32_t qpn;          /* 24 bits */
-	uint32_t psn;          /* 24 bits */
+	uint64_t instance; /* random, non-zero, fixed per endpoint */
+	uint32_t qpn;      /* 24 bits */
+	uint32_t psn;      /* 24 bits */
 	uint16_t lid;
-	uint8_t mtu;           /* enum ibv_mtu: 1 (256 B) .. 5 (4096 B) */
+	uint8_t mtu; /* enum ibv_mtu: 1 (256 B) .. 5 (4096 B) */
 	uint8_t gid[16];
-	uint32_t slots;        /* receive slots = credits granted */
-	uint32_t slot_bytes;   /* power of two in [GD_SLOT_MIN, GD_SLOT_MAX] */
-	uint64_t credit_addr;  /* where the peer RDMA-writes returned credits */
+	uint32_t slots;       /* receive slots = credits granted */
+	uint32_t slot_bytes;  /* power of two in [GD_SLOT_MIN, GD_SLOT_MAX] */
+	uint64_t credit_addr; /* where the peer RDMA-writes returned credits */
 	uint32_t credit_rkey;
 	char listen[ZAP_PEER_MAX]; /* sender's listen address, non-empty */
 };
@@ -70,8 +70,8 @@ int gd_boot_header(const uint8_t *hdr, size_t *body_len, char *why, size_t wl);
 
 /* Decode a whole message (header + body). Every field is range-checked;
  * the errors are those of gd_boot_header() plus -EPROTO. */
-int gd_boot_decode(const uint8_t *buf, size_t len, struct gd_boot *b,
-		   char *why, size_t wl);
+int gd_boot_decode(const uint8_t *buf, size_t len, struct gd_boot *b, char *why,
+		   size_t wl);
 
 /* ---- the queue-pair interface ---------------------------------------- */
 
@@ -144,14 +144,14 @@ struct gd_delivery {
 };
 
 struct gd_conn_cfg {
-	const struct zap_host *host;  /* log, ctx_err */
-	const char *peer;             /* for log lines (copied) */
+	const struct zap_host *host; /* log, ctx_err */
+	const char *peer;            /* for log lines (copied) */
 	const struct gd_qp_ops *ops;
 	void *qp;
-	uint32_t slots, slot_bytes;   /* ours */
+	uint32_t slots, slot_bytes; /* ours */
 	uint32_t peer_slots, peer_slot_bytes;
-	uint32_t stages;              /* host staging slots of peer_slot_bytes */
-	uint32_t sq_depth;            /* send queue entries */
+	uint32_t stages;   /* host staging slots of peer_slot_bytes */
+	uint32_t sq_depth; /* send queue entries */
 	uint64_t max_msg;
 	/* Called with the lock held; must not call back into the engine
 	 * except gd_conn_get(). */
@@ -174,8 +174,7 @@ void gd_conn_put(struct gd_conn *c);
  * out: the pair stays usable; after: the pair is failed); -ESHUTDOWN; the
  * pair's error (completion error, protocol error).
  */
-int gd_conn_send(struct gd_conn *c, const void *buf, size_t len,
-		 struct zap_ctx *ctx);
+int gd_conn_send(struct gd_conn *c, const void *buf, size_t len, struct zap_ctx *ctx);
 
 /* Handle completions and pending work. Return the pair's error (0 ok). */
 int gd_conn_progress(struct gd_conn *c);

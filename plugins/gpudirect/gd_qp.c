@@ -69,8 +69,9 @@ static int qp_create(struct gd_qp *q)
 	qa.pkey_index = 0;
 	qa.port_num = d->sel.port;
 	qa.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-	rc = ibv_modify_qp(q->qp, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				       IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	rc = ibv_modify_qp(q->qp, &qa,
+			   IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				   IBV_QP_ACCESS_FLAGS);
 	if (rc)
 		return gd_verbs_err(q, "ibv_modify_qp(INIT)", rc);
 	if (ibv_req_notify_cq(q->cq, 0))
@@ -128,7 +129,8 @@ int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer, uint32_t stages)
 	/* Host staging for sends from host memory: a window's worth, within
 	 * what the pair may pin (the caller's plan). */
 	q->stages = stages;
-	if (posix_memalign((void **)&q->stage_mem, 4096, (size_t)q->stages * q->stage_bytes))
+	if (posix_memalign((void **)&q->stage_mem, 4096,
+			   (size_t)q->stages * q->stage_bytes))
 		return -ENOMEM;
 	q->stage_mr = ibv_reg_mr(d->pd, q->stage_mem, (size_t)q->stages * q->stage_bytes,
 				 IBV_ACCESS_LOCAL_WRITE);
@@ -150,22 +152,23 @@ int gd_qp_connect(struct gd_qp *q, const struct gd_boot *peer, uint32_t stages)
 		a.ah_attr.grh.sgid_index = (uint8_t)d->sel.gid_index;
 		a.ah_attr.grh.hop_limit = 64;
 	}
-	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-					      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					      IBV_QP_MAX_DEST_RD_ATOMIC |
-					      IBV_QP_MIN_RNR_TIMER);
+	rc = ibv_modify_qp(q->qp, &a,
+			   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+				   IBV_QP_MIN_RNR_TIMER);
 	if (rc)
 		return gd_verbs_err(q, "ibv_modify_qp(RTR)", rc);
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;   /* 4.096 us * 2^14 = 67 ms per try */
+	a.timeout = 14; /* 4.096 us * 2^14 = 67 ms per try */
 	a.retry_cnt = 7;
-	a.rnr_retry = 7;  /* credits prevent RNR; this only rides out a race */
+	a.rnr_retry = 7; /* credits prevent RNR; this only rides out a race */
 	a.sq_psn = q->psn;
 	a.max_rd_atomic = 1;
-	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-					      IBV_QP_MAX_QP_RD_ATOMIC);
+	rc = ibv_modify_qp(q->qp, &a,
+			   IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				   IBV_QP_MAX_QP_RD_ATOMIC);
 	if (rc)
 		return gd_verbs_err(q, "ibv_modify_qp(RTS)", rc);
 	return 0;

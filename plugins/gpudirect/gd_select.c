@@ -54,8 +54,8 @@ static void pick_gid(struct ibv_context *ctx, struct gd_sel *s, int tbl_len)
 
 /* First active port of @dev (or @want). 1: found, 0: none; @seen lists the
  * states for the reason. */
-static int find_port(struct ibv_device *dev, uint8_t want, struct gd_sel *s,
-		     char *seen, size_t sl)
+static int find_port(struct ibv_device *dev, uint8_t want, struct gd_sel *s, char *seen,
+		     size_t sl)
 {
 	struct ibv_context *ctx = ibv_open_device(dev);
 	struct ibv_device_attr da;
@@ -94,7 +94,8 @@ static int find_port(struct ibv_device *dev, uint8_t want, struct gd_sel *s,
 	if (want && want > da.phys_port_cnt && !found) {
 		used = strlen(seen);
 		snprintf(seen + used, sl - used, "%s%s has %u port(s), not %u",
-			 used ? "; " : "", ibv_get_device_name(dev), da.phys_port_cnt, want);
+			 used ? "; " : "", ibv_get_device_name(dev), da.phys_port_cnt,
+			 want);
 	}
 	ibv_close_device(ctx);
 	return found;
@@ -139,8 +140,8 @@ static enum zap_probe_result pick_port(struct gd_sel *s, char *why, size_t wl)
 	int n = 0, matched = 0;
 
 	if (env && *env && parse_dev_env(env, want, sizeof(want), &port)) {
-		snprintf(why, wl, "ZAP_GPUDIRECT_DEVICE='%s' is not <verbs device>[:<port>]",
-			 env);
+		snprintf(why, wl,
+			 "ZAP_GPUDIRECT_DEVICE='%s' is not <verbs device>[:<port>]", env);
 		return ZAP_PROBE_ERROR;
 	}
 	errno = 0;
@@ -149,11 +150,13 @@ static enum zap_probe_result pick_port(struct gd_sel *s, char *why, size_t wl)
 		int e = errno;
 
 		if (e == ENOSYS)
-			snprintf(why, wl, "no RDMA device: ibv_get_device_list failed "
+			snprintf(why, wl,
+				 "no RDMA device: ibv_get_device_list failed "
 				 "with ENOSYS (%s): the kernel has no RDMA support",
 				 strerror(e));
 		else
-			snprintf(why, wl, "no RDMA device: ibv_get_device_list failed: %s",
+			snprintf(why, wl,
+				 "no RDMA device: ibv_get_device_list failed: %s",
 				 strerror(e));
 		return ZAP_PROBE_NOT_PRESENT;
 	}
@@ -175,8 +178,10 @@ static enum zap_probe_result pick_port(struct gd_sel *s, char *why, size_t wl)
 		}
 	}
 	if (*want && !matched) {
-		snprintf(why, wl, "ZAP_GPUDIRECT_DEVICE='%s': no RDMA device named %s "
-			 "(have: %s)", env, want, names);
+		snprintf(why, wl,
+			 "ZAP_GPUDIRECT_DEVICE='%s': no RDMA device named %s "
+			 "(have: %s)",
+			 env, want, names);
 		r = ZAP_PROBE_ERROR;
 	} else if (*want && port && strstr(seen, "not")) {
 		snprintf(why, wl, "ZAP_GPUDIRECT_DEVICE='%s': %s", env, seen);
@@ -209,12 +214,12 @@ static int hops(const char *a, const char *b)
 	return n;
 }
 
-static int gpu_sysfs(const struct zcu *cu, zcu_device d, char *bus, size_t bl,
-		     char *path)
+static int gpu_sysfs(const struct zcu *cu, zcu_device d, char *bus, size_t bl, char *path)
 {
 	char p[PATH_MAX];
 
-	if (!cu->DeviceGetPCIBusId || cu->DeviceGetPCIBusId(bus, (int)bl, d) != ZCU_SUCCESS)
+	if (!cu->DeviceGetPCIBusId ||
+	    cu->DeviceGetPCIBusId(bus, (int)bl, d) != ZCU_SUCCESS)
 		return -ENOENT;
 	for (char *c = bus; *c; c++)
 		*c = (char)tolower((unsigned char)*c);
@@ -236,7 +241,8 @@ static void pick_gpu(struct gd_sel *s)
 	if (!realpath(p, nic))
 		nic[0] = '\0';
 	if (env && *env) {
-		if (*nic && !gpu_sysfs(cu, s->gpu.dev, s->gpu_bus, sizeof(s->gpu_bus), gpu))
+		if (*nic &&
+		    !gpu_sysfs(cu, s->gpu.dev, s->gpu_bus, sizeof(s->gpu_bus), gpu))
 			s->gpu_distance = hops(nic, gpu);
 		return;
 	}
@@ -246,7 +252,8 @@ static void pick_gpu(struct gd_sel *s)
 		zcu_device d;
 		int h;
 
-		if (cu->DeviceGet(&d, i) != ZCU_SUCCESS || gpu_sysfs(cu, d, bus, sizeof(bus), gpu))
+		if (cu->DeviceGet(&d, i) != ZCU_SUCCESS ||
+		    gpu_sysfs(cu, d, bus, sizeof(bus), gpu))
 			continue;
 		h = hops(nic, gpu);
 		if (h < best_d) {
@@ -282,7 +289,8 @@ enum zap_probe_result gd_select(struct gd_sel *s, char *why, size_t wl)
 		return r;
 	pick_gpu(s);
 	if (!s->cu->MemAlloc || !s->cu->MemcpyDtoD) {
-		snprintf(why, wl, "libcuda.so.1 lacks cuMemAlloc_v2/cuMemcpyDtoD_v2 "
+		snprintf(why, wl,
+			 "libcuda.so.1 lacks cuMemAlloc_v2/cuMemcpyDtoD_v2 "
 			 "(driver too old or broken)");
 		return ZAP_PROBE_ERROR;
 	}
@@ -291,16 +299,18 @@ enum zap_probe_result gd_select(struct gd_sel *s, char *why, size_t wl)
 	s->peermem = !access("/sys/module/nvidia_peermem", F_OK) ||
 		     !access("/sys/module/nv_peer_mem", F_OK);
 	if (!s->dmabuf && !s->peermem) {
-		snprintf(why, wl, "no way to register GPU memory with %s: CUDA device %d "
+		snprintf(why, wl,
+			 "no way to register GPU memory with %s: CUDA device %d "
 			 "lacks dma-buf export (%s) and nvidia-peermem is not loaded "
-			 "(/sys/module/nvidia_peermem absent)", s->dev, s->gpu.ordinal,
+			 "(/sys/module/nvidia_peermem absent)",
+			 s->dev, s->gpu.ordinal,
 			 s->cu->MemGetHandleForAddressRange
 				 ? "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0"
 				 : "no cuMemGetHandleForAddressRange");
 		return ZAP_PROBE_NOT_PRESENT;
 	}
-	snprintf(why, wl, "%s port %u (%s) with CUDA device %d (%s), %s", s->dev,
-		 s->port, link_name(s->link_layer), s->gpu.ordinal, s->gpu.name,
+	snprintf(why, wl, "%s port %u (%s) with CUDA device %d (%s), %s", s->dev, s->port,
+		 link_name(s->link_layer), s->gpu.ordinal, s->gpu.name,
 		 s->dmabuf ? "dma-buf" : "nvidia-peermem");
 	return ZAP_PROBE_OK;
 }

@@ -32,16 +32,16 @@ enum gd_reg_path {
 struct gd_sel {
 	char dev[IBV_SYSFS_NAME_MAX];
 	uint8_t port;
-	uint8_t link_layer;    /* IBV_LINK_LAYER_* */
+	uint8_t link_layer; /* IBV_LINK_LAYER_* */
 	uint16_t lid;
-	uint8_t mtu;           /* enum ibv_mtu */
+	uint8_t mtu; /* enum ibv_mtu */
 	int gid_index;
 	union ibv_gid gid;
 	const struct zcu *cu;
 	struct zcu_device_info gpu;
 	char gpu_bus[32];
-	int gpu_distance;      /* PCIe hops between NIC and GPU, -1 unknown */
-	bool dmabuf, peermem;  /* available registration paths */
+	int gpu_distance;     /* PCIe hops between NIC and GPU, -1 unknown */
+	bool dmabuf, peermem; /* available registration paths */
 };
 
 /*

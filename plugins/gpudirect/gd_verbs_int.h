@@ -60,7 +60,7 @@ struct gd_qp {
 	struct ibv_mr *slot_mr;
 	char *stage_mem;
 	struct ibv_mr *stage_mr;
-	uint64_t *credit;        /* [0]: written by the peer; [1..]: sources */
+	uint64_t *credit; /* [0]: written by the peer; [1..]: sources */
 	struct ibv_mr *credit_mr;
 	uint64_t peer_addr;
 	uint32_t peer_rkey;

@@ -63,8 +63,8 @@ static bool wildcard(const char *h)
 	return !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::");
 }
 
-static void fmt_addr(const struct sockaddr *sa, socklen_t sl, const char *port,
-		     char *buf, size_t len)
+static void fmt_addr(const struct sockaddr *sa, socklen_t sl, const char *port, char *buf,
+		     size_t len)
 {
 	char h[NI_MAXHOST], p[NI_MAXSERV];
 
@@ -89,10 +89,12 @@ int gd_listen(struct gd_tp *t, const char *listen_addr)
 	int r, fd = -1, one = 1;
 
 	if (gd_split(listen_addr, host, sizeof(host), port, sizeof(port)))
-		return t->host->fail(-EINVAL, "gpudirect: malformed listen address "
-				     "\"%s\" (ZAP_LISTEN; want host:port)", listen_addr);
-	r = getaddrinfo(wildcard(host) && strcmp(host, "::") ? NULL : host, port,
-			&hints, &res);
+		return t->host->fail(-EINVAL,
+				     "gpudirect: malformed listen address "
+				     "\"%s\" (ZAP_LISTEN; want host:port)",
+				     listen_addr);
+	r = getaddrinfo(wildcard(host) && strcmp(host, "::") ? NULL : host, port, &hints,
+			&res);
 	if (r)
 		return t->host->fail(-EINVAL, "gpudirect: cannot resolve %s: %s",
 				     listen_addr, gai_strerror(r));
@@ -114,14 +116,14 @@ int gd_listen(struct gd_tp *t, const char *listen_addr)
 	}
 	freeaddrinfo(res);
 	if (fd < 0)
-		return t->host->fail(r, "gpudirect: cannot listen on %s: %s",
-				     listen_addr, strerror(-r));
+		return t->host->fail(r, "gpudirect: cannot listen on %s: %s", listen_addr,
+				     strerror(-r));
 	getsockname(fd, (struct sockaddr *)&ss, &sl);
 	fmt_addr((struct sockaddr *)&ss, sl, NULL, t->bound, sizeof(t->bound));
 	gd_split(t->bound, h2, sizeof(h2), p2, sizeof(p2));
 	if (wildcard(h2))
-		snprintf(t->addr, sizeof(t->addr), ss.ss_family == AF_INET6 ?
-			 "[::1]:%s" : "127.0.0.1:%s", p2);
+		snprintf(t->addr, sizeof(t->addr),
+			 ss.ss_family == AF_INET6 ? "[::1]:%s" : "127.0.0.1:%s", p2);
 	else
 		snprintf(t->addr, sizeof(t->addr), "%s", t->bound);
 	t->lfd = fd;
@@ -333,10 +335,10 @@ fail:
 
 /* ---- dialling ----------------------------------------------------------- */
 
-int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
-	    struct gd_conn **out)
+int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx, struct gd_conn **out)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
 	char host[ZAP_PEER_MAX], port[8];
 	struct addrinfo *res = NULL;
 	struct gd_peer *p = NULL;
@@ -345,11 +347,12 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx,
 
 	if (gd_split(key, host, sizeof(host), port, sizeof(port)) || wildcard(host) ||
 	    !atoi(port))
-		return t->host->fail(-EINVAL, "gpudirect: malformed peer address \"%s\"", key);
+		return t->host->fail(-EINVAL, "gpudirect: malformed peer address \"%s\"",
+				     key);
 	rc = getaddrinfo(host, port, &hints, &res);
 	if (rc)
-		return t->host->fail(-EHOSTUNREACH, "gpudirect: cannot resolve %s: %s", key,
-				     gai_strerror(rc));
+		return t->host->fail(-EHOSTUNREACH, "gpudirect: cannot resolve %s: %s",
+				     key, gai_strerror(rc));
 	clock_gettime(CLOCK_MONOTONIC, &limit);
 	limit.tv_sec += (time_t)((t->hs_ms + 999) / 1000);
 	rc = -EHOSTUNREACH;

@@ -113,7 +113,7 @@ int zaddr_parse(const char *s, struct zaddr *out)
 	const char *host, *colon;
 	size_t hl;
 	unsigned port;
-	struct zaddr a = {0};
+	struct zaddr a = { 0 };
 
 	if (!s)
 		return -EINVAL;
@@ -158,8 +158,8 @@ int zaddr_parse(const char *s, struct zaddr *out)
 
 int zaddr_join(const struct zaddr *a, const char *port, char *buf, size_t len)
 {
-	int n = snprintf(buf, len, a->kind == ZADDR_IPV6 ? "[%s]:%s" : "%s:%s",
-			 a->host, port);
+	int n = snprintf(buf, len, a->kind == ZADDR_IPV6 ? "[%s]:%s" : "%s:%s", a->host,
+			 port);
 
 	if (n < 0 || (size_t)n >= len) {
 		if (len)
@@ -169,10 +169,9 @@ int zaddr_join(const struct zaddr *a, const char *port, char *buf, size_t len)
 	return 0;
 }
 
-int zaddr_format(const struct sockaddr *sa, socklen_t sl, int port, char *buf,
-		 size_t len)
+int zaddr_format(const struct sockaddr *sa, socklen_t sl, int port, char *buf, size_t len)
 {
-	struct zaddr a = {0};
+	struct zaddr a = { 0 };
 	char p[ZADDR_PORT_MAX];
 	const void *bytes;
 	unsigned pn;

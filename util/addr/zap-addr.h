@@ -58,7 +58,7 @@ struct zaddr {
 	char host[ZADDR_HOST_MAX]; /* as written, IPv6 without brackets */
 	char port[ZADDR_PORT_MAX]; /* as written (digits) */
 	uint16_t port_num;
-	bool wildcard;             /* 0.0.0.0 or an IPv6 :: */
+	bool wildcard; /* 0.0.0.0 or an IPv6 :: */
 };
 
 /*

@@ -96,8 +96,7 @@ enum zap_probe_result zcu_load(const struct zcu **out, char *why, size_t len)
 	return ZAP_PROBE_OK;
 }
 
-const char *zcu_error_name(const struct zcu *c, zcu_result r, char *buf,
-			   size_t len)
+const char *zcu_error_name(const struct zcu *c, zcu_result r, char *buf, size_t len)
 {
 	/* Used when the driver cannot name its own error (the toolkit's stub
 	 * library answers every call, cuGetErrorName too, with an error). */
@@ -129,10 +128,8 @@ const char *zcu_error_name(const struct zcu *c, zcu_result r, char *buf,
 	return buf;
 }
 
-enum zap_probe_result zcu_open_device(const struct zap_host *host,
-				      const struct zcu *c,
-				      struct zcu_device_info *info, char *why,
-				      size_t len)
+enum zap_probe_result zcu_open_device(const struct zap_host *host, const struct zcu *c,
+				      struct zcu_device_info *info, char *why, size_t len)
 {
 	/* secure_getenv: unset under AT_SECURE (setuid or file capabilities). */
 	const char *env = secure_getenv("ZAP_CUDA_DEVICE");
@@ -143,7 +140,8 @@ enum zap_probe_result zcu_open_device(const struct zap_host *host,
 	memset(info, 0, sizeof(*info));
 	r = c->Init(0);
 	if (r != ZCU_SUCCESS) {
-		snprintf(why, len, "cuInit failed: %s", zcu_error_name(c, r, err, sizeof(err)));
+		snprintf(why, len, "cuInit failed: %s",
+			 zcu_error_name(c, r, err, sizeof(err)));
 		return ZAP_PROBE_NOT_PRESENT;
 	}
 	c->DriverGetVersion(&info->driver_version);
@@ -174,7 +172,8 @@ enum zap_probe_result zcu_open_device(const struct zap_host *host,
 			 zcu_error_name(c, r, err, sizeof(err)));
 		return ZAP_PROBE_ERROR;
 	}
-	if (c->DeviceGetName(info->name, (int)sizeof(info->name), info->dev) != ZCU_SUCCESS)
+	if (c->DeviceGetName(info->name, (int)sizeof(info->name), info->dev) !=
+	    ZCU_SUCCESS)
 		snprintf(info->name, sizeof(info->name), "device %d", info->ordinal);
 	c->DeviceGetAttribute(&info->managed, ZCU_ATTR_MANAGED_MEMORY, info->dev);
 	c->DeviceGetAttribute(&info->concurrent_managed,

@@ -14,10 +14,10 @@
 
 #include <zap/zap-plugin.h>
 
-typedef int zcu_result;              /* CUresult */
-typedef int zcu_device;              /* CUdevice */
-typedef unsigned long long zcu_ptr;  /* CUdeviceptr */
-typedef struct zcu_ctx_st *zcu_ctx;  /* CUcontext */
+typedef int zcu_result;             /* CUresult */
+typedef int zcu_device;             /* CUdevice */
+typedef unsigned long long zcu_ptr; /* CUdeviceptr */
+typedef struct zcu_ctx_st *zcu_ctx; /* CUcontext */
 
 #define ZCU_SUCCESS 0
 #define ZCU_ATTR_MANAGED_MEMORY 83
@@ -60,9 +60,8 @@ struct zcu {
 	zcu_result (*MemcpyDtoD)(zcu_ptr dst, zcu_ptr src, size_t len);
 	zcu_result (*MemcpyHtoD)(zcu_ptr dst, const void *src, size_t len);
 	zcu_result (*MemcpyDtoH)(void *dst, zcu_ptr src, size_t len);
-	zcu_result (*MemGetHandleForAddressRange)(void *handle, zcu_ptr p,
-						  size_t len, int type,
-						  unsigned long long flags);
+	zcu_result (*MemGetHandleForAddressRange)(void *handle, zcu_ptr p, size_t len,
+						  int type, unsigned long long flags);
 	zcu_result (*DeviceGetPCIBusId)(char *id, int len, zcu_device d);
 	zcu_result (*PointerSetAttribute)(const void *value, int attr, zcu_ptr p);
 	zcu_result (*MemHostRegister)(void *p, size_t len, unsigned flags);
@@ -93,16 +92,14 @@ enum zap_probe_result zcu_load(const struct zcu **cu, char *why, size_t len);
 
 /* "CUDA_ERROR_NO_DEVICE (100)": the driver's name when it can say, else a
  * built-in table, else the number. */
-const char *zcu_error_name(const struct zcu *cu, zcu_result r, char *buf,
-			   size_t len);
+const char *zcu_error_name(const struct zcu *cu, zcu_result r, char *buf, size_t len);
 
 /*
  * cuInit, then the device ZAP_CUDA_DEVICE names (an ordinal, default 0)
  * and its attributes. NOT_PRESENT with the failed step (cuInit failed,
  * no device); ERROR for a bad ZAP_CUDA_DEVICE.
  */
-enum zap_probe_result zcu_open_device(const struct zap_host *host,
-				      const struct zcu *cu,
+enum zap_probe_result zcu_open_device(const struct zap_host *host, const struct zcu *cu,
 				      struct zcu_device_info *info, char *why,
 				      size_t len);
 

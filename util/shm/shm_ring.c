@@ -72,10 +72,14 @@ int zshm_rx_attach(struct zshm_rx *rx, void *region, unsigned log2, uint64_t max
 	memcpy(&version, b + OFF_VERSION, sizeof(version));
 	memcpy(&l2, b + OFF_LOG2, sizeof(l2));
 	if (magic != ZSHM_MAGIC || version != ZSHM_VERSION || l2 != log2 ||
-	    atomic_load(word64(b, OFF_TAIL)) != 0 || atomic_load(word64(b, OFF_HEAD)) != 0)
+	    atomic_load(word64(b, OFF_TAIL)) != 0 ||
+	    atomic_load(word64(b, OFF_HEAD)) != 0)
 		return -EPROTO;
 	*rx = (struct zshm_rx){
-		.base = b, .ctl = b, .size = (uint64_t)1 << log2, .max_msg = max_msg,
+		.base = b,
+		.ctl = b,
+		.size = (uint64_t)1 << log2,
+		.max_msg = max_msg,
 	};
 	return 0;
 }
@@ -85,7 +89,8 @@ int zshm_rx_attach(struct zshm_rx *rx, void *region, unsigned log2, uint64_t max
 /* Room the consumer left us, or -1 when its position cannot be. */
 static int64_t tx_room(struct zshm_tx *tx)
 {
-	uint64_t tail = atomic_load_explicit(word64(tx->base, OFF_TAIL), memory_order_acquire);
+	uint64_t tail = atomic_load_explicit(word64(tx->base, OFF_TAIL),
+					     memory_order_acquire);
 	uint64_t used = tx->head - tail;
 
 	if (tail > tx->head || used > tx->size || (tail & 7u))
@@ -134,7 +139,8 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len)
 		return -EAGAIN;
 	if (chunk == left)
 		flags |= ZSHM_F_LAST;
-	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + tx->msg_off, chunk);
+	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + tx->msg_off,
+	       chunk);
 	tx->msg_off += chunk;
 	tx->mid = !(flags & ZSHM_F_LAST);
 	return 0;
@@ -158,7 +164,8 @@ int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 		return rc;
 	}
 	if (tx->head != start) {
-		atomic_store_explicit(word64(tx->base, OFF_HEAD), tx->head, memory_order_seq_cst);
+		atomic_store_explicit(word64(tx->base, OFF_HEAD), tx->head,
+				      memory_order_seq_cst);
 		if (atomic_load(word32(tx->base, OFF_SLEEPING)) &&
 		    atomic_exchange(word32(tx->base, OFF_SLEEPING), 0))
 			*wake = true;
@@ -179,7 +186,8 @@ static int rx_bad(struct zshm_rx *rx)
 /* The producer's position, checked: -1 when it cannot be. */
 static int64_t rx_avail(const struct zshm_rx *rx)
 {
-	uint64_t head = atomic_load_explicit(word64(rx->ctl, OFF_HEAD), memory_order_acquire);
+	uint64_t head = atomic_load_explicit(word64(rx->ctl, OFF_HEAD),
+					     memory_order_acquire);
 
 	if (head < rx->tail || head - rx->tail > rx->size || (head & 7u))
 		return -1;
@@ -230,7 +238,7 @@ static int rx_one(struct zshm_rx *rx, uint64_t avail, zshm_chunk_fn fn, void *us
 	int rc;
 
 	if (avail < REC_HDR)
-		return rx_bad(rx); /* positions are 8-aligned: a torn record */
+		return rx_bad(rx);     /* positions are 8-aligned: a torn record */
 	memcpy(hdr, rec, sizeof(hdr)); /* read once; the copy is what counts */
 	if (rx_check(rx, hdr[0], hdr[1], avail, at, &total))
 		return rx_bad(rx);
@@ -265,7 +273,8 @@ int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user)
 		if (rc < 0)
 			break;
 		done += rc;
-		atomic_store_explicit(word64(rx->ctl, OFF_TAIL), rx->tail, memory_order_release);
+		atomic_store_explicit(word64(rx->ctl, OFF_TAIL), rx->tail,
+				      memory_order_release);
 	}
 	if (avail < 0)
 		return rx_bad(rx);

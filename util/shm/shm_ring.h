@@ -69,11 +69,11 @@ struct zshm_tx {
 /* The consumer's private state. */
 struct zshm_rx {
 	const unsigned char *base;
-	unsigned char *ctl;  /* the region, for tail and sleeping */
+	unsigned char *ctl; /* the region, for tail and sleeping */
 	uint64_t size;
-	uint64_t tail;       /* private: what we consumed */
-	uint64_t max_msg;    /* our limit on a message's total length */
-	uint64_t msg_total;  /* declared by the current message's FIRST */
+	uint64_t tail;      /* private: what we consumed */
+	uint64_t max_msg;   /* our limit on a message's total length */
+	uint64_t msg_total; /* declared by the current message's FIRST */
 	uint64_t msg_got;
 	bool mid;
 	bool corrupt;

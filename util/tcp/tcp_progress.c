@@ -490,8 +490,12 @@ static bool conn_rx_result(struct tcp_wire *w, struct tcp_conn *c)
 	bool changed = false;
 
 	if (c->rx_res == RX_EOF || c->rx_res == RX_EOF_PARTIAL) {
+		/* A clean FIN mid-frame is what a peer whose own deadline or
+		 * close cut its send short does (its caller got the error),
+		 * and what a peer process that exits does: ordinary, so INFO.
+		 * Resets and protocol errors below stay WARN. */
 		if (c->rx_res == RX_EOF_PARTIAL)
-			w->host->log(ZAP_LOG_WARN, w->dom,
+			w->host->log(ZAP_LOG_INFO, w->dom,
 				     "dropping a partial message from %s: %s",
 				     c->raddr, c->rx_why);
 		else

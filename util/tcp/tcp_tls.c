@@ -32,14 +32,17 @@ int tw_tls_open(struct tcp_wire *w, const struct tcp_wire_args *a)
 
 	if (!a->tls_cert) {
 		if (a->tls_key || a->tls_ca || a->tls_peers)
-			return w->host->fail(-EINVAL,
-					     "%s: ZAP_TLS_KEY, ZAP_TLS_CA or ZAP_TLS_PEERS set without ZAP_TLS_CERT: refusing to run in plaintext",
-					     w->dom);
+			return w->host->fail(
+				-EINVAL,
+				"%s: ZAP_TLS_KEY, ZAP_TLS_CA or ZAP_TLS_PEERS set without ZAP_TLS_CERT: refusing to run in plaintext",
+				w->dom);
 		return 0;
 	}
-	struct ztls_config cfg = {.cert = a->tls_cert, .key = a->tls_key,
-				  .ca = a->tls_ca, .peers = a->tls_peers,
-				  .ktls = true};
+	struct ztls_config cfg = { .cert = a->tls_cert,
+				   .key = a->tls_key,
+				   .ca = a->tls_ca,
+				   .peers = a->tls_peers,
+				   .ktls = true };
 	int r = ztls_ctx_new(&cfg, &w->tls, why, sizeof(why));
 	if (r)
 		return w->host->fail(r, "%s: TLS: %s", w->dom, why);
@@ -92,9 +95,9 @@ void tw_tls_log_up(struct tcp_wire *w, const struct tcp_conn *c)
 {
 	if (!c->tls)
 		return;
-	w->host->log(ZAP_LOG_DEBUG, w->dom, "TLS with %s: %s, kernel TLS send %s, receive %s",
-		     c->raddr, ztls_conn_cipher(c->tls),
-		     ztls_conn_ktls_send(c->tls) ? "on" : "off",
+	w->host->log(ZAP_LOG_DEBUG, w->dom,
+		     "TLS with %s: %s, kernel TLS send %s, receive %s", c->raddr,
+		     ztls_conn_cipher(c->tls), ztls_conn_ktls_send(c->tls) ? "on" : "off",
 		     ztls_conn_ktls_recv(c->tls) ? "on" : "off");
 }
 
@@ -128,7 +131,7 @@ ssize_t tw_io_read(struct tcp_conn *c, void *buf, size_t len)
 ssize_t tw_io_send(struct tcp_conn *c, const struct iovec *iov, size_t n)
 {
 	if (!c->tls) {
-		struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = n};
+		struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = n };
 		return sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
 	unsigned char tmp[TLS_COALESCE];

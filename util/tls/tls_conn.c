@@ -162,7 +162,7 @@ void ztls_conn_free(struct ztls_conn *c)
 			sigaddset(&pipe, SIGPIPE);
 			pthread_sigmask(SIG_BLOCK, &pipe, &old);
 			SSL_shutdown(c->ssl);
-			struct timespec zero = {0, 0};
+			struct timespec zero = { 0, 0 };
 			while (sigtimedwait(&pipe, NULL, &zero) > 0)
 				;
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -208,19 +208,20 @@ static bool alert_refuses_us(int reason)
 }
 
 /* Map a failed SSL call (SSL_get_error() @err) to an errno and a reason. */
-static int fail(struct ztls_conn *c, int err, int sys_errno, const char *what,
-		char *why, size_t whylen)
+static int fail(struct ztls_conn *c, int err, int sys_errno, const char *what, char *why,
+		size_t whylen)
 {
 	c->broken = true;
 	if (err == SSL_ERROR_SYSCALL || err == SSL_ERROR_ZERO_RETURN) {
 		ERR_clear_error();
 		if (err == SSL_ERROR_ZERO_RETURN || !sys_errno ||
 		    (sys_errno == ECONNRESET && !c->done)) {
-			snprintf(why, whylen, "peer closed the connection during the %s%s",
-				 what,
-				 c->server || c->done
-					 ? ""
-					 : " (a plaintext peer, or it refused us before the handshake)");
+			snprintf(
+				why, whylen, "peer closed the connection during the %s%s",
+				what,
+				c->server || c->done
+					? ""
+					: " (a plaintext peer, or it refused us before the handshake)");
 			return -ECONNRESET;
 		}
 		snprintf(why, whylen, "%s: %s", what, strerror(sys_errno));
@@ -241,8 +242,9 @@ static int fail(struct ztls_conn *c, int err, int sys_errno, const char *what,
 		return -EACCES;
 	}
 	if (reason == SSL_R_BAD_SIGNATURE) {
-		snprintf(why, whylen,
-			 "peer refused: it did not prove the key of the certificate it presented (bad CertificateVerify signature)");
+		snprintf(
+			why, whylen,
+			"peer refused: it did not prove the key of the certificate it presented (bad CertificateVerify signature)");
 		return -EACCES;
 	}
 	if (reason > SSL_AD_REASON_OFFSET && alert_refuses_us(reason)) {
@@ -263,21 +265,22 @@ static int first_byte(struct ztls_conn *c, char *why, size_t whylen)
 	if (k < 0)
 		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
 	if (k == 0) {
-		snprintf(why, whylen, "peer closed the connection before the TLS handshake");
+		snprintf(why, whylen,
+			 "peer closed the connection before the TLS handshake");
 		return -EPIPE;
 	}
 	if (b[0] == 0x16)
 		return 1;
 	if (b[0] == 'Z' && (k < 4 || !memcmp(b, "ZAPW", 4)))
-		snprintf(why, whylen,
-			 "plaintext zap HELLO from a peer without TLS (ZAP_TLS_CERT unset there); this endpoint requires TLS");
+		snprintf(
+			why, whylen,
+			"plaintext zap HELLO from a peer without TLS (ZAP_TLS_CERT unset there); this endpoint requires TLS");
 	else
 		snprintf(why, whylen, "not a TLS handshake (first byte 0x%02x)", b[0]);
 	return -EPROTO;
 }
 
-int ztls_handshake(struct ztls_conn *c, short *events, char *why,
-		   size_t whylen)
+int ztls_handshake(struct ztls_conn *c, short *events, char *why, size_t whylen)
 {
 	*events = POLLIN;
 	if (c->done)
@@ -300,7 +303,8 @@ int ztls_handshake(struct ztls_conn *c, short *events, char *why,
 		SSL_get0_alpn_selected(c->ssl, &p, &pl);
 		if (pl != sizeof(ZTLS_ALPN) - 1 || memcmp(p, ZTLS_ALPN, pl)) {
 			c->broken = true;
-			snprintf(why, whylen, "peer did not agree on ALPN \"%s\"", ZTLS_ALPN);
+			snprintf(why, whylen, "peer did not agree on ALPN \"%s\"",
+				 ZTLS_ALPN);
 			return -EPROTO;
 		}
 		if (!c->peer_fp[0] || !SSL_get0_peer_certificate(c->ssl)) {
@@ -310,8 +314,8 @@ int ztls_handshake(struct ztls_conn *c, short *events, char *why,
 			snprintf(why, whylen, "peer refused: no checked certificate");
 			return -EACCES;
 		}
-		snprintf(c->cipher, sizeof(c->cipher), "%s %s",
-			 SSL_get_version(c->ssl), SSL_get_cipher_name(c->ssl));
+		snprintf(c->cipher, sizeof(c->cipher), "%s %s", SSL_get_version(c->ssl),
+			 SSL_get_cipher_name(c->ssl));
 		c->done = true;
 		return 1;
 	}
@@ -333,8 +337,8 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-int ztls_handshake_wait(struct ztls_conn *c, uint64_t deadline_ms, int stop_fd,
-			char *why, size_t whylen)
+int ztls_handshake_wait(struct ztls_conn *c, uint64_t deadline_ms, int stop_fd, char *why,
+			size_t whylen)
 {
 	for (;;) {
 		short ev;
@@ -350,8 +354,8 @@ int ztls_handshake_wait(struct ztls_conn *c, uint64_t deadline_ms, int stop_fd,
 				 "TLS handshake not complete within the handshake timeout");
 			return -ETIMEDOUT;
 		}
-		struct pollfd p[2] = {{.fd = c->fd, .events = ev},
-				      {.fd = stop_fd, .events = POLLIN}};
+		struct pollfd p[2] = { { .fd = c->fd, .events = ev },
+				       { .fd = stop_fd, .events = POLLIN } };
 		int k = poll(p, 2, (int)(deadline_ms - now));
 		if (k < 0 && errno != EINTR)
 			return -errno;
@@ -362,8 +366,8 @@ int ztls_handshake_wait(struct ztls_conn *c, uint64_t deadline_ms, int stop_fd,
 	}
 }
 
-ssize_t ztls_read(struct ztls_conn *c, void *buf, size_t len, short *events,
-		  char *why, size_t whylen)
+ssize_t ztls_read(struct ztls_conn *c, void *buf, size_t len, short *events, char *why,
+		  size_t whylen)
 {
 	size_t n = 0;
 
@@ -395,8 +399,8 @@ ssize_t ztls_read(struct ztls_conn *c, void *buf, size_t len, short *events,
 	return fail(c, err, se, "TLS read", why, whylen);
 }
 
-ssize_t ztls_write(struct ztls_conn *c, const void *buf, size_t len,
-		   short *events, char *why, size_t whylen)
+ssize_t ztls_write(struct ztls_conn *c, const void *buf, size_t len, short *events,
+		   char *why, size_t whylen)
 {
 	size_t n = 0;
 	int ok, se, err;
@@ -407,7 +411,7 @@ ssize_t ztls_write(struct ztls_conn *c, const void *buf, size_t len,
 		/* OpenSSL's socket BIO write()s: keep SIGPIPE off the
 		 * application, and consume one raised here. */
 		sigset_t pipe, old;
-		struct timespec zero = {0, 0};
+		struct timespec zero = { 0, 0 };
 		sigemptyset(&pipe);
 		sigaddset(&pipe, SIGPIPE);
 		pthread_sigmask(SIG_BLOCK, &pipe, &old);

@@ -30,7 +30,8 @@ unsigned long ztls_ssl_err(char *why, size_t whylen, const char *what)
 	char buf[256] = "";
 
 	while ((e = ERR_get_error())) {
-		if (!last || ERR_GET_LIB(e) != ERR_LIB_SSL || ERR_GET_LIB(last) == ERR_LIB_SSL)
+		if (!last || ERR_GET_LIB(e) != ERR_LIB_SSL ||
+		    ERR_GET_LIB(last) == ERR_LIB_SSL)
 			last = e;
 	}
 	if (last) {
@@ -57,8 +58,8 @@ int ztls_spki_sha256(X509 *cert, unsigned char fp[32])
 }
 
 /* Read a whole small file through an already opened descriptor. */
-static int read_fd(int fd, const char *path, size_t max, char **buf,
-		   size_t *len, char *why, size_t whylen)
+static int read_fd(int fd, const char *path, size_t max, char **buf, size_t *len,
+		   char *why, size_t whylen)
 {
 	size_t cap = 4096, n = 0;
 	char *b = malloc(cap);
@@ -68,7 +69,8 @@ static int read_fd(int fd, const char *path, size_t max, char **buf,
 	for (;;) {
 		if (n == cap) {
 			if (cap >= max) {
-				snprintf(why, whylen, "%s: larger than %zu bytes", path, max);
+				snprintf(why, whylen, "%s: larger than %zu bytes", path,
+					 max);
 				OPENSSL_cleanse(b, n);
 				free(b);
 				return -EFBIG;
@@ -103,8 +105,7 @@ static int read_fd(int fd, const char *path, size_t max, char **buf,
 	return 0;
 }
 
-static int open_file(const char *var, const char *path, int *fd, char *why,
-		     size_t whylen)
+static int open_file(const char *var, const char *path, int *fd, char *why, size_t whylen)
 {
 	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (*fd < 0) {
@@ -180,8 +181,7 @@ out:
 	return r;
 }
 
-static int load_pins(struct ztls_ctx *x, const char *path, char *why,
-		     size_t whylen)
+static int load_pins(struct ztls_ctx *x, const char *path, char *why, size_t whylen)
 {
 	char *text = NULL, sub[200];
 	size_t len = 0;
@@ -245,8 +245,8 @@ int ztls_verify_cb(X509_STORE_CTX *sc, void *arg)
 	if (ztls_pins_has(&x->pins, fp) || !memcmp(fp, x->fpbin, 32)) {
 		char sub[120];
 		if (check_validity(leaf, "its", sub, sizeof(sub))) {
-			snprintf(c->vwhy, sizeof(c->vwhy), "pinned key %s, but %s",
-				 fps, sub);
+			snprintf(c->vwhy, sizeof(c->vwhy), "pinned key %s, but %s", fps,
+				 sub);
 			X509_STORE_CTX_set_error(sc, X509_V_ERR_CERT_HAS_EXPIRED);
 			return 0;
 		}
@@ -261,11 +261,11 @@ int ztls_verify_cb(X509_STORE_CTX *sc, void *arg)
 		}
 		snprintf(c->vwhy, sizeof(c->vwhy),
 			 "key %s is not pinned and its certificate does not verify against ZAP_TLS_CA: %s",
-			 fps, X509_verify_cert_error_string(X509_STORE_CTX_get_error(sc)));
+			 fps,
+			 X509_verify_cert_error_string(X509_STORE_CTX_get_error(sc)));
 		return 0;
 	}
-	snprintf(c->vwhy, sizeof(c->vwhy), "key %s is not pinned (ZAP_TLS_PEERS)",
-		 fps);
+	snprintf(c->vwhy, sizeof(c->vwhy), "key %s is not pinned (ZAP_TLS_PEERS)", fps);
 	X509_STORE_CTX_set_error(sc, X509_V_ERR_APPLICATION_VERIFICATION);
 	return 0;
 }
@@ -307,8 +307,8 @@ static bool kernel_has_tls_ulp(void)
 	return yes;
 }
 
-static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
-		     char *why, size_t whylen)
+static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *why,
+		     size_t whylen)
 {
 	static const unsigned char alpn[] = "\x05" ZTLS_ALPN;
 	SSL_CTX *s = SSL_CTX_new(TLS_method());
@@ -342,8 +342,7 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 		SSL_CTX_set_read_ahead(s, 1);
 		SSL_CTX_set_default_read_buffer_len(s, ZTLS_READ_BUF);
 	}
-	SSL_CTX_set_verify(s, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-			   NULL);
+	SSL_CTX_set_verify(s, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
 	SSL_CTX_set_cert_verify_callback(s, ztls_verify_cb, x);
 	SSL_CTX_set_alpn_select_cb(s, alpn_select, x);
 	if (SSL_CTX_set_alpn_protos(s, alpn, sizeof(alpn) - 1)) {
@@ -353,8 +352,8 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 
 	if (SSL_CTX_use_certificate_chain_file(s, cfg->cert) != 1) {
 		char what[512];
-		snprintf(what, sizeof(what), "ZAP_TLS_CERT: %s holds no usable PEM certificate",
-			 cfg->cert);
+		snprintf(what, sizeof(what),
+			 "ZAP_TLS_CERT: %s holds no usable PEM certificate", cfg->cert);
 		ztls_ssl_err(why, whylen, what);
 		return access(cfg->cert, R_OK) ? -errno : -EINVAL;
 	}
@@ -376,8 +375,9 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 		return r;
 	if (SSL_CTX_use_PrivateKey(s, key) != 1 || SSL_CTX_check_private_key(s) != 1) {
 		char what[512];
-		snprintf(what, sizeof(what), "ZAP_TLS_KEY: %s does not match ZAP_TLS_CERT %s",
-			 cfg->key, cfg->cert);
+		snprintf(what, sizeof(what),
+			 "ZAP_TLS_KEY: %s does not match ZAP_TLS_CERT %s", cfg->key,
+			 cfg->cert);
 		ztls_ssl_err(why, whylen, what);
 		EVP_PKEY_free(key);
 		return -EINVAL;
@@ -387,7 +387,8 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 	if (cfg->ca) {
 		if (SSL_CTX_load_verify_file(s, cfg->ca) != 1) {
 			char what[512];
-			snprintf(what, sizeof(what), "ZAP_TLS_CA: cannot load %s", cfg->ca);
+			snprintf(what, sizeof(what), "ZAP_TLS_CA: cannot load %s",
+				 cfg->ca);
 			ztls_ssl_err(why, whylen, what);
 			return -EINVAL;
 		}
@@ -399,10 +400,12 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 			return r;
 	}
 	if (!x->has_ca && !x->pins.n) {
-		snprintf(why, whylen, cfg->peers
-			 ? "ZAP_TLS_PEERS: %s pins no key and ZAP_TLS_CA is not set: this endpoint would trust nobody"
-			 : "%sneither ZAP_TLS_CA nor ZAP_TLS_PEERS is set: this endpoint would trust nobody",
-			 cfg->peers ? cfg->peers : "");
+		snprintf(
+			why, whylen,
+			cfg->peers
+				? "ZAP_TLS_PEERS: %s pins no key and ZAP_TLS_CA is not set: this endpoint would trust nobody"
+				: "%sneither ZAP_TLS_CA nor ZAP_TLS_PEERS is set: this endpoint would trust nobody",
+			cfg->peers ? cfg->peers : "");
 		return -EINVAL;
 	}
 	snprintf(x->trust, sizeof(x->trust), "%zu pinned key%s%s", x->pins.n,
@@ -410,15 +413,16 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg,
 	return 0;
 }
 
-int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out,
-		 char *why, size_t whylen)
+int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out, char *why,
+		 size_t whylen)
 {
 	struct ztls_ctx *x;
 	int r;
 
 	*out = NULL;
 	if (!cfg->cert || !*cfg->cert || !cfg->key || !*cfg->key) {
-		snprintf(why, whylen, "%s is not set (TLS needs a certificate and its key)",
+		snprintf(why, whylen,
+			 "%s is not set (TLS needs a certificate and its key)",
 			 !cfg->cert || !*cfg->cert ? "ZAP_TLS_CERT" : "ZAP_TLS_KEY");
 		return -EINVAL;
 	}

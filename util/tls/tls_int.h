@@ -22,9 +22,9 @@ struct ztls_ctx {
 	SSL_CTX *ssl;
 	struct ztls_pins pins;
 	bool has_ca;
-	bool ktls_kernel;          /* ktls asked for and the kernel offers it */
-	char fp[ZTLS_FP_LEN];      /* our own certificate's key */
-	unsigned char fpbin[32];   /* the same, binary */
+	bool ktls_kernel;        /* ktls asked for and the kernel offers it */
+	char fp[ZTLS_FP_LEN];    /* our own certificate's key */
+	unsigned char fpbin[32]; /* the same, binary */
 	char trust[160];
 };
 
@@ -33,13 +33,13 @@ struct ztls_conn {
 	struct ztls_ctx *x;
 	int fd;
 	bool server;
-	bool tls_seen;             /* server: the first byte was a TLS record */
-	bool done;                 /* handshake complete */
-	bool broken;               /* fatal error seen: no close_notify */
+	bool tls_seen; /* server: the first byte was a TLS record */
+	bool done;     /* handshake complete */
+	bool broken;   /* fatal error seen: no close_notify */
 	bool has_want;
 	unsigned char want[32];
 	char peer_fp[ZTLS_FP_LEN];
-	char vwhy[320];            /* why our certificate check refused */
+	char vwhy[320]; /* why our certificate check refused */
 	char cipher[64];
 };
 

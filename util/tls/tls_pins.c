@@ -59,11 +59,11 @@ static bool blank(char ch)
 	return ch == ' ' || ch == '\t' || ch == '\r';
 }
 
-int ztls_pins_parse(const char *text, size_t len, struct ztls_pins *out,
-		    char *why, size_t whylen)
+int ztls_pins_parse(const char *text, size_t len, struct ztls_pins *out, char *why,
+		    size_t whylen)
 {
 	size_t cap = 0, n = 0, line = 0;
-	unsigned char (*fp)[32] = NULL;
+	unsigned char(*fp)[32] = NULL;
 
 	out->fp = NULL;
 	out->n = 0;
@@ -96,7 +96,7 @@ int ztls_pins_parse(const char *text, size_t len, struct ztls_pins *out,
 		}
 		if (n == cap) {
 			size_t nc = cap ? cap * 2 : 8;
-			unsigned char (*np)[32] = realloc(fp, nc * sizeof(*np));
+			unsigned char(*np)[32] = realloc(fp, nc * sizeof(*np));
 			if (!np) {
 				snprintf(why, whylen, "out of memory");
 				free(fp);

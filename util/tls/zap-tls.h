@@ -58,8 +58,8 @@ struct ztls_pins {
  * Return 0 and *@out (free with ztls_pins_free()), or -EINVAL / -E2BIG
  * (more than ZTLS_PINS_MAX) / -ENOMEM with @why.
  */
-int ztls_pins_parse(const char *text, size_t len, struct ztls_pins *out,
-		    char *why, size_t whylen);
+int ztls_pins_parse(const char *text, size_t len, struct ztls_pins *out, char *why,
+		    size_t whylen);
 void ztls_pins_free(struct ztls_pins *p);
 bool ztls_pins_has(const struct ztls_pins *p, const unsigned char fp[32]);
 
@@ -74,11 +74,11 @@ int ztls_fp_parse(const char *s, size_t len, unsigned char fp[32]);
 /* ------------------------------------------------------------------------ */
 
 struct ztls_config {
-	const char *cert;     /* PEM certificate (chain) file; required */
-	const char *key;      /* PEM private key file, mode 0600 or stricter */
-	const char *ca;       /* PEM CA bundle, or NULL */
-	const char *peers;    /* pin file, or NULL; at least one of ca, peers */
-	bool ktls;            /* ask OpenSSL for kernel TLS (SSL_OP_ENABLE_KTLS) */
+	const char *cert;  /* PEM certificate (chain) file; required */
+	const char *key;   /* PEM private key file, mode 0600 or stricter */
+	const char *ca;    /* PEM CA bundle, or NULL */
+	const char *peers; /* pin file, or NULL; at least one of ca, peers */
+	bool ktls;         /* ask OpenSSL for kernel TLS (SSL_OP_ENABLE_KTLS) */
 };
 
 struct ztls_ctx;
@@ -92,8 +92,8 @@ struct ztls_ctx;
  * file and the problem: -EINVAL (missing setting, bad PEM, key mismatch,
  * bad pin file), -EPERM (key file mode), -ENOENT/-EACCES (open), -ENOMEM.
  */
-int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out,
-		 char *why, size_t whylen);
+int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out, char *why,
+		 size_t whylen);
 void ztls_ctx_free(struct ztls_ctx *x);
 
 /* This endpoint's own fingerprint, "sha256:<hex>". */
@@ -134,8 +134,7 @@ void ztls_conn_free(struct ztls_conn *c);
  * (server: closed before sending anything, e.g. a port probe), another
  * errno from the socket.
  */
-int ztls_handshake(struct ztls_conn *c, short *events, char *why,
-		   size_t whylen);
+int ztls_handshake(struct ztls_conn *c, short *events, char *why, size_t whylen);
 
 /*
  * The same to completion, waiting with poll() until @deadline_ms
@@ -143,20 +142,20 @@ int ztls_handshake(struct ztls_conn *c, short *events, char *why,
  * 0, -ETIMEDOUT (a stalled peer), -ESHUTDOWN (@stop_fd), or
  * ztls_handshake()'s errors.
  */
-int ztls_handshake_wait(struct ztls_conn *c, uint64_t deadline_ms,
-			int stop_fd, char *why, size_t whylen);
+int ztls_handshake_wait(struct ztls_conn *c, uint64_t deadline_ms, int stop_fd, char *why,
+			size_t whylen);
 
 /*
  * Read up to @len bytes. >0 bytes; 0 the peer closed (close_notify or
  * FIN); -EAGAIN with *@events to wait for; another negative errno with @why
  * (-EPROTO for a TLS error, -ECONNRESET).
  */
-ssize_t ztls_read(struct ztls_conn *c, void *buf, size_t len, short *events,
-		  char *why, size_t whylen);
+ssize_t ztls_read(struct ztls_conn *c, void *buf, size_t len, short *events, char *why,
+		  size_t whylen);
 /* Write up to @len bytes (partial writes). >0 bytes written; -EAGAIN with
  * *@events; another negative errno (-EPIPE when the peer went away). */
-ssize_t ztls_write(struct ztls_conn *c, const void *buf, size_t len,
-		   short *events, char *why, size_t whylen);
+ssize_t ztls_write(struct ztls_conn *c, const void *buf, size_t len, short *events,
+		   char *why, size_t whylen);
 /* Whether decrypted or read-ahead bytes wait inside the TLS layer, so that
  * a read may succeed although the socket does not poll readable. */
 bool ztls_pending(const struct ztls_conn *c);

@@ -343,6 +343,20 @@ void zap__config_read(struct zap_config *c)
 
 	env_millis(c, "ZAP_SEND_TIMEOUT_MS", "0: no timeout", &c->send_timeout_ms);
 	env_millis(c, "ZAP_PROBE_TIMEOUT_MS", "0: the default, 5000", &c->probe_timeout_ms);
+
+	/* TLS files: not in a privileged program, where the caller could
+	 * point it at a file of its choosing (such programs pass zap_attr). */
+	static const char *const tls_vars[4] = {"ZAP_TLS_CERT", "ZAP_TLS_KEY",
+						"ZAP_TLS_CA", "ZAP_TLS_PEERS"};
+	for (int i = 0; i < 4; i++) {
+		v = env_trimmed_with(core_secure_getenv, tls_vars[i], c->tls_buf[i],
+				     sizeof(c->tls_buf[i]), &toolong);
+		if (toolong)
+			config_error(c, "%s is too long (%zu characters)", tls_vars[i],
+				     toolong);
+		else if (v && *v)
+			c->tls[i] = v;
+	}
 	zap__clear_error();
 }
 

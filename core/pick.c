@@ -452,6 +452,12 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
 	if (HAS(send_timeout_ms) && attr->send_timeout_ms)
 		*send_timeout_ms = attr->send_timeout_ms == ZAP_TIMEOUT_NONE
 					   ? 0 : attr->send_timeout_ms;
+	/* TLS: each attribute, else its variable (core/env.c). */
+	args->tls_cert = HAS(tls_cert) && attr->tls_cert ? attr->tls_cert : cfg->tls[0];
+	args->tls_key = HAS(tls_key) && attr->tls_key ? attr->tls_key : cfg->tls[1];
+	args->tls_ca = HAS(tls_ca) && attr->tls_ca ? attr->tls_ca : cfg->tls[2];
+	args->tls_peers = HAS(tls_peers) && attr->tls_peers ? attr->tls_peers
+							      : cfg->tls[3];
 #undef HAS
 	return 0;
 }

@@ -334,6 +334,14 @@ ZAP_EXPORT const char *zap_msg_peer(const struct zap_msg *m)
 	return m ? m->peer : NULL;
 }
 
+ZAP_EXPORT const char *zap_msg_peer_id(const struct zap_msg *m)
+{
+	/* A plugin built before ABI 1.1 has a shorter struct zap_msg. */
+	if (!m || m->size < offsetof(struct zap_msg, peer_id) + sizeof(m->peer_id))
+		return NULL;
+	return m->peer_id && m->peer_id[0] ? m->peer_id : NULL;
+}
+
 ZAP_EXPORT void *zap_msg_device_ptr(const struct zap_msg *m)
 {
 	return m ? m->device_ptr : NULL;

@@ -47,6 +47,9 @@ struct zap_config {
 	uint64_t probe_timeout_ms; /* ZAP_PROBE_TIMEOUT_MS, or 0 (default) */
 	char transport_buf[256];   /* storage for @transport and @listen */
 	char listen_buf[ZAP_PEER_MAX];
+	/* ZAP_TLS_CERT, _KEY, _CA, _PEERS (secure_getenv), or NULL. */
+	const char *tls[4];
+	char tls_buf[4][4096];
 };
 const struct zap_config *zap__config(void);
 /* Read the environment into @c now (zap__config() does it once); for the

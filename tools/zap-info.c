@@ -17,6 +17,8 @@
 #include <zap/zap.h>
 #include <zap/zap-plugin.h>
 
+#include "zap-tls.h"
+
 /* Documented in usage() and zap-info(1); scripts rely on them. */
 enum {
 	EXIT_AVAILABLE = 0,   /* requested (or auto) transport available */
@@ -57,7 +59,8 @@ static void usage(FILE *f)
 "\n"
 "  -t, --transport PREF  explain PREF (zap_pick() syntax: name, a,b, ^a,\n"
 "                        =name for strict) instead of $ZAP_TRANSPORT\n"
-"  -v, --verbose         add probe detail lines and full capabilities\n"
+"  -v, --verbose         add probe detail lines, full capabilities and the\n"
+"                        TLS settings (mode, key fingerprint, trust, kTLS)\n"
 "  -j, --json            print JSON for scripts (fields below)\n"
 "  -i, --isolate         probe each plugin in a helper process, so a plugin\n"
 "                        that crashes or hangs is reported (the default of\n"
@@ -226,6 +229,42 @@ static void print_pool(const struct info *in, const struct opts *o)
 	zap_close(t);
 }
 
+/*
+ * The TCP wire's TLS settings (default, uma), loaded and checked as an
+ * endpoint would load them: the mode, this endpoint's key fingerprint (the
+ * line other nodes pin), whom it trusts, and whether kernel TLS is there.
+ */
+static void print_tls(void)
+{
+	struct ztls_config cfg = {
+		.cert = getenv("ZAP_TLS_CERT"), .key = getenv("ZAP_TLS_KEY"),
+		.ca = getenv("ZAP_TLS_CA"), .peers = getenv("ZAP_TLS_PEERS"),
+		.ktls = true,
+	};
+	struct ztls_ctx *x = NULL;
+	char why[512];
+
+	printf("\ntls (default, uma):\n");
+	if (!cfg.cert || !*cfg.cert) {
+		printf("  mode:    off (ZAP_TLS_CERT unset): plaintext, peers are addresses\n");
+		return;
+	}
+	if (ztls_ctx_new(&cfg, &x, why, sizeof(why))) {
+		printf("  mode:    error: %s\n", why);
+		printf("           (opening default or uma fails until this is fixed)\n");
+		return;
+	}
+	printf("  mode:    TLS 1.3, mutual authentication, ALPN %s; no plaintext\n",
+	       ZTLS_ALPN);
+	printf("  key:     %s\n", ztls_ctx_fingerprint(x));
+	printf("  trust:   %s\n", ztls_ctx_trust(x));
+	printf("  kTLS:    %s\n",
+	       ztls_ctx_ktls(x)
+		       ? "offered by the kernel: connections ask OpenSSL to hand records to it (SSL_OP_ENABLE_KTLS)"
+		       : "not in use: the kernel offers no TLS ULP (\"tls\" not in /proc/sys/net/ipv4/tcp_available_ulp); records are encrypted in userspace");
+	ztls_ctx_free(x);
+}
+
 static void print_text(const struct info *in, const struct opts *o)
 {
 	int wname = 4, wstate = 5, wver = 7, wcaps = 4, i;
@@ -297,8 +336,10 @@ static void print_text(const struct info *in, const struct opts *o)
 	printf("  status:  %s\n", in->pick_status);
 	if (in->choice.reason[0])
 		printf("  why:     %s\n", in->choice.reason);
-	if (o->verbose)
+	if (o->verbose) {
 		print_pool(in, o);
+		print_tls();
+	}
 }
 
 /* ---- JSON output ------------------------------------------------------- */

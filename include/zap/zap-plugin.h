@@ -166,6 +166,14 @@ struct zap_open_args {
 	const char *listen;     /**< local address, never NULL */
 	uint64_t max_msg_size;  /**< never 0 */
 	uint64_t pool_bytes;    /**< 0: the plugin's own default / env */
+	/* Appended in ABI 1.1; read only when @size covers them. TLS
+	 * settings (zap_attr's tls_* or ZAP_TLS_*, already resolved by the
+	 * core): NULL when unset. A transport that cannot do TLS and gets a
+	 * @tls_cert must fail its open rather than run in plaintext. */
+	const char *tls_cert;
+	const char *tls_key;
+	const char *tls_ca;
+	const char *tls_peers;
 };
 
 /**
@@ -182,6 +190,10 @@ struct zap_msg {
 	void *device_ptr;   /**< NULL unless GPU-readable */
 	const char *peer;   /**< replyable sender address, NUL-terminated */
 	void (*release)(struct zap_msg *m);
+	/* Appended in ABI 1.1; zap_msg_peer_id() reads it only when @size
+	 * covers it. */
+	const char *peer_id; /**< the sender's authenticated key,
+	                          "sha256:<hex>" (TLS), or NULL */
 };
 
 /**

@@ -203,6 +203,24 @@ struct zap_attr {
 	uint64_t send_timeout_ms; /**< limit of a zap_send() given no ctx;
 	                             env ZAP_SEND_TIMEOUT_MS, default none;
 	                             ZAP_TIMEOUT_NONE: none whatever the env */
+	/* Appended in ABI 1.1 (check @size): TLS on the TCP wire (default,
+	 * uma). Each NULL field takes its environment variable; a certificate
+	 * from either makes every connection TLS 1.3 with mutual
+	 * authentication, with no plaintext fallback (docs/wires.md). The
+	 * variables are ignored in setuid/setgid programs (secure_getenv):
+	 * those pass the attributes. */
+	const char *tls_cert;   /**< PEM certificate (chain) of this endpoint;
+	                             env ZAP_TLS_CERT; NULL/unset: plaintext */
+	const char *tls_key;    /**< PEM private key of @tls_cert, a file not
+	                             accessible by group or others (refused
+	                             otherwise, as ssh does); env ZAP_TLS_KEY */
+	const char *tls_ca;     /**< PEM CA bundle: peers whose chain verifies
+	                             against it are trusted; env ZAP_TLS_CA */
+	const char *tls_peers;  /**< pin file: one "sha256:<hex>" per line, the
+	                             SHA-256 of a trusted peer's DER
+	                             SubjectPublicKeyInfo; env ZAP_TLS_PEERS.
+	                             With a certificate, at least one of
+	                             @tls_ca and @tls_peers is required */
 };
 
 /** zap_attr.send_timeout_ms: no default send timeout, even if the env sets one. */
@@ -285,6 +303,9 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * zap_send() - deliver one message to @peer.
  * @peer: the destination, in the transport's address form ("host:port" for
  *        default and uma); a peer string from zap_msg_peer() is valid.
+ *        With TLS on (ZAP_TLS_CERT), "host:port#sha256:<hex>" reaches
+ *        only the peer that proves that key (zap_msg_peer() has that
+ *        form), else the send fails with -EACCES.
  * @buf, @len: the message; the caller may reuse @buf once this returns.
  * @ctx:  cancellation/deadline, or NULL to block until sent.
  *
@@ -302,7 +323,9 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * Return: 0 once the transport owns the message (queued to the kernel or
  * acknowledged, per transport);
  *  -EMSGSIZE:   @len exceeds the maximum message size;
- *  -EINVAL:     malformed peer address;
+ *  -EINVAL:     malformed peer address (or a #sha256: key without TLS);
+ *  -EACCES:     TLS: the peer was refused (untrusted key, not the key
+ *               the peer string requires) or refused this endpoint;
  *  -EHOSTUNREACH/-ECONNREFUSED/-ECONNRESET/-EPIPE: the peer cannot be
  *               reached or went away;
  *  -EPROTO:     the far end answered but is not a peer of this transport
@@ -340,6 +363,17 @@ ZAP_EXPORT size_t zap_msg_len(const struct zap_msg *m);
  * transport accepts to reply.
  */
 ZAP_EXPORT const char *zap_msg_peer(const struct zap_msg *m);
+
+/**
+ * zap_msg_peer_id() - the sender's authenticated identity: on a TLS
+ * connection (ZAP_TLS_CERT), the SHA-256 of the key it proved, as
+ * "sha256:<64 hex digits>" (the form of a ZAP_TLS_PEERS line); the same key
+ * ends zap_msg_peer()'s string ("host:port#sha256:<hex>"), so a reply goes
+ * to that key only.
+ * Return: the fingerprint, valid until zap_msg_release(); NULL for a
+ * plaintext connection, a transport without authentication, or NULL @m.
+ */
+ZAP_EXPORT const char *zap_msg_peer_id(const struct zap_msg *m);
 
 /**
  * zap_msg_device_ptr() - the address a GPU kernel may read the bytes at, or

@@ -109,6 +109,14 @@ static int tcp_open(const struct zap_host *host, const struct zap_open_args *arg
 	};
 	int r;
 
+	if (args->size >= offsetof(struct zap_open_args, tls_peers) +
+				  sizeof(args->tls_peers)) {
+		wa.tls_cert = args->tls_cert;
+		wa.tls_key = args->tls_key;
+		wa.tls_ca = args->tls_ca;
+		wa.tls_peers = args->tls_peers;
+	}
+
 	if (!tp)
 		return host->fail(-ENOMEM, TCP_DOMAIN ": out of memory");
 	tp->host = host;

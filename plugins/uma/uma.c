@@ -233,6 +233,14 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 		.host = host, .domain = "uma", .listen = args->listen,
 		.max_msg_size = args->max_msg_size,
 	};
+	/* TLS as for default (an older host's args end before these). */
+	if (args->size >= offsetof(struct zap_open_args, tls_peers) +
+				  sizeof(args->tls_peers)) {
+		wa.tls_cert = args->tls_cert;
+		wa.tls_key = args->tls_key;
+		wa.tls_ca = args->tls_ca;
+		wa.tls_peers = args->tls_peers;
+	}
 	char why[256], err[96];
 	const struct zcu *cu;
 	struct uma_mem *mem;

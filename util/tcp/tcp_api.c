@@ -148,7 +148,7 @@ static int send_frame(struct tcp_wire *w, struct tcp_conn *c,
 
 	*done = 0;
 	while (*done < total) {
-		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t k = tw_io_send(c, mh.msg_iov, mh.msg_iovlen);
 		if (k > 0) {
 			*done += (size_t)k;
 			while (mh.msg_iovlen && (size_t)k >= mh.msg_iov->iov_len) {
@@ -172,7 +172,7 @@ static int send_frame(struct tcp_wire *w, struct tcp_conn *c,
 		}
 		err = k < 0 ? -errno : -EPIPE;
 		err = w->host->fail(err, "%s: send to %s: %s", w->dom, c->raddr,
-				    strerror(-err));
+				    tw_io_err(c, -err));
 		break;
 	}
 	pthread_mutex_lock(&w->mu);
@@ -186,6 +186,9 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 {
 	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
 
+	/* TLS may hold an encrypted record of this frame: partly written. */
+	if (c->tls_wpend && err && !done)
+		done = 1;
 	c->tx_busy = false;
 	c->tx_used = true;
 	tw_touch(c, now_ms());
@@ -244,6 +247,28 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 				     w->dom, len, w->max_msg);
 	if (strlen(peer) >= ZAP_PEER_MAX)
 		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
+	char norm[ZAP_PEER_MAX];
+	const char *key = strchr(peer, '#');
+	if (key) {
+		/* "host:port#sha256:<hex>": TLS only, the key in lower case so
+		 * that it finds the route a received message's peer string
+		 * names. */
+		unsigned char fp[32];
+		if (!w->tls)
+			return w->host->fail(-EINVAL,
+					     "%s: peer \"%s\" requires a key, but TLS is off (ZAP_TLS_CERT)",
+					     w->dom, peer);
+		if (ztls_fp_parse(key + 1, strlen(key + 1), fp))
+			return w->host->fail(-EINVAL,
+					     "%s: peer \"%s\": want host:port#sha256:<64 hex digits>",
+					     w->dom, peer);
+		size_t al = (size_t)(key - peer);
+		memcpy(norm, peer, al);
+		norm[al] = '#';
+		/* Fits: the text after '#' had exactly ZTLS_FP_LEN - 1 bytes. */
+		ztls_fp_format(fp, norm + al + 1);
+		peer = norm;
+	}
 
 	pthread_mutex_lock(&w->mu);
 	for (int attempt = 0;; attempt++) {
@@ -553,6 +578,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		r = env_limit(host, w->dom, TCP_IDLE_ENV, TCP_IDLE_MS, TCP_HS_MIN_MS,
 			      TCP_IDLE_MAX_MS, "milliseconds", &w->idle_ms);
 	w->conn_max = conn_limit();
+	if (!r)
+		r = tw_tls_open(w, args);
 	if (r)
 		goto fail;
 
@@ -642,6 +669,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		close(w->stop_fd);
 	free(w->pfd);
 	free(w->slot);
+	tw_tls_close(w);
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->mu);
 	free(w);

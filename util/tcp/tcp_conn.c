@@ -213,6 +213,7 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 
 void tw_conn_free(struct tcp_conn *c)
 {
+	tw_tls_conn_free(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->rx_msg)

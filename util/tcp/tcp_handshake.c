@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -86,7 +87,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 			if (c->hslen == need)
 				break;
 		}
-		ssize_t k = read(c->fd, c->hs + c->hslen, need - c->hslen);
+		ssize_t k = tw_io_read(c, c->hs + c->hslen, need - c->hslen);
 		if (k > 0) {
 			c->hslen += (size_t)k;
 			continue;
@@ -98,8 +99,9 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 		}
 		if (errno == EAGAIN || errno == EINTR)
 			return 0;
-		snprintf(why, whylen, "read: %s", strerror(errno));
-		return -errno;
+		int e = errno;
+		snprintf(why, whylen, "read: %s", tw_io_err(c, e));
+		return e == EACCES ? -EACCES : -e;
 	}
 
 	/* Parse: id, nonce, address; check the address against the
@@ -147,7 +149,34 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 			 c->raddr);
 		return -EPROTO;
 	}
+	/* TLS: the peer is its key as much as its address, so the key is
+	 * part of the peer string, of the peer's identity in the table and
+	 * of its routes (WIRE.md, "TLS"). */
+	if (c->tls) {
+		size_t al = strlen(c->raddr);
+		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
+			snprintf(why, whylen, "address %.64s too long to carry a key", c->raddr);
+			return -EPROTO;
+		}
+		c->raddr[al] = '#';
+		memcpy(c->raddr + al + 1, c->fp, strlen(c->fp) + 1);
+	}
 	return 1;
+}
+
+/* The accepted side's handshake step: TLS first when it is on, then the
+ * HELLO. 1 complete, 0 wait (for c->hs_events), negative: refused. */
+static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why,
+			size_t whylen)
+{
+	if (c->tls && !c->tls_ok) {
+		int r = tw_tls_step(c, why, whylen);
+		if (r <= 0)
+			return r;
+		c->hs_events = POLLIN;
+		/* The peer's HELLO may have come with its last TLS flight. */
+	}
+	return hello_read(w, c, why, whylen);
 }
 
 static void pending_drop(struct tcp_wire *w, struct tcp_conn *c,
@@ -180,6 +209,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s",
 		     c->raddr);
+	tw_tls_log_up(w, c);
 	pthread_mutex_lock(&w->mu);
 	/* Hold tx so that a retire decided here waits for our HELLO. */
 	c->tx_busy = true;
@@ -193,13 +223,15 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	}
 
 	/* A fresh socket's send buffer always takes a HELLO. */
-	ssize_t k = send(c->fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	struct iovec hv = {buf, n};
+	ssize_t k = tw_io_send(c, &hv, 1);
+	int e = errno;
 	pthread_mutex_lock(&w->mu);
 	c->tx_busy = false;
 	if (k != (ssize_t)n) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: cannot answer HELLO: %s",
-			     c->raddr, k < 0 ? strerror(errno) : "short write");
+			     c->raddr, k < 0 ? tw_io_err(c, e) : "short write");
 		tw_conn_kill(w, c);
 	} else {
 		tw_conn_tx_done(w, c);
@@ -242,6 +274,13 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		tw_conn_set_src(c, (struct sockaddr *)&ss, sl);
 		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
 		tw_tune_socket(fd);
+		char why[200];
+		if (w->tls && tw_tls_conn_new(w, c, true, NULL, why, sizeof(why))) {
+			w->host->log(ZAP_LOG_WARN, w->dom,
+				     "dropping connection from %s: %s", c->src, why);
+			tw_conn_free(c);
+			continue;
+		}
 		if (w->npending >= w->pending_max) {
 			/* Too many half-open handshakes: shed the oldest so
 			 * that a flood cannot lock well-behaved peers out. */
@@ -303,7 +342,9 @@ void *tw_accept_main(void *arg)
 			if (c->hs_deadline_ms < next)
 				next = c->hs_deadline_ms;
 			pc[n] = c;
-			pfd[n++] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+			pfd[n++] = (struct pollfd){
+				.fd = c->fd,
+				.events = c->tls && !c->tls_ok ? c->hs_events : POLLIN};
 		}
 		int timeout = next > now ? (int)(next - now) : 0;
 		if (backoff && timeout > 100)
@@ -320,9 +361,9 @@ void *tw_accept_main(void *arg)
 		now = now_ms();
 		for (size_t i = 2; i < n; i++) {
 			struct tcp_conn *c = pc[i];
-			char why[160];
+			char why[400];
 			if (pfd[i].revents) {
-				int h = hello_read(w, c, why, sizeof(why));
+				int h = pending_step(w, c, why, sizeof(why));
 				if (h == 1)
 					pending_finish(w, c);
 				else if (h < 0)
@@ -333,7 +374,9 @@ void *tw_accept_main(void *arg)
 						     why);
 			} else if (c->hs_deadline_ms <= now) {
 				pending_drop(w, c, ZAP_LOG_INFO,
-					     "no HELLO within the handshake timeout");
+					     c->tls && !c->tls_ok
+						     ? "TLS handshake not complete within the handshake timeout"
+						     : "no HELLO within the handshake timeout");
 			}
 		}
 		if (pfd[1].revents)
@@ -503,6 +546,43 @@ static void dial_done(struct tcp_wire *w, struct tcp_dial *d)
 }
 
 /*
+ * The dialer's TLS handshake on @c, until @deadline_ms (the wire's
+ * handshake limit) or the ctx. @want: the key the peer string requires,
+ * or NULL. 0, or a negative errno with a reason: -EACCES for a peer that
+ * is not trusted (or not @want), or that refused us.
+ */
+static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
+		    const char *want, struct zap_ctx *ctx, uint64_t deadline_ms)
+{
+	char why[400];
+	int r = tw_tls_conn_new(w, c, false, want, why, sizeof(why));
+
+	if (r)
+		return w->host->fail(r, "%s: %s: %s", w->dom, peer, why);
+	for (;;) {
+		r = tw_tls_step(c, why, sizeof(why));
+		if (r == 1)
+			return 0;
+		if (r < 0) {
+			w->host->log(ZAP_LOG_WARN, w->dom, "TLS with %s failed: %s", peer,
+				     why);
+			return w->host->fail(r, "%s: TLS with %s failed: %s", w->dom,
+					     peer, why);
+		}
+		uint64_t now = now_ms();
+		if (now >= deadline_ms)
+			return w->host->fail(-ETIMEDOUT,
+					     "%s: %s did not complete the TLS handshake in time",
+					     w->dom, peer);
+		r = wait_fd(w, c->fd, c->hs_events, ctx, (int)(deadline_ms - now));
+		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
+			continue;
+		if (r)
+			return r;
+	}
+}
+
+/*
  * Connect to @peer, exchange HELLOs, register. mu not held. The peer's
  * handshake thread answers independently of its application, so this
  * waits about one round trip, not for the peer to call zap_recv().
@@ -513,8 +593,18 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	struct sockaddr_storage sa = {0};
 	socklen_t salen = 0;
 	int fd = -1, r;
+	char addr[ZAP_PEER_MAX];
+	const char *want = strchr(peer, '#');
 
-	r = dial_connect(w, peer, ctx, &fd, &sa, &salen);
+	/* "host:port#sha256:<hex>": only that key may answer (WIRE.md). */
+	size_t al = want ? (size_t)(want - peer) : strlen(peer);
+	if (al >= sizeof(addr))
+		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
+	memcpy(addr, peer, al);
+	addr[al] = '\0';
+	if (want)
+		want++;
+	r = dial_connect(w, addr, ctx, &fd, &sa, &salen);
 	if (r)
 		return r;
 
@@ -532,22 +622,32 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	dial.next = w->dials;
 	w->dials = &dial;
 	pthread_mutex_unlock(&w->mu);
+	uint64_t deadline = now_ms() + w->hs_timeout_ms;
+	if (w->tls) {
+		r = dial_tls(w, c, peer, want, ctx, deadline);
+		if (r)
+			goto fail;
+	}
 	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
 	size_t hn = hello_build(w, c->nonce, hb);
 	/* A fresh socket's send buffer always takes a HELLO. */
-	ssize_t k = send(fd, hb, hn, MSG_NOSIGNAL | MSG_DONTWAIT);
+	struct iovec hv = {hb, hn};
+	ssize_t k = tw_io_send(c, &hv, 1);
 	if (k != (ssize_t)hn) {
-		r = w->host->fail(k < 0 ? -errno : -EPIPE, "%s: send HELLO to %s: %s",
-				  w->dom, peer, k < 0 ? strerror(errno) : "short write");
+		int e = k < 0 ? errno : EPIPE;
+		r = w->host->fail(-e, "%s: send HELLO to %s: %s", w->dom, peer,
+				  k < 0 ? tw_io_err(c, e) : "short write");
 		goto fail;
 	}
-	uint64_t deadline = now_ms() + w->hs_timeout_ms;
 	for (;;) {
-		char why[160];
+		char why[400];
 		int h = hello_read(w, c, why, sizeof(why));
 		if (h == 1)
 			break;
 		if (h < 0) {
+			if (h == -EACCES)
+				w->host->log(ZAP_LOG_WARN, w->dom,
+					     "handshake with %s failed: %s", peer, why);
 			r = w->host->fail(h == -EPIPE ? -ECONNRESET : h,
 					  "%s: handshake with %s failed: %s", w->dom,
 					  peer, why);
@@ -566,6 +666,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 			goto fail;
 	}
 
+	tw_tls_log_up(w, c); /* before the leader may read c */
 	pthread_mutex_lock(&w->mu);
 	r = tw_conn_register(w, c, peer);
 	dial_done(w, &dial);

@@ -57,6 +57,7 @@
 #define ZAP_TCP_INT_H
 
 #include "tcp_wire.h"
+#include "zap-tls.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -146,6 +147,15 @@ struct tcp_conn {
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
 	int rx_res;              /* result of this round's read */
 	char rx_why[160];
+
+	/* TLS (tcp_tls.c): NULL on a plaintext endpoint */
+	struct ztls_conn *tls;
+	pthread_mutex_t tls_mu;  /* every call into tls */
+	bool tls_ok;             /* handshake: TLS done, HELLO next */
+	bool tls_wpend;          /* sender: OpenSSL holds a record of the frame */
+	short hs_events;         /* handshake: what the TLS step waits for */
+	char fp[ZTLS_FP_LEN];    /* the peer's key, "sha256:<hex>"; "" plaintext */
+	char tls_why[160];       /* the last TLS error on this connection */
 
 	/* handshake (accept thread or dialer) */
 	unsigned char hs[TCP_HDR + TCP_HELLO_MAX];
@@ -240,6 +250,7 @@ struct tcp_wire {
 	uint64_t qbytes;         /* mu: payload bytes queued for recv */
 	bool q_full;             /* mu: connections not read for a full queue */
 	bool reap_due;           /* mu: a connection died since the last reap */
+	struct ztls_ctx *tls;      /* NULL: plaintext; set at open, then read-only */
 	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
 
@@ -357,6 +368,20 @@ static inline void tw_touch(struct tcp_conn *c, uint64_t now)
 	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);
 }
 bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c);
+
+/* tcp_tls.c: TLS, and the I/O calls that go through it when it is on */
+int tw_tls_open(struct tcp_wire *w, const struct tcp_wire_args *a);
+void tw_tls_close(struct tcp_wire *w);
+int tw_tls_conn_new(struct tcp_wire *w, struct tcp_conn *c, bool server,
+		    const char *want_fp, char *why, size_t whylen);
+void tw_tls_conn_free(struct tcp_conn *c);
+int tw_tls_step(struct tcp_conn *c, char *why, size_t whylen);
+void tw_tls_log_up(struct tcp_wire *w, const struct tcp_conn *c);
+ssize_t tw_io_read(struct tcp_conn *c, void *buf, size_t len);
+struct iovec;
+ssize_t tw_io_send(struct tcp_conn *c, const struct iovec *iov, size_t n);
+bool tw_io_pending(struct tcp_conn *c);
+const char *tw_io_err(const struct tcp_conn *c, int e);
 
 /* tcp_handshake.c */
 void *tw_accept_main(void *arg);

@@ -62,6 +62,9 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 	m->msg.len = len;
 	memcpy(m->peer, c->raddr, sizeof(m->peer));
 	m->msg.peer = m->peer;
+	/* TLS: the key that proved itself on this connection. */
+	memcpy(m->peer_id, c->fp, sizeof(m->peer_id));
+	m->msg.peer_id = c->tls ? m->peer_id : NULL;
 	m->next = NULL;
 	**tail = m;
 	*tail = &m->next;
@@ -124,7 +127,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c,
 		c->rx_cap = ncap;
 	}
 	size_t want = c->rx_cap - c->rx_off;
-	ssize_t k = read(c->fd, (char *)m->msg.data + c->rx_off, want);
+	ssize_t k = tw_io_read(c, (char *)m->msg.data + c->rx_off, want);
 
 	if (k > 0) {
 		c->rx_total += (size_t)k;
@@ -154,8 +157,9 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c,
 		return RX_MORE;
 	if (errno == EAGAIN)
 		return 0;
-	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", strerror(errno));
-	return -errno;
+	int e = errno;
+	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
+	return -e;
 }
 
 /*
@@ -246,7 +250,7 @@ static int rx_fill(struct tcp_conn *c)
 	size_t room = TCP_RBUF - c->rlen;
 	if (c->rx_big && c->rlen < TCP_HDR)
 		room = TCP_HDR - c->rlen;
-	ssize_t k = read(c->fd, c->rbuf + c->rlen, room);
+	ssize_t k = tw_io_read(c, c->rbuf + c->rlen, room);
 	if (k > 0) {
 		c->rx_total += (size_t)k;
 		c->rlen += (size_t)k;
@@ -264,8 +268,9 @@ static int rx_fill(struct tcp_conn *c)
 		return RX_MORE;
 	if (errno == EAGAIN)
 		return 0;
-	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", strerror(errno));
-	return -errno;
+	int e = errno;
+	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
+	return -e;
 }
 
 /*
@@ -616,8 +621,12 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 	uint64_t now = now_ms();
 	for (size_t i = first_conn; i < n; i++) {
 		struct tcp_conn *c = w->slot[i].p;
-		if (w->pfd[i].revents || c->rx_ready)
+		if (w->pfd[i].revents || c->rx_ready) {
 			c->rx_res = conn_rx(w, c, &mtail, now);
+			/* TLS may hold decrypted bytes poll() cannot see. */
+			if (!c->rx_res && c->tls && !c->rx_ready && tw_io_pending(c))
+				c->rx_ready = true;
+		}
 	}
 	pthread_mutex_lock(&w->mu);
 

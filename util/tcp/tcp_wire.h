@@ -30,6 +30,7 @@ struct tcp_rx_msg {
 	struct zap_msg msg;       /* first: tcp_wire_recv() returns &msg */
 	struct tcp_rx_msg *next;  /* wire-private queue link */
 	char peer[ZAP_PEER_MAX];  /* replyable sender address */
+	char peer_id[72];         /* TLS: the sender's key, "sha256:<hex>" */
 };
 
 /*
@@ -70,6 +71,10 @@ struct tcp_wire_args {
 	const char *listen;     /* "host:port", port 0 allowed */
 	uint64_t max_msg_size;  /* largest payload sent or accepted */
 	struct tcp_rx_alloc alloc;
+	/* TLS (WIRE.md, "TLS"): with @tls_cert every connection is TLS 1.3
+	 * with mutual authentication; NULL: plaintext. The others as
+	 * zap_attr's tls_* fields. */
+	const char *tls_cert, *tls_key, *tls_ca, *tls_peers;
 };
 
 /* Bind, listen and start the handshake thread. Errors carry a reason. */

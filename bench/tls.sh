@@ -1,0 +1,75 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# TLS on the default transport beside plaintext, in one run: zap-perf's
+# 64 B one-way latency (median of RTT/2) and 1 MiB streaming bandwidth,
+# plaintext and TLS interleaved, the best of REPS runs each; and the time
+# of a new connection's first send between long-lived endpoints (connect,
+# TLS handshake, HELLO, one frame) from bench/tls_handshake.c. Goals: TLS
+# latency within 1.2x of plaintext, TLS bandwidth at least 0.5x.
+#
+# Both zap-perf endpoints run with one node key (an endpoint trusts its
+# own key), made here with the recipe of docs/wires.md.
+#
+# usage: bench/tls.sh [BUILD_DIR]     (default: build)
+# env:   REPS (5) ITERS (20000) BYTES (2G) CPUS ("0,1") CONNS (300)
+set -u
+build=${1:-build}
+REPS=${REPS:-5}
+ITERS=${ITERS:-20000}
+BYTES=${BYTES:-2G}
+CPUS=${CPUS:-0,1}
+CONNS=${CONNS:-300}
+export ZAP_TRANSPORT_QUIET=1 ZAP_PLUGIN_PATH=
+perf=$build/tools/zap-perf
+hs=$build/bench/tls_handshake
+for x in "$perf" "$hs"; do
+	[ -x "$x" ] || { echo "no $x: build first (meson compile -C $build)" >&2; exit 1; }
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+(cd "$tmp" && umask 077 &&
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+		-keyout node.key -out node.crt -days 1 -subj /CN=bench 2>/dev/null &&
+	echo "sha256:$(openssl x509 -in node.crt -pubkey -noout |
+		openssl pkey -pubin -outform DER | sha256sum | cut -d' ' -f1)" > peers) ||
+	{ echo "openssl failed" >&2; exit 1; }
+tls_env=(ZAP_TLS_CERT="$tmp/node.crt" ZAP_TLS_KEY="$tmp/node.key" ZAP_TLS_PEERS="$tmp/peers")
+
+json_get() { # FILE TEST SIZE FIELD
+	python3 - "$@" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for r in doc["results"]:
+    if r["test"] == sys.argv[2] and r["size"] == int(sys.argv[3]):
+        print(r[sys.argv[4]])
+        break
+PY
+}
+lat_args=(--loopback --cpus "$CPUS" -t =default -s 64 -T lat -n "$ITERS" --json)
+bw_args=(--loopback --cpus "$CPUS" -t =default -s 1M -T bw -b "$BYTES" --json)
+: > "$tmp/p_lat"; : > "$tmp/t_lat"; : > "$tmp/p_bw"; : > "$tmp/t_bw"
+echo "running: $REPS runs each, 64 B x $ITERS round trips, 1 MiB x $BYTES, cores $CPUS, $CONNS connections" >&2
+for rep in $(seq "$REPS"); do
+	"$perf" "${lat_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" latency 64 median_us >> "$tmp/p_lat"
+	env "${tls_env[@]}" "$perf" "${lat_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" latency 64 median_us >> "$tmp/t_lat"
+	"$perf" "${bw_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/p_bw"
+	env "${tls_env[@]}" "$perf" "${bw_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/t_bw"
+done
+"$hs" "$CONNS" > "$tmp/p_hs" || exit 1
+env "${tls_env[@]}" "$hs" "$CONNS" > "$tmp/t_hs" || exit 1
+ktls=$(env "${tls_env[@]}" "$build/tools/zap-info" -v | sed -n 's/^  kTLS: *//p')
+
+python3 - "$tmp" "$ktls" <<'PY'
+import json, sys
+d = sys.argv[1]
+def vals(n): return [float(x) for x in open(f"{d}/{n}").read().split()]
+pl, tl, pb, tb = min(vals("p_lat")), min(vals("t_lat")), max(vals("p_bw")), max(vals("t_bw"))
+ph, th = json.load(open(f"{d}/p_hs")), json.load(open(f"{d}/t_hs"))
+lr, br = tl / pl, tb / pb
+print(f"{'':24}{'plaintext':>12}{'TLS 1.3':>12}{'ratio':>8}  goal")
+print(f"{'64 B latency (us)':24}{pl:12.2f}{tl:12.2f}{lr:8.2f}  <= 1.2x: {'met' if lr <= 1.2 else 'MISSED'}")
+print(f"{'1 MiB bandwidth (MB/s)':24}{pb:12.0f}{tb:12.0f}{br:8.2f}  >= 0.5x: {'met' if br >= 0.5 else 'MISSED'}")
+print(f"{'new connection (us)':24}{ph['median_us']:12.1f}{th['median_us']:12.1f}{th['median_us'] / ph['median_us']:8.1f}  (median of {th['connections']} from warm endpoints: connect, handshake, HELLO, 64 B)")
+print(f"kTLS: {sys.argv[2]}")
+PY

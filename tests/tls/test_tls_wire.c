@@ -1,0 +1,592 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * TLS on the default transport, end to end through libzap: pinned
+ * self-signed keys exchanging 0 B to 64 MiB both ways with replies reaching
+ * the right key; every refused peer logged and a well-behaved peer served
+ * afterwards; an impostor with its own key at a peer's address receiving
+ * nothing meant for that peer and never delivered as it; a required key in
+ * the peer string; `openssl s_client` with and without a client
+ * certificate.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <zap/zap.h>
+
+#include "tls-test-certs.h"
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[1 << 16];
+static size_t log_len;
+
+static void log_capture(enum zap_log_level level, const char *domain,
+			const char *msg, void *user)
+{
+	if (getenv("TLS_TEST_DEBUG"))
+		fprintf(stderr, "[%d] %s: %s\n", (int)level, domain, msg);
+	if (level > ZAP_LOG_WARN && !strstr(msg, "dropping connection"))
+		return;
+	pthread_mutex_lock(&log_mu);
+	int n = snprintf(log_buf + log_len, sizeof(log_buf) - log_len, "%s: %s\n",
+			 domain, msg);
+	if (n > 0 && log_len + (size_t)n < sizeof(log_buf))
+		log_len += (size_t)n;
+	else
+		log_len = 0;
+	pthread_mutex_unlock(&log_mu);
+}
+
+static void log_clear(void)
+{
+	pthread_mutex_lock(&log_mu);
+	log_len = 0;
+	log_buf[0] = '\0';
+	pthread_mutex_unlock(&log_mu);
+}
+
+static bool log_wait(const char *s)
+{
+	for (int i = 0; i < 500; i++) {
+		pthread_mutex_lock(&log_mu);
+		log_buf[log_len] = '\0';
+		bool found = strstr(log_buf, s) != NULL;
+		pthread_mutex_unlock(&log_mu);
+		if (found)
+			return true;
+		usleep(10000);
+	}
+	fprintf(stderr, "log lacks \"%s\"; captured:\n%s", s, log_buf);
+	return false;
+}
+
+static char dir[256], pins[600];
+static struct tid A, B, C, M, Old, New;
+
+static int setup(void **state)
+{
+	zap_set_log_handler(log_capture, NULL);
+	zap_set_log_level(getenv("TLS_TEST_DEBUG") ? ZAP_LOG_DEBUG : ZAP_LOG_INFO);
+	/* Short handshake limit: the slowloris and s_client cases. */
+	setenv("ZAP_TCP_HANDSHAKE_MS", "1000", 1);
+	tid_tmpdir(dir, sizeof(dir));
+	tid_make(&A, dir, "a", -60, 86400, NULL);
+	tid_make(&B, dir, "b", -60, 86400, NULL);
+	tid_make(&C, dir, "c", -60, 86400, NULL);
+	tid_make(&M, dir, "m", -60, 86400, NULL);
+	tid_make(&Old, dir, "old", -2 * 86400, -86400, NULL);
+	tid_make(&New, dir, "new", 86400, 2 * 86400, NULL);
+	snprintf(pins, sizeof(pins), "%s/peers", dir);
+	const struct tid *p[] = {&A, &B, &M, &Old, &New};
+	tid_pins(pins, p, 5);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct tid *t[] = {&A, &B, &C, &M, &Old, &New};
+	for (size_t i = 0; i < 6; i++)
+		tid_free(t[i]);
+	tid_rmdir(dir);
+	return 0;
+}
+
+static int ep_try(const struct tid *id, const char *peers, const char *listen,
+		  struct zap_transport **t)
+{
+	struct zap_attr a = {.size = sizeof(a), .listen = listen ? listen : "127.0.0.1:0"};
+	if (id) {
+		a.tls_cert = id->cert_path;
+		a.tls_key = id->key_path;
+		a.tls_peers = peers;
+	}
+	return zap_pick("=default", 0, &a, t);
+}
+
+static struct zap_transport *ep(const struct tid *id, const char *peers)
+{
+	struct zap_transport *t = NULL;
+	int r = ep_try(id, peers, NULL, &t);
+	if (r)
+		fail_msg("zap_pick: %s", zap_strerror(r));
+	return t;
+}
+
+static void addr_of(struct zap_transport *t, char *buf)
+{
+	assert_int_equal(zap_transport_address(t, buf, ZAP_PEER_MAX), 0);
+}
+
+static struct zap_msg *recv_ok(struct zap_transport *t)
+{
+	struct zap_msg *m = NULL;
+	struct zap_ctx *ctx = NULL;
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 20000000000ull);
+	int r = zap_recv(t, ctx, &m);
+	zap_ctx_free(ctx);
+	if (r)
+		fail_msg("zap_recv: %s", zap_strerror(r));
+	return m;
+}
+
+static void send_ok(struct zap_transport *t, const char *peer, const void *b,
+		    size_t len)
+{
+	int r = zap_send(t, peer, b, len, NULL);
+	if (r)
+		fail_msg("zap_send to %s: %s", peer, zap_strerror(r));
+}
+
+struct sender {
+	struct zap_transport *t;
+	const char *peer;
+	const unsigned char *buf;
+	size_t len;
+	int r;
+};
+
+static void *send_main(void *arg)
+{
+	struct sender *s = arg;
+	s->r = zap_send(s->t, s->peer, s->buf, s->len, NULL);
+	return NULL;
+}
+
+/* Pinned self-signed keys, 0 B to 64 MiB each way; every reply goes to
+ * zap_msg_peer() and must come back from the key it was sent to. */
+static void test_exchange(void **state)
+{
+	struct zap_transport *a = ep(&A, pins), *b = ep(&B, pins);
+	char ab[ZAP_PEER_MAX], bb[ZAP_PEER_MAX];
+	size_t sizes[] = {0, 1, 64, 16368, 16384, 65536, 1u << 20, 16u << 20, 64u << 20};
+	unsigned char *buf = malloc(64u << 20);
+
+	for (size_t i = 0; i < (64u << 20); i++)
+		buf[i] = (unsigned char)(i * 13 + (i >> 16));
+	addr_of(a, ab);
+	addr_of(b, bb);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t n = sizes[i];
+		if (getenv("TLS_TEST_DEBUG"))
+			fprintf(stderr, "size %zu\n", n);
+		/* A to B, sent from a thread so that B can reply at once. */
+		struct sender s = {a, bb, buf, n, -1};
+		pthread_t th;
+		pthread_create(&th, NULL, send_main, &s);
+		struct zap_msg *m = recv_ok(b);
+		pthread_join(th, NULL);
+		assert_int_equal(s.r, 0);
+		assert_int_equal(zap_msg_len(m), n);
+		assert_true(!n || !memcmp(zap_msg_data(m), buf, n));
+		assert_non_null(zap_msg_peer_id(m));
+		assert_string_equal(zap_msg_peer_id(m), A.fp);
+		assert_non_null(strstr(zap_msg_peer(m), A.fp));
+		/* B replies with the same bytes to the peer string. */
+		struct sender r = {b, zap_msg_peer(m), buf, n, -1};
+		pthread_create(&th, NULL, send_main, &r);
+		struct zap_msg *back = recv_ok(a);
+		pthread_join(th, NULL);
+		assert_int_equal(r.r, 0);
+		assert_int_equal(zap_msg_len(back), n);
+		assert_true(!n || !memcmp(zap_msg_data(back), buf, n));
+		assert_string_equal(zap_msg_peer_id(back), B.fp);
+		zap_msg_release(m);
+		zap_msg_release(back);
+	}
+	free(buf);
+	zap_close(a);
+	zap_close(b);
+}
+
+/* A plain OpenSSL client on TCP: handshake, then read until the server
+ * closes or alerts. Returns 1 if the handshake completed locally. */
+static int raw_client(const char *addr, X509 *cert, EVP_PKEY *key)
+{
+	char host[64];
+	int port;
+	assert_int_equal(sscanf(addr, "%63[^:]:%d", host, &port), 2);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	struct timeval tv = {5, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	SSL_CTX *x = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_min_proto_version(x, TLS1_3_VERSION);
+	SSL_CTX_set_alpn_protos(x, (const unsigned char *)"\x05zap/1", 6);
+	if (cert)
+		SSL_CTX_use_certificate(x, cert);
+	if (key)
+		SSL_CTX_use_PrivateKey(x, key);
+	SSL *s = SSL_new(x);
+	SSL_set_fd(s, fd);
+	int ok = SSL_connect(s) == 1;
+	char b;
+	if (ok)
+		SSL_read(s, &b, 1); /* the alert, or the close */
+	ERR_clear_error();
+	SSL_free(s);
+	SSL_CTX_free(x);
+	close(fd);
+	return ok;
+}
+
+/* The server still serves a well-behaved peer after refusing others. */
+static void served(struct zap_transport *s, const char *saddr)
+{
+	struct zap_transport *b = ep(&B, pins);
+	send_ok(b, saddr, "hi", 2);
+	struct zap_msg *m = recv_ok(s);
+	assert_string_equal(zap_msg_peer_id(m), B.fp);
+	send_ok(s, zap_msg_peer(m), "ok", 2);
+	struct zap_msg *r = recv_ok(b);
+	assert_int_equal(zap_msg_len(r), 2);
+	zap_msg_release(m);
+	zap_msg_release(r);
+	zap_close(b);
+}
+
+static void test_refused(void **state)
+{
+	struct zap_transport *s = ep(&A, pins);
+	char sa[ZAP_PEER_MAX];
+	addr_of(s, sa);
+
+	/* A plaintext peer. */
+	log_clear();
+	struct zap_transport *p = ep(NULL, NULL);
+	assert_int_not_equal(zap_send(p, sa, "x", 1, NULL), 0);
+	assert_true(log_wait("plaintext zap HELLO"));
+	zap_close(p);
+	served(s, sa);
+
+	/* A key the server does not pin (C pins A). */
+	char cpins[700];
+	snprintf(cpins, sizeof(cpins), "%s/c.pins", dir);
+	const struct tid *ca[] = {&A};
+	tid_pins(cpins, ca, 1);
+	log_clear();
+	struct zap_transport *c = ep(&C, cpins);
+	int r = zap_send(c, sa, "x", 1, NULL);
+	assert_int_equal(r, -EACCES);
+	assert_true(log_wait("is not pinned"));
+	zap_close(c);
+	served(s, sa);
+
+	/* Certificates outside their validity (pinned all the same). */
+	log_clear();
+	raw_client(sa, Old.cert, Old.key);
+	assert_true(log_wait("certificate has expired"));
+	raw_client(sa, New.cert, New.key);
+	assert_true(log_wait("certificate is not valid yet"));
+	/* No client certificate. */
+	raw_client(sa, NULL, NULL);
+	assert_true(log_wait("presented no certificate"));
+	/* B's certificate without B's key. */
+	EVP_PKEY *forged = tid_forged_key(&B);
+	raw_client(sa, B.cert, forged);
+	EVP_PKEY_free(forged);
+	assert_true(log_wait("did not prove the key"));
+	served(s, sa);
+
+	/* A handshake that stalls: closed after ZAP_TCP_HANDSHAKE_MS. */
+	log_clear();
+	char host[64];
+	int port;
+	sscanf(sa, "%63[^:]:%d", host, &port);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	inet_pton(AF_INET, host, &in.sin_addr);
+	assert_int_equal(connect(fd, (struct sockaddr *)&in, sizeof(in)), 0);
+	assert_int_equal(write(fd, "\x16\x03\x01\x02\x00", 5), 5);
+	struct timeval tv = {5, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char b[16];
+	assert_true(read(fd, b, sizeof(b)) <= 0); /* closed, not timed out here */
+	close(fd);
+	assert_true(log_wait("TLS handshake not complete within the handshake timeout"));
+	served(s, sa);
+	zap_close(s);
+}
+
+/* M, with its own (pinned) key, takes A's address after A is gone: the
+ * server's reply to A goes nowhere near M, and M's messages carry M's key. */
+static void test_impostor(void **state)
+{
+	struct zap_transport *s = ep(&A, pins), *b = ep(&B, pins);
+	char sa[ZAP_PEER_MAX], ba[ZAP_PEER_MAX], bpeer[ZAP_PEER_MAX];
+	addr_of(s, sa);
+	addr_of(b, ba);
+
+	send_ok(b, sa, "from b", 6);
+	struct zap_msg *m = recv_ok(s);
+	snprintf(bpeer, sizeof(bpeer), "%s", zap_msg_peer(m));
+	assert_string_equal(zap_msg_peer_id(m), B.fp);
+	zap_msg_release(m);
+	zap_close(b);
+
+	/* M listens where B was. */
+	struct zap_transport *im = NULL;
+	int r = -1;
+	for (int i = 0; i < 100 && r; i++) {
+		r = ep_try(&M, pins, ba, &im);
+		if (r)
+			usleep(20000);
+	}
+	if (r)
+		fail_msg("listen at %s: %s", ba, zap_last_error());
+	log_clear();
+	/* The reply meant for B's key: refused by its TLS handshake. */
+	/* (The first may still go out on B's old connection before its
+	 * close is seen, and be lost with it: never to M.) */
+	for (int i = 0; i < 50; i++) {
+		r = zap_send(s, bpeer, "for b", 5, NULL);
+		if (r)
+			break;
+		usleep(20000);
+	}
+	assert_int_equal(r, -EACCES);
+	assert_true(log_wait("not the required"));
+	struct zap_ctx *ctx;
+	zap_ctx_new(&ctx);
+	zap_ctx_set_timeout(ctx, 300000000ull);
+	struct zap_msg *got = NULL;
+	assert_int_equal(zap_recv(im, ctx, &got), -ETIMEDOUT);
+	zap_ctx_free(ctx);
+
+	/* M's own messages come as M, never as B. */
+	send_ok(im, sa, "from m", 6);
+	m = recv_ok(s);
+	assert_string_equal(zap_msg_peer_id(m), M.fp);
+	assert_string_not_equal(zap_msg_peer(m), bpeer);
+	assert_non_null(strstr(zap_msg_peer(m), M.fp));
+	zap_msg_release(m);
+	zap_close(im);
+	zap_close(s);
+}
+
+/* host:port#sha256:<hex> requires that key; its hex may be upper case. */
+static void test_required_key(void **state)
+{
+	struct zap_transport *a = ep(&A, pins), *b = ep(&B, pins);
+	char ba[ZAP_PEER_MAX], peer[2 * ZAP_PEER_MAX + 16];
+	addr_of(b, ba);
+
+	snprintf(peer, sizeof(peer), "%s#%s", ba, M.fp);
+	assert_int_equal(zap_send(a, peer, "x", 1, NULL), -EACCES);
+	snprintf(peer, sizeof(peer), "%s#%s", ba, B.fp);
+	for (char *q = strchr(peer, '#') + 8; *q; q++)
+		if (*q >= 'a' && *q <= 'f')
+			*q = (char)(*q - 32);
+	send_ok(a, peer, "y", 1);
+	struct zap_msg *m = recv_ok(b);
+	assert_string_equal(zap_msg_peer_id(m), A.fp);
+	zap_msg_release(m);
+	snprintf(peer, sizeof(peer), "%s#sha256:1234", ba);
+	assert_int_equal(zap_send(a, peer, "x", 1, NULL), -EINVAL);
+	/* To itself: its own key is trusted. */
+	char aa[ZAP_PEER_MAX];
+	addr_of(a, aa);
+	send_ok(a, aa, "self", 4);
+	m = recv_ok(a);
+	assert_string_equal(zap_msg_peer_id(m), A.fp);
+	zap_msg_release(m);
+	zap_close(a);
+	zap_close(b);
+
+	/* Plaintext: no identity, and a key in a peer string is an error. */
+	struct zap_transport *p = ep(NULL, NULL), *q = ep(NULL, NULL);
+	char qa[ZAP_PEER_MAX];
+	addr_of(q, qa);
+	qa[40] = '\0'; /* 127.0.0.1:port: short */
+	snprintf(peer, sizeof(peer), "%s#%s", qa, B.fp);
+	assert_int_equal(zap_send(p, peer, "x", 1, NULL), -EINVAL);
+	send_ok(p, qa, "z", 1);
+	m = recv_ok(q);
+	assert_null(zap_msg_peer_id(m));
+	assert_null(strchr(zap_msg_peer(m), '#'));
+	zap_msg_release(m);
+	zap_close(p);
+	zap_close(q);
+}
+
+static void test_bad_config(void **state)
+{
+	struct zap_transport *t = NULL;
+	assert_int_equal(chmod(A.key_path, 0644), 0);
+	int r = ep_try(&A, pins, NULL, &t);
+	assert_int_equal(chmod(A.key_path, 0600), 0);
+	assert_int_equal(r, -EPERM);
+	assert_non_null(strstr(zap_last_error(), "too open"));
+	/* A key without a certificate: never plaintext. */
+	struct zap_attr a = {.size = sizeof(a), .listen = "127.0.0.1:0",
+			     .tls_key = A.key_path, .tls_peers = pins};
+	assert_int_equal(zap_pick("=default", 0, &a, &t), -EINVAL);
+}
+
+/* `openssl s_client` with a pinned certificate completes TLS 1.3 and sees
+ * ALPN zap/1; without one it is refused. */
+static void test_s_client(void **state)
+{
+	if (system("command -v openssl >/dev/null 2>&1"))
+		skip();
+	struct zap_transport *s = ep(&A, pins);
+	char sa[ZAP_PEER_MAX], cmd[2048], out[8192];
+	addr_of(s, sa);
+	for (int with = 1; with >= 0; with--) {
+		log_clear();
+		snprintf(cmd, sizeof(cmd),
+			 "openssl s_client -connect %s -tls1_3 -alpn zap/1 -ign_eof %s%s%s%s </dev/null 2>&1",
+			 sa, with ? "-cert " : "", with ? B.cert_path : "",
+			 with ? " -key " : "", with ? B.key_path : "");
+		FILE *f = popen(cmd, "r");
+		size_t n = fread(out, 1, sizeof(out) - 1, f);
+		out[n] = '\0';
+		pclose(f);
+		if (with) {
+			if (!strstr(out, "ALPN protocol: zap/1") || !strstr(out, "TLSv1.3"))
+				fail_msg("s_client with a certificate:\n%s", out);
+			/* Then it sent no HELLO: closed at the handshake limit. */
+			assert_true(log_wait("no HELLO within the handshake timeout"));
+		} else {
+			if (!strstr(out, "certificate required"))
+				fail_msg("s_client without a certificate:\n%s", out);
+			assert_true(log_wait("presented no certificate"));
+		}
+	}
+	served(s, sa);
+	zap_close(s);
+}
+
+
+/* Both ends stream large messages at each other while several threads
+ * send small ones: the leader reads a connection while senders write it,
+ * which TLS must serialise (one session per connection). */
+#define BIG_N 12
+#define BIG_LEN (3u << 20)
+#define SMALL_THREADS 4
+#define SMALL_N 2000
+
+struct bulk {
+	struct zap_transport *t;
+	char peer[ZAP_PEER_MAX];
+	int r;
+};
+
+static void *bulk_send(void *p)
+{
+	struct bulk *b = p;
+	unsigned char *buf = malloc(BIG_LEN);
+	b->r = 0;
+	for (unsigned i = 0; i < BIG_N && !b->r; i++) {
+		memset(buf, (int)(i + 1), BIG_LEN);
+		b->r = zap_send(b->t, b->peer, buf, BIG_LEN, NULL);
+	}
+	free(buf);
+	return NULL;
+}
+
+static void *small_send(void *p)
+{
+	struct bulk *b = p;
+	b->r = 0;
+	for (unsigned i = 0; i < SMALL_N && !b->r; i++) {
+		unsigned v = i;
+		b->r = zap_send(b->t, b->peer, &v, sizeof(v), NULL);
+	}
+	return NULL;
+}
+
+/* Receive @big large and @small small messages; large ones arrive in
+ * order, each filled with its index + 1. */
+static void drain(struct zap_transport *t, unsigned big, unsigned small)
+{
+	unsigned nb = 0, ns = 0;
+	while (nb < big || ns < small) {
+		struct zap_msg *m = recv_ok(t);
+		const unsigned char *d = zap_msg_data(m);
+		if (zap_msg_len(m) == BIG_LEN) {
+			assert_int_equal(d[0], nb + 1);
+			assert_int_equal(d[BIG_LEN - 1], nb + 1);
+			nb++;
+		} else {
+			assert_int_equal(zap_msg_len(m), sizeof(unsigned));
+			ns++;
+		}
+		zap_msg_release(m);
+	}
+}
+
+struct drain_arg {
+	struct zap_transport *t;
+	unsigned big, small;
+};
+
+static void *drain_main(void *p)
+{
+	struct drain_arg *d = p;
+	drain(d->t, d->big, d->small);
+	return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+	struct zap_transport *a = ep(&A, pins), *b = ep(&B, pins);
+	struct bulk ab = {.t = a}, ba = {.t = b}, sm[SMALL_THREADS];
+	pthread_t tab, tba, ts[SMALL_THREADS], da;
+	addr_of(b, ab.peer);
+	addr_of(a, ba.peer);
+	struct drain_arg dab = {a, BIG_N, 0};
+	pthread_create(&da, NULL, drain_main, &dab);
+	pthread_create(&tab, NULL, bulk_send, &ab);
+	pthread_create(&tba, NULL, bulk_send, &ba);
+	for (int i = 0; i < SMALL_THREADS; i++) {
+		sm[i] = (struct bulk){.t = a};
+		addr_of(b, sm[i].peer);
+		pthread_create(&ts[i], NULL, small_send, &sm[i]);
+	}
+	drain(b, BIG_N, SMALL_THREADS * SMALL_N);
+	pthread_join(tab, NULL);
+	pthread_join(tba, NULL);
+	pthread_join(da, NULL);
+	for (int i = 0; i < SMALL_THREADS; i++) {
+		pthread_join(ts[i], NULL);
+		assert_int_equal(sm[i].r, 0);
+	}
+	assert_int_equal(ab.r, 0);
+	assert_int_equal(ba.r, 0);
+	zap_close(a);
+	zap_close(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exchange),
+		cmocka_unit_test(test_concurrent),
+		cmocka_unit_test(test_refused),
+		cmocka_unit_test(test_impostor),
+		cmocka_unit_test(test_required_key),
+		cmocka_unit_test(test_bad_config),
+		cmocka_unit_test(test_s_client),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -62,8 +62,8 @@ const char *zap__env_get(const char *name)
  * that does not fit is never cut short (its head could be valid on its
  * own): @buf gets "" and *@toolong its trimmed length.
  */
-static const char *env_trimmed_with(env_fn get, const char *name, char *buf,
-				    size_t len, size_t *toolong)
+static const char *env_trimmed_with(env_fn get, const char *name, char *buf, size_t len,
+				    size_t *toolong)
 {
 	const char *v = get(name);
 	size_t n;
@@ -88,8 +88,7 @@ static const char *env_trimmed_with(env_fn get, const char *name, char *buf,
 	return buf;
 }
 
-static const char *env_trimmed(const char *name, char *buf, size_t len,
-			       size_t *toolong)
+static const char *env_trimmed(const char *name, char *buf, size_t len, size_t *toolong)
 {
 	return env_trimmed_with(plain_getenv, name, buf, len, toolong);
 }
@@ -114,10 +113,9 @@ int zap__parse_bytes(const char *s, uint64_t *out)
 		const char *suffix;
 		unsigned shift;
 	} units[] = {
-		{ "", 0 },   { "b", 0 },   { "k", 10 },   { "kb", 10 },
-		{ "kib", 10 }, { "m", 20 }, { "mb", 20 }, { "mib", 20 },
-		{ "g", 30 }, { "gb", 30 }, { "gib", 30 }, { "t", 40 },
-		{ "tb", 40 }, { "tib", 40 },
+		{ "", 0 },     { "b", 0 },   { "k", 10 },   { "kb", 10 },  { "kib", 10 },
+		{ "m", 20 },   { "mb", 20 }, { "mib", 20 }, { "g", 30 },   { "gb", 30 },
+		{ "gib", 30 }, { "t", 40 },  { "tb", 40 },  { "tib", 40 },
 	};
 	uint64_t v = 0;
 	const char *p = s;
@@ -154,8 +152,8 @@ int zap__parse_bytes(const char *s, uint64_t *out)
 	return -EINVAL;
 }
 
-static int env_bytes_with(env_fn get, const char *name, uint64_t def,
-			  uint64_t min, uint64_t max, uint64_t *out)
+static int env_bytes_with(env_fn get, const char *name, uint64_t def, uint64_t min,
+			  uint64_t max, uint64_t *out)
 {
 	char buf[64];
 	size_t toolong;
@@ -168,17 +166,18 @@ static int env_bytes_with(env_fn get, const char *name, uint64_t def,
 		return 0;
 	}
 	if (toolong)
-		return zap__fail(-EINVAL, "%s is too long (%zu characters) for a byte count",
-				 name, toolong);
+		return zap__fail(-EINVAL,
+				 "%s is too long (%zu characters) for a byte count", name,
+				 toolong);
 	rc = zap__parse_bytes(v, &n);
 	if (rc)
 		return zap__fail(-EINVAL,
 				 "%s='%s' is not a byte count (e.g. 4096, 64M, 4GiB)",
 				 name, get(name));
 	if (n < min || n > max)
-		return zap__fail(-EINVAL,
-				 "%s=%s is out of range [%llu, %llu] bytes", name, v,
-				 (unsigned long long)min, (unsigned long long)max);
+		return zap__fail(-EINVAL, "%s=%s is out of range [%llu, %llu] bytes",
+				 name, v, (unsigned long long)min,
+				 (unsigned long long)max);
 	*out = n;
 	return 0;
 }
@@ -189,8 +188,8 @@ int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
 	return env_bytes_with(plain_getenv, name, def, min, max, out);
 }
 
-int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min,
-			uint64_t max, uint64_t *out)
+int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
+			uint64_t *out)
 {
 	return env_bytes_with(zap__env_get, name, def, min, max, out);
 }
@@ -205,9 +204,10 @@ int zap__check_address(const char *what, const char *addr)
 
 	/* The grammar is zap-addr.h's, shared with every transport. */
 	if (zaddr_parse(addr, &a))
-		return zap__fail(-EINVAL,
-				 "%s='%s' is not an address of the form host:port or [ipv6]:port",
-				 what, addr);
+		return zap__fail(
+			-EINVAL,
+			"%s='%s' is not an address of the form host:port or [ipv6]:port",
+			what, addr);
 	return 0;
 }
 
@@ -281,37 +281,51 @@ void zap__config_read(struct zap_config *c)
 		if (!zap__parse_log_level(v, &c->log_level))
 			c->log_level_set = true;
 		else
-			config_error(c, "ZAP_LOG_LEVEL='%s' is not one of error, warn, info, debug",
-				     v);
+			config_error(
+				c,
+				"ZAP_LOG_LEVEL='%s' is not one of error, warn, info, debug",
+				v);
 	}
 
 	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet), &toolong);
 	if (toolong) {
-		config_error(c, "ZAP_TRANSPORT_QUIET is not a boolean (%zu characters; "
-			     ZAP_BOOL_SPELLINGS ")", toolong);
+		config_error(
+			c,
+			"ZAP_TRANSPORT_QUIET is not a boolean (%zu characters; " ZAP_BOOL_SPELLINGS
+			")",
+			toolong);
 	} else if (v) {
 		int b = zap__parse_bool(v);
 
 		if (b < 0)
-			config_error(c, "ZAP_TRANSPORT_QUIET='%s' is not a boolean ("
-				     ZAP_BOOL_SPELLINGS ")", v);
+			config_error(
+				c,
+				"ZAP_TRANSPORT_QUIET='%s' is not a boolean (" ZAP_BOOL_SPELLINGS
+				")",
+				v);
 		else
 			c->quiet = b;
 	}
 
 	/* Not in a privileged program: there the caller could choose to have
 	 * plugins probed inside it. */
-	v = env_trimmed_with(core_secure_getenv, "ZAP_PROBE_INPROCESS", quiet, sizeof(quiet),
-			     &toolong);
+	v = env_trimmed_with(core_secure_getenv, "ZAP_PROBE_INPROCESS", quiet,
+			     sizeof(quiet), &toolong);
 	if (toolong) {
-		config_error(c, "ZAP_PROBE_INPROCESS is not a boolean (%zu characters; "
-			     ZAP_BOOL_SPELLINGS ")", toolong);
+		config_error(
+			c,
+			"ZAP_PROBE_INPROCESS is not a boolean (%zu characters; " ZAP_BOOL_SPELLINGS
+			")",
+			toolong);
 	} else if (v) {
 		int b = zap__parse_bool(v);
 
 		if (b < 0)
-			config_error(c, "ZAP_PROBE_INPROCESS='%s' is not a boolean ("
-				     ZAP_BOOL_SPELLINGS ")", v);
+			config_error(
+				c,
+				"ZAP_PROBE_INPROCESS='%s' is not a boolean (" ZAP_BOOL_SPELLINGS
+				")",
+				v);
 		else
 			c->probe_inprocess = b;
 	}
@@ -327,8 +341,7 @@ void zap__config_read(struct zap_config *c)
 			c->transport = strcpy(c->transport_buf, t);
 	}
 
-	v = env_trimmed("ZAP_LISTEN", c->listen_buf, sizeof(c->listen_buf),
-			&toolong);
+	v = env_trimmed("ZAP_LISTEN", c->listen_buf, sizeof(c->listen_buf), &toolong);
 	if (toolong) {
 		config_error(c, "ZAP_LISTEN is too long (%zu characters)", toolong);
 	} else if (v) {
@@ -342,12 +355,13 @@ void zap__config_read(struct zap_config *c)
 		config_error(c, "%s", zap_last_error());
 
 	env_millis(c, "ZAP_SEND_TIMEOUT_MS", "0: no timeout", &c->send_timeout_ms);
-	env_millis(c, "ZAP_PROBE_TIMEOUT_MS", "0: the default, 5000", &c->probe_timeout_ms);
+	env_millis(c, "ZAP_PROBE_TIMEOUT_MS", "0: the default, 5000",
+		   &c->probe_timeout_ms);
 
 	/* TLS files: not in a privileged program, where the caller could
 	 * point it at a file of its choosing (such programs pass zap_attr). */
-	static const char *const tls_vars[4] = {"ZAP_TLS_CERT", "ZAP_TLS_KEY",
-						"ZAP_TLS_CA", "ZAP_TLS_PEERS"};
+	static const char *const tls_vars[4] = { "ZAP_TLS_CERT", "ZAP_TLS_KEY",
+						 "ZAP_TLS_CA", "ZAP_TLS_PEERS" };
 	for (int i = 0; i < 4; i++) {
 		v = env_trimmed_with(core_secure_getenv, tls_vars[i], c->tls_buf[i],
 				     sizeof(c->tls_buf[i]), &toolong);

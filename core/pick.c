@@ -22,11 +22,11 @@
 struct plan {
 	const struct zap_prec *cand[MAX_CANDS];
 	size_t n;
-	size_t requested;     /* cand[0..requested) were asked for by name */
-	bool named;           /* the preference named transports */
-	bool all_unknown;     /* ... but none of them is registered */
+	size_t requested;      /* cand[0..requested) were asked for by name */
+	bool named;            /* the preference named transports */
+	bool all_unknown;      /* ... but none of them is registered */
 	char unavailable[512]; /* why the named ones cannot be used */
-	char how[128];        /* how the list was made, for the summary */
+	char how[128];         /* how the list was made, for the summary */
 };
 
 int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p)
@@ -74,19 +74,22 @@ int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p)
 		while (e > tok && isspace((unsigned char)e[-1]))
 			*--e = '\0';
 		if (!*tok)
-			return zap__fail(-EINVAL, "%s='%s': empty name in list", origin, src);
+			return zap__fail(-EINVAL, "%s='%s': empty name in list", origin,
+					 src);
 		if (!strcmp(tok, "auto"))
 			return zap__fail(-EINVAL,
-					 "%s='%s': 'auto' cannot be part of a list", origin, src);
+					 "%s='%s': 'auto' cannot be part of a list",
+					 origin, src);
 		if (strlen(tok) >= ZAP_NAME_MAX)
-			return zap__fail(-EINVAL, "%s='%s': name '%s' is too long", origin,
-					 src, tok);
+			return zap__fail(-EINVAL, "%s='%s': name '%s' is too long",
+					 origin, src, tok);
 		for (const char *c = tok; *c; c++)
 			if (!islower((unsigned char)*c) && !isdigit((unsigned char)*c) &&
 			    *c != '_')
-				return zap__fail(-EINVAL,
-						 "%s='%s': '%s' is not a transport name ([a-z0-9_]+)",
-						 origin, src, tok);
+				return zap__fail(
+					-EINVAL,
+					"%s='%s': '%s' is not a transport name ([a-z0-9_]+)",
+					origin, src, tok);
 		if (p->n == MAX_NAMES)
 			return zap__fail(-EINVAL, "%s='%s': more than %d names", origin,
 					 src, MAX_NAMES);
@@ -186,13 +189,15 @@ static void unknown_text(const char *name, char *buf, size_t len)
 		}
 	}
 	if (best && bestd <= 3) {
-		snprintf(buf, len, "unknown transport '%s' (did you mean '%s'?)", name, best);
+		snprintf(buf, len, "unknown transport '%s' (did you mean '%s'?)", name,
+			 best);
 		return;
 	}
 	off = (size_t)snprintf(buf, len, "unknown transport '%s' (known:", name);
 	for (size_t i = 0; i < n && off < len; i++)
 		if (suggestable(&recs[i]))
-			off += (size_t)snprintf(buf + off, len - off, " %s", recs[i].name);
+			off += (size_t)snprintf(buf + off, len - off, " %s",
+						recs[i].name);
 	if (off < len)
 		snprintf(buf + off, len - off, ")");
 }
@@ -293,10 +298,12 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 	}
 	if (!p->n || p->exclude) {
 		add_by_rank(pl, p, (long)INT32_MAX + 1);
-		snprintf(pl->how, sizeof(pl->how), "%s", p->exclude ?
-			 "auto, with exclusions" : "auto: best-ranked available");
+		snprintf(pl->how, sizeof(pl->how), "%s",
+			 p->exclude ? "auto, with exclusions"
+				    : "auto: best-ranked available");
 		if (!pl->n)
-			return zap__fail(ZAP_ENOTAVAIL, "no transport left after exclusions");
+			return zap__fail(ZAP_ENOTAVAIL,
+					 "no transport left after exclusions");
 		return 0;
 	}
 
@@ -349,8 +356,7 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 		/* Still a fallback (zap-info must not call it success), but the
 		 * unknown-name WARN above already said so. */
 		pl->all_unknown = true;
-		snprintf(pl->how, sizeof(pl->how),
-			 "auto: no known transport was named");
+		snprintf(pl->how, sizeof(pl->how), "auto: no known transport was named");
 	}
 	if (!pl->n)
 		return zap__fail(ZAP_ENOTAVAIL, "%s", pl->unavailable);
@@ -394,7 +400,8 @@ static void probed_text(char *buf, size_t len, bool reasons)
 		if (!reasons)
 			append(buf, len, "%s%s=%s", buf[0] ? ", " : "", r->name,
 			       r->state == ZAP_PLUGIN_LOADED
-				       ? "ok" : zap_plugin_state_name(r->state));
+				       ? "ok"
+				       : zap_plugin_state_name(r->state));
 		else if (r->state != ZAP_PLUGIN_LOADED && r->reason[0])
 			append(buf, len, "%s%s: %s", buf[0] ? "; " : "", r->name,
 			       unprefixed(r->name, r->reason));
@@ -451,13 +458,14 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
 	*send_timeout_ms = cfg->send_timeout_ms;
 	if (HAS(send_timeout_ms) && attr->send_timeout_ms)
 		*send_timeout_ms = attr->send_timeout_ms == ZAP_TIMEOUT_NONE
-					   ? 0 : attr->send_timeout_ms;
+					   ? 0
+					   : attr->send_timeout_ms;
 	/* TLS: each attribute, else its variable (core/env.c). */
 	args->tls_cert = HAS(tls_cert) && attr->tls_cert ? attr->tls_cert : cfg->tls[0];
 	args->tls_key = HAS(tls_key) && attr->tls_key ? attr->tls_key : cfg->tls[1];
 	args->tls_ca = HAS(tls_ca) && attr->tls_ca ? attr->tls_ca : cfg->tls[2];
 	args->tls_peers = HAS(tls_peers) && attr->tls_peers ? attr->tls_peers
-							      : cfg->tls[3];
+							    : cfg->tls[3];
 #undef HAS
 	return 0;
 }
@@ -472,8 +480,8 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
 static int open_blocked(const struct zap_prec *r, const struct zap_open_args *args,
 			uint64_t send_timeout_ms, struct zap_transport **out)
 {
-	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
-				      SIGSYS, SIGABRT };
+	static const int faults[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+				      SIGTRAP, SIGSYS, SIGABRT };
 	sigset_t all, old;
 	int rc;
 
@@ -486,8 +494,8 @@ static int open_blocked(const struct zap_prec *r, const struct zap_open_args *ar
 	return rc;
 }
 
-ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
-			const struct zap_attr *attr, struct zap_transport **out)
+ZAP_EXPORT int zap_pick(const char *pref, unsigned flags, const struct zap_attr *attr,
+			struct zap_transport **out)
 {
 	const struct zap_config *cfg = zap__config();
 	struct zap_open_args args;
@@ -528,8 +536,9 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 			if (pl.named && i >= pl.requested) {
 				snprintf(why, sizeof(why), "fallback");
 				if (!pl.all_unknown)
-					warn_once("requested transport not available (%s); falling back to '%s'",
-						  pl.unavailable, r->name);
+					warn_once(
+						"requested transport not available (%s); falling back to '%s'",
+						pl.unavailable, r->name);
 			} else if (i > 0) {
 				/* Auto, or a list, whose better candidate did
 				 * not open: say once why this one won. */
@@ -561,8 +570,7 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
 	return zap__fail(rc, "%s", pl.unavailable);
 }
 
-ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
-				struct zap_choice *out)
+ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags, struct zap_choice *out)
 {
 	const struct zap_config *cfg = zap__config();
 	struct zap_choice c;
@@ -586,8 +594,9 @@ ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
 		snprintf(c.name, sizeof(c.name), "%s", r->name);
 		c.fallback = pl.named && pl.requested == 0;
 		if (c.fallback)
-			snprintf(c.reason, sizeof(c.reason), "fallback to %s (rank %d): %.440s",
-				 r->name, r->rank, pl.unavailable);
+			snprintf(c.reason, sizeof(c.reason),
+				 "fallback to %s (rank %d): %.440s", r->name, r->rank,
+				 pl.unavailable);
 		else
 			snprintf(c.reason, sizeof(c.reason), "%s (rank %d, %s)", r->name,
 				 r->rank, pl.how);

@@ -90,8 +90,9 @@ static void *optional_op(const struct zap_plugin_ops *ops, size_t off)
 	memcpy(&fn, (const char *)ops + off, sizeof(fn));
 	return fn;
 }
-#define OPTIONAL_OP(ops, field) \
-	((__typeof__((ops)->field))optional_op((ops), offsetof(struct zap_plugin_ops, field)))
+#define OPTIONAL_OP(ops, field)                       \
+	((__typeof__((ops)->field))optional_op((ops), \
+					       offsetof(struct zap_plugin_ops, field)))
 
 int zap__open(const struct zap_prec *rec, const struct zap_open_args *args,
 	      uint64_t send_timeout_ms, struct zap_transport **out)
@@ -183,7 +184,7 @@ static struct zap_ctx *send_ctx(uint64_t timeout_ms)
 		}
 	}
 	zap_ctx_set_timeout(c, timeout_ms > UINT64_MAX / 1000000 ? UINT64_MAX
-								: timeout_ms * 1000000);
+								 : timeout_ms * 1000000);
 	return c;
 }
 
@@ -197,8 +198,7 @@ ZAP_EXPORT const char *zap_transport_name(const struct zap_transport *t)
 	return t ? t->plugin->name : NULL;
 }
 
-ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf,
-				     size_t len)
+ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf, size_t len)
 {
 	int (*fn)(void *, char *, size_t);
 
@@ -232,8 +232,8 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps)
 	return zap__copy_sized(caps, &full, sizeof(full));
 }
 
-ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
-			const void *buf, size_t len, struct zap_ctx *ctx)
+ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer, const void *buf,
+			size_t len, struct zap_ctx *ctx)
 {
 	int rc;
 
@@ -248,7 +248,7 @@ ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
 		if (!ctx) {
 			leave(t);
 			return zap__fail(-ENOMEM, "zap_send: cannot make the ctx of the "
-					 "default send timeout");
+						  "default send timeout");
 		}
 	}
 	rc = t->ops->send(t->tp, peer, buf, len, ctx);
@@ -353,8 +353,8 @@ ZAP_EXPORT void zap_msg_release(struct zap_msg *m)
 		m->release(m);
 }
 
-ZAP_EXPORT int zap_buffer_alloc(struct zap_transport *t, size_t size,
-				struct zap_ctx *ctx, struct zap_buffer **out)
+ZAP_EXPORT int zap_buffer_alloc(struct zap_transport *t, size_t size, struct zap_ctx *ctx,
+				struct zap_buffer **out)
 {
 	int (*fn)(void *, size_t, struct zap_ctx *, struct zap_buffer **);
 	int rc;
@@ -396,8 +396,7 @@ ZAP_EXPORT void zap_buffer_release(struct zap_buffer *b)
 		b->release(b);
 }
 
-ZAP_EXPORT int zap_pool_stats(const struct zap_transport *t,
-			      struct zap_pool_stats *stats)
+ZAP_EXPORT int zap_pool_stats(const struct zap_transport *t, struct zap_pool_stats *stats)
 {
 	int (*fn)(void *, struct zap_pool_stats *);
 	struct zap_pool_stats full;

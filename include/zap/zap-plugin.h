@@ -155,17 +155,17 @@ enum zap_probe_result {
  */
 struct zap_probe_info {
 	size_t size;
-	char reason[256];      /**< one line: why not OK, or what was found */
-	char detail[1024];     /**< lines for `zap-info -v` (device names...) */
-	struct zap_caps caps;  /**< what an instance would offer (size preset) */
+	char reason[256];     /**< one line: why not OK, or what was found */
+	char detail[1024];    /**< lines for `zap-info -v` (device names...) */
+	struct zap_caps caps; /**< what an instance would offer (size preset) */
 };
 
 /** struct zap_open_args - resolved open attributes (env defaults applied). */
 struct zap_open_args {
 	size_t size;
-	const char *listen;     /**< local address, never NULL */
-	uint64_t max_msg_size;  /**< never 0 */
-	uint64_t pool_bytes;    /**< 0: the plugin's own default / env */
+	const char *listen;    /**< local address, never NULL */
+	uint64_t max_msg_size; /**< never 0 */
+	uint64_t pool_bytes;   /**< 0: the plugin's own default / env */
 	/* Appended in ABI 1.1; read only when @size covers them. TLS
 	 * settings (zap_attr's tls_* or ZAP_TLS_*, already resolved by the
 	 * core): NULL when unset. A transport that cannot do TLS and gets a
@@ -184,11 +184,11 @@ struct zap_open_args {
  * exactly once. @release must work after the transport was closed.
  */
 struct zap_msg {
-	size_t size;        /**< sizeof(struct zap_msg) as the plugin knows it */
+	size_t size; /**< sizeof(struct zap_msg) as the plugin knows it */
 	const void *data;
 	size_t len;
-	void *device_ptr;   /**< NULL unless GPU-readable */
-	const char *peer;   /**< replyable sender address, NUL-terminated */
+	void *device_ptr; /**< NULL unless GPU-readable */
+	const char *peer; /**< replyable sender address, NUL-terminated */
 	void (*release)(struct zap_msg *m);
 	/* Appended in ABI 1.1; zap_msg_peer_id() reads it only when @size
 	 * covers it. */
@@ -220,8 +220,8 @@ struct zap_pool;
 
 /** struct zap_pool_backing - where a pool's memory comes from. */
 struct zap_pool_backing {
-	size_t size;   /**< sizeof(struct zap_pool_backing) */
-	void *user;    /**< passed to every callback */
+	size_t size; /**< sizeof(struct zap_pool_backing) */
+	void *user;  /**< passed to every callback */
 	/**
 	 * Allocate @len bytes (a size class, a power of two >= 256). Set
 	 * *@dev to the address a GPU kernel may use, or NULL. Return the
@@ -240,13 +240,12 @@ struct zap_pool_backing {
  * the process; every function is thread-safe.
  */
 struct zap_host {
-	size_t size;          /**< sizeof(struct zap_host) in the host */
+	size_t size; /**< sizeof(struct zap_host) in the host */
 	uint32_t abi_major;
 	uint32_t abi_minor;
 
 	/** Log one line (printf format, no newline) as @domain. */
-	void (*log)(enum zap_log_level level, const char *domain,
-		    const char *fmt, ...)
+	void (*log)(enum zap_log_level level, const char *domain, const char *fmt, ...)
 #if defined(__GNUC__)
 		__attribute__((format(printf, 3, 4)))
 #endif
@@ -286,8 +285,8 @@ struct zap_host {
 	 * in [@min, @max]. Return: 0, or -EINVAL after recording a reason that
 	 * names the variable.
 	 */
-	int (*env_bytes)(const char *name, uint64_t def, uint64_t min,
-			 uint64_t max, uint64_t *out);
+	int (*env_bytes)(const char *name, uint64_t def, uint64_t min, uint64_t max,
+			 uint64_t *out);
 
 	/**
 	 * Create a pool of at most @cap bytes whose largest buffer is
@@ -315,8 +314,7 @@ struct zap_host {
 	 * -EAGAIN at once (a receive path then pauses that source and
 	 * retries). Also -EMSGSIZE, -ENOMEM, -ESHUTDOWN as pool_alloc.
 	 */
-	int (*pool_try_alloc)(struct zap_pool *pool, size_t len,
-			      struct zap_buffer **out);
+	int (*pool_try_alloc)(struct zap_pool *pool, size_t len, struct zap_buffer **out);
 	/**
 	 * The reason recorded by the last failing host service (or fail())
 	 * on this thread, "" if none: what a plugin copies into a probe
@@ -340,7 +338,7 @@ struct zap_host {
  * @member: true when the host's table reaches past it. Plugins built for
  * ABI 1.1 or later use it before calling a member added after 1.0.
  */
-#define ZAP_HOST_HAS(host, member) \
+#define ZAP_HOST_HAS(host, member)                                                     \
 	((host)->size >= offsetof(struct zap_host, member) + sizeof((host)->member) && \
 	 (host)->member != NULL)
 
@@ -364,8 +362,8 @@ struct zap_plugin_ops {
 				       struct zap_probe_info *info);
 
 	/** Open an instance. Return 0 and *tp, or a negative errno (use host->fail). */
-	int (*open)(const struct zap_host *host,
-		    const struct zap_open_args *args, void **tp);
+	int (*open)(const struct zap_host *host, const struct zap_open_args *args,
+		    void **tp);
 
 	/**
 	 * Make calls blocked in send/recv/buffer_alloc return -ESHUTDOWN
@@ -411,19 +409,18 @@ struct zap_plugin_ops {
  * Plain data up to @ops, so the host checks it without following pointers.
  */
 struct zap_plugin {
-	uint32_t abi_major;       /**< ZAP_PLUGIN_ABI_MAJOR */
-	uint32_t abi_minor;       /**< ZAP_PLUGIN_ABI_MINOR */
-	uint32_t size;            /**< sizeof(struct zap_plugin) */
-	int32_t rank;             /**< higher is preferred by auto pick; see
+	uint32_t abi_major;      /**< ZAP_PLUGIN_ABI_MAJOR */
+	uint32_t abi_minor;      /**< ZAP_PLUGIN_ABI_MINOR */
+	uint32_t size;           /**< sizeof(struct zap_plugin) */
+	int32_t rank;            /**< higher is preferred by auto pick; see
 	                               "Ranks" above for what to choose */
-	char name[ZAP_NAME_MAX];  /**< must equal <name> in libzap-<name>.so */
+	char name[ZAP_NAME_MAX]; /**< must equal <name> in libzap-<name>.so */
 	char version[ZAP_VERSION_MAX];
 	const struct zap_plugin_ops *ops;
 };
 
 /** The smallest descriptor the host accepts (ABI 1.0). */
-#define ZAP_PLUGIN_MIN_SIZE \
-	(offsetof(struct zap_plugin, ops) + sizeof(const void *))
+#define ZAP_PLUGIN_MIN_SIZE (offsetof(struct zap_plugin, ops) + sizeof(const void *))
 
 /** Shipped ranks, so that third-party plugins can place themselves. */
 #define ZAP_RANK_DEFAULT 0
@@ -445,9 +442,8 @@ struct zap_plugin {
 #else
 #define ZAP_PLUGIN_LINKAGE extern
 #endif
-#define ZAP_PLUGIN_EXPORT \
-	ZAP_PLUGIN_LINKAGE ZAP_EXPORT const struct zap_plugin \
-		ZAP_PLUGIN_DESCRIPTOR; \
+#define ZAP_PLUGIN_EXPORT                                                            \
+	ZAP_PLUGIN_LINKAGE ZAP_EXPORT const struct zap_plugin ZAP_PLUGIN_DESCRIPTOR; \
 	const struct zap_plugin ZAP_PLUGIN_DESCRIPTOR
 
 #ifdef __cplusplus

@@ -97,8 +97,8 @@ enum zap_log_level {
  *
  * Called from any thread, possibly concurrently; must not call libzap.
  */
-typedef void (*zap_log_fn)(enum zap_log_level level, const char *domain,
-			   const char *msg, void *user);
+typedef void (*zap_log_fn)(enum zap_log_level level, const char *domain, const char *msg,
+			   void *user);
 
 /**
  * zap_set_log_handler() - route libzap's log lines to @fn instead of stderr.
@@ -177,12 +177,12 @@ struct zap_transport;
  * from wishes. Unknown numbers are 0.
  */
 struct zap_caps {
-	size_t size;            /**< sizeof(struct zap_caps), set by the caller */
-	bool gpu_resident;      /**< received bytes never visit CPU-only memory */
-	bool zero_copy;         /**< no memcpy between the wire and zap_recv()'s bytes */
-	bool device_buffers;    /**< zap_buffer_alloc() gives device-visible memory */
-	double min_latency_us;  /**< measured floor one-way latency, 0 if unmeasured */
-	uint64_t max_msg_size;  /**< largest message zap_send()/zap_recv() accept */
+	size_t size;           /**< sizeof(struct zap_caps), set by the caller */
+	bool gpu_resident;     /**< received bytes never visit CPU-only memory */
+	bool zero_copy;        /**< no memcpy between the wire and zap_recv()'s bytes */
+	bool device_buffers;   /**< zap_buffer_alloc() gives device-visible memory */
+	double min_latency_us; /**< measured floor one-way latency, 0 if unmeasured */
+	uint64_t max_msg_size; /**< largest message zap_send()/zap_recv() accept */
 };
 
 /**
@@ -190,15 +190,15 @@ struct zap_caps {
  * environment default used when the field is 0/NULL (or @attr is NULL).
  */
 struct zap_attr {
-	size_t size;            /**< sizeof(struct zap_attr) */
-	const char *listen;     /**< local address, "host:port"; env ZAP_LISTEN,
+	size_t size;              /**< sizeof(struct zap_attr) */
+	const char *listen;       /**< local address, "host:port"; env ZAP_LISTEN,
 	                             default "0.0.0.0:0" (any address, any port;
 	                             see zap_transport_address() for the address
 	                             such a transport reports) */
-	uint64_t max_msg_size;  /**< env ZAP_MAX_MSG_BYTES, default 64 MiB;
+	uint64_t max_msg_size;    /**< env ZAP_MAX_MSG_BYTES, default 64 MiB;
 	                             1 to ZAP_MAX_MSG_LIMIT, else zap_pick()
 	                             fails -EINVAL */
-	uint64_t pool_bytes;    /**< buffer pool cap for transports with one
+	uint64_t pool_bytes;      /**< buffer pool cap for transports with one
 	                             (e.g. ZAP_UMA_POOL_BYTES for uma) */
 	uint64_t send_timeout_ms; /**< limit of a zap_send() given no ctx;
 	                             env ZAP_SEND_TIMEOUT_MS, default none;
@@ -209,14 +209,14 @@ struct zap_attr {
 	 * authentication, with no plaintext fallback (docs/wires.md). The
 	 * variables are ignored in setuid/setgid programs (secure_getenv):
 	 * those pass the attributes. */
-	const char *tls_cert;   /**< PEM certificate (chain) of this endpoint;
+	const char *tls_cert;  /**< PEM certificate (chain) of this endpoint;
 	                             env ZAP_TLS_CERT; NULL/unset: plaintext */
-	const char *tls_key;    /**< PEM private key of @tls_cert, a file not
+	const char *tls_key;   /**< PEM private key of @tls_cert, a file not
 	                             accessible by group or others (refused
 	                             otherwise, as ssh does); env ZAP_TLS_KEY */
-	const char *tls_ca;     /**< PEM CA bundle: peers whose chain verifies
+	const char *tls_ca;    /**< PEM CA bundle: peers whose chain verifies
 	                             against it are trusted; env ZAP_TLS_CA */
-	const char *tls_peers;  /**< pin file: one "sha256:<hex>" per line, the
+	const char *tls_peers; /**< pin file: one "sha256:<hex>" per line, the
 	                             SHA-256 of a trusted peer's DER
 	                             SubjectPublicKeyInfo; env ZAP_TLS_PEERS.
 	                             With a certificate, at least one of
@@ -266,8 +266,8 @@ struct zap_attr {
  *  strict only: the open error of the transport asked for (-EADDRINUSE,
  *  -EADDRNOTAVAIL, -EACCES, ...).
  */
-ZAP_EXPORT int zap_pick(const char *pref, unsigned flags,
-			const struct zap_attr *attr, struct zap_transport **out);
+ZAP_EXPORT int zap_pick(const char *pref, unsigned flags, const struct zap_attr *attr,
+			struct zap_transport **out);
 
 /** zap_transport_name() - canonical lower-case name ("default", "uma"...). */
 ZAP_EXPORT const char *zap_transport_name(const struct zap_transport *t);
@@ -336,8 +336,8 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  *  -EBADFD:     @t was inherited across fork() (see zap_close());
  *  -ENOMEM.
  */
-ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer,
-			const void *buf, size_t len, struct zap_ctx *ctx);
+ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer, const void *buf,
+			size_t len, struct zap_ctx *ctx);
 
 /** struct zap_msg - one received message, owned by the caller until released. */
 struct zap_msg;
@@ -443,8 +443,8 @@ struct zap_buffer;
  *  -ECANCELED/-ETIMEDOUT: @ctx fired while the pool was full;
  *  -ENOMEM:    the backing allocation failed.
  */
-ZAP_EXPORT int zap_buffer_alloc(struct zap_transport *t, size_t size,
-				struct zap_ctx *ctx, struct zap_buffer **out);
+ZAP_EXPORT int zap_buffer_alloc(struct zap_transport *t, size_t size, struct zap_ctx *ctx,
+				struct zap_buffer **out);
 
 /** zap_buffer_bytes() - CPU address of the buffer (NULL for NULL). */
 ZAP_EXPORT void *zap_buffer_bytes(const struct zap_buffer *b);
@@ -469,14 +469,14 @@ ZAP_EXPORT void zap_buffer_release(struct zap_buffer *b);
 
 /** struct zap_pool_stats - figures of a transport's buffer pool. */
 struct zap_pool_stats {
-	size_t size;          /**< sizeof(struct zap_pool_stats) */
-	uint64_t cap;         /**< most bytes the pool may own */
-	uint64_t owned;       /**< bytes allocated from the backing memory now
+	size_t size;         /**< sizeof(struct zap_pool_stats) */
+	uint64_t cap;        /**< most bytes the pool may own */
+	uint64_t owned;      /**< bytes allocated from the backing memory now
 	                           (in use plus cached for reuse) */
-	uint64_t in_use;      /**< bytes of size classes handed out now */
-	uint64_t high_water;  /**< most bytes ever in use at once */
-	uint64_t allocs;      /**< buffers handed out so far */
-	uint64_t waits;       /**< allocations that had to wait for room */
+	uint64_t in_use;     /**< bytes of size classes handed out now */
+	uint64_t high_water; /**< most bytes ever in use at once */
+	uint64_t allocs;     /**< buffers handed out so far */
+	uint64_t waits;      /**< allocations that had to wait for room */
 };
 
 /**
@@ -510,19 +510,19 @@ ZAP_EXPORT int zap_registered(const char *const **names);
 
 /** Outcome of one plugin candidate. */
 enum zap_plugin_state {
-	ZAP_PLUGIN_LOADED = 0,      /**< valid and its probe said OK */
-	ZAP_PLUGIN_NOT_PRESENT,     /**< valid; the hardware/config is absent */
-	ZAP_PLUGIN_ERROR,           /**< valid; probe found something broken,
+	ZAP_PLUGIN_LOADED = 0,    /**< valid and its probe said OK */
+	ZAP_PLUGIN_NOT_PRESENT,   /**< valid; the hardware/config is absent */
+	ZAP_PLUGIN_ERROR,         /**< valid; probe found something broken,
 	                                 crashed or hung, or the plugin could
 	                                 not be loaded into this process */
-	ZAP_PLUGIN_NO_SYMBOL,       /**< no zap_plugin_v<ABI> descriptor */
-	ZAP_PLUGIN_ABI_MISMATCH,    /**< built for another ABI major */
-	ZAP_PLUGIN_INVALID,         /**< descriptor or ops table short, a
+	ZAP_PLUGIN_NO_SYMBOL,     /**< no zap_plugin_v<ABI> descriptor */
+	ZAP_PLUGIN_ABI_MISMATCH,  /**< built for another ABI major */
+	ZAP_PLUGIN_INVALID,       /**< descriptor or ops table short, a
 	                                 mandatory op missing, name mismatch */
-	ZAP_PLUGIN_REFUSED,         /**< unsafe file or directory (owner, mode,
+	ZAP_PLUGIN_REFUSED,       /**< unsafe file or directory (owner, mode,
 	                                 symbolic link, not a regular file) */
-	ZAP_PLUGIN_SHADOWED,        /**< same name found in an earlier directory */
-	ZAP_PLUGIN_DLOPEN_FAILED,   /**< the dynamic loader rejected the file */
+	ZAP_PLUGIN_SHADOWED,      /**< same name found in an earlier directory */
+	ZAP_PLUGIN_DLOPEN_FAILED, /**< the dynamic loader rejected the file */
 };
 
 /** zap_plugin_state_name() - "loaded", "not present", ... ; "?" if unknown. */
@@ -530,21 +530,21 @@ ZAP_EXPORT const char *zap_plugin_state_name(enum zap_plugin_state s);
 
 /** struct zap_report_entry - one row of the load report. */
 struct zap_report_entry {
-	size_t size;                 /**< sizeof(struct zap_report_entry) */
-	const char *name;            /**< transport name ("" if unreadable) */
-	const char *path;            /**< file, or "(built-in)" */
+	size_t size;      /**< sizeof(struct zap_report_entry) */
+	const char *name; /**< transport name ("" if unreadable) */
+	const char *path; /**< file, or "(built-in)" */
 	enum zap_plugin_state state;
-	const char *reason;          /**< one line; "" when loaded */
-	const char *detail;          /**< multi-line probe detail for -v, or "" */
-	const char *version;         /**< plugin version string, or "" */
-	int rank;                    /**< higher is preferred; 0 if unknown */
-	bool builtin;                /**< compiled into libzap */
-	struct zap_caps caps;        /**< from the probe; zeroed unless loaded */
+	const char *reason;   /**< one line; "" when loaded */
+	const char *detail;   /**< multi-line probe detail for -v, or "" */
+	const char *version;  /**< plugin version string, or "" */
+	int rank;             /**< higher is preferred; 0 if unknown */
+	bool builtin;         /**< compiled into libzap */
+	struct zap_caps caps; /**< from the probe; zeroed unless loaded */
 };
 
 /** struct zap_dir_entry - one plugin directory searched, in order. */
 struct zap_dir_entry {
-	size_t size;        /**< sizeof(struct zap_dir_entry) */
+	size_t size; /**< sizeof(struct zap_dir_entry) */
 	const char *path;
 	const char *source; /**< "program" (zap_scan_attr.plugin_path),
 	                         "ZAP_PLUGIN_PATH" or "built-in" */
@@ -552,9 +552,11 @@ struct zap_dir_entry {
 };
 
 /** Flags for struct zap_scan_attr. */
-#define ZAP_SCAN_ISOLATE 0x1u   /**< probe out of process (the default; even
+#define ZAP_SCAN_ISOLATE \
+	0x1u /**< probe out of process (the default; even
                                      with ZAP_PROBE_INPROCESS=1) */
-#define ZAP_SCAN_INPROCESS 0x2u /**< load and probe every plugin in this
+#define ZAP_SCAN_INPROCESS \
+	0x2u /**< load and probe every plugin in this
                                      process (for programs that cannot spawn) */
 
 /** struct zap_scan_attr - how to scan plugins (see zap_scan()). */
@@ -613,10 +615,10 @@ ZAP_EXPORT int zap_report_dir_get(size_t index, struct zap_dir_entry *d);
 
 /** struct zap_choice - what zap_pick() would do now, and why. */
 struct zap_choice {
-	size_t size;                 /**< sizeof(struct zap_choice) */
-	char name[ZAP_NAME_MAX];     /**< the transport that would be opened */
-	bool fallback;               /**< not what was asked for */
-	char reason[512];            /**< one line */
+	size_t size;             /**< sizeof(struct zap_choice) */
+	char name[ZAP_NAME_MAX]; /**< the transport that would be opened */
+	bool fallback;           /**< not what was asked for */
+	char reason[512];        /**< one line */
 };
 
 /**
@@ -629,8 +631,7 @@ struct zap_choice {
  * with out->reason set. It opens nothing, so it cannot foresee an open
  * failure.
  */
-ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags,
-				struct zap_choice *out);
+ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags, struct zap_choice *out);
 
 /** zap_version() - the library version string, e.g. "0.1.0". */
 ZAP_EXPORT const char *zap_version(void);

@@ -69,9 +69,9 @@ static void tcp_fill_caps(struct zap_caps *caps, uint64_t max_msg)
 	struct zap_caps c = {
 		.size = caps->size,
 		.gpu_resident = false,
-		.zero_copy = false,       /* bytes are copied out of the socket */
+		.zero_copy = false, /* bytes are copied out of the socket */
 		.device_buffers = false,
-		.min_latency_us = 0,      /* not measured: use zap-perf */
+		.min_latency_us = 0, /* not measured: use zap-perf */
 		.max_msg_size = max_msg,
 	};
 	size_t n = caps->size < sizeof(c) ? caps->size : sizeof(c);
@@ -85,8 +85,8 @@ static enum zap_probe_result tcp_probe(const struct zap_host *host,
 
 	/* A bad value is reported by the core when it opens; the probe only
 	 * shows what an instance would accept. */
-	if (host->env_bytes("ZAP_MAX_MSG_BYTES", ZAP_DEFAULT_MAX_MSG_BYTES, 1,
-			    UINT64_MAX, &max))
+	if (host->env_bytes("ZAP_MAX_MSG_BYTES", ZAP_DEFAULT_MAX_MSG_BYTES, 1, UINT64_MAX,
+			    &max))
 		max = ZAP_DEFAULT_MAX_MSG_BYTES;
 	if (info->size >= offsetof(struct zap_probe_info, reason) + sizeof(info->reason))
 		strcpy(info->reason, "kernel TCP sockets");
@@ -105,12 +105,12 @@ static int tcp_open(const struct zap_host *host, const struct zap_open_args *arg
 		.domain = TCP_DOMAIN,
 		.listen = args->listen,
 		.max_msg_size = args->max_msg_size,
-		.alloc = {.alloc = tcp_msg_alloc, .user = NULL, .grow = tcp_msg_grow},
+		.alloc = { .alloc = tcp_msg_alloc, .user = NULL, .grow = tcp_msg_grow },
 	};
 	int r;
 
-	if (args->size >= offsetof(struct zap_open_args, tls_peers) +
-				  sizeof(args->tls_peers)) {
+	if (args->size >=
+	    offsetof(struct zap_open_args, tls_peers) + sizeof(args->tls_peers)) {
 		wa.tls_cert = args->tls_cert;
 		wa.tls_key = args->tls_key;
 		wa.tls_ca = args->tls_ca;

@@ -242,7 +242,8 @@ static int dp_open(const struct zap_host *h, const struct zap_open_args *args, v
 	/* No downgrade: this wire is not TLS, so a configured certificate
 	 * makes the transport unavailable (a pick falls back to one that
 	 * runs TLS). */
-	if (args->size >= offsetof(struct zap_open_args, tls_cert) + sizeof(args->tls_cert) &&
+	if (args->size >=
+		    offsetof(struct zap_open_args, tls_cert) + sizeof(args->tls_cert) &&
 	    args->tls_cert)
 		return h->fail(ZAP_ENOTAVAIL,
 			       "dpdk: ZAP_TLS_CERT is set, and this wire is not TLS");

@@ -204,10 +204,12 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	/* No downgrade: the bootstrap and the RDMA path are not TLS, so a
 	 * configured certificate makes this transport unavailable (a pick
 	 * falls back to one that runs TLS). */
-	if (args->size >= offsetof(struct zap_open_args, tls_cert) + sizeof(args->tls_cert) &&
+	if (args->size >=
+		    offsetof(struct zap_open_args, tls_cert) + sizeof(args->tls_cert) &&
 	    args->tls_cert)
-		return host->fail(ZAP_ENOTAVAIL,
-				  "gpudirect: ZAP_TLS_CERT is set, and this transport's bootstrap is not TLS");
+		return host->fail(
+			ZAP_ENOTAVAIL,
+			"gpudirect: ZAP_TLS_CERT is set, and this transport's bootstrap is not TLS");
 	rc = read_env(host, &chunk, &slots, &pool, &lim);
 	if (rc)
 		return rc;

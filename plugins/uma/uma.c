@@ -71,7 +71,7 @@ struct uma_buf {
 	struct tcp_kick *kick;  /* a reference while held */
 	struct uma_mem *mem;
 	atomic_int held;
-	struct uma_buf *next;   /* mem->spare */
+	struct uma_buf *next; /* mem->spare */
 	struct uma_buf *all_next;
 };
 
@@ -118,8 +118,7 @@ static void mem_destroy(void *user)
 	free(m);
 }
 
-static enum zap_probe_result uma_check(const struct zap_host *host,
-				       const struct zcu **cu,
+static enum zap_probe_result uma_check(const struct zap_host *host, const struct zcu **cu,
 				       struct zcu_device_info *info, char *why,
 				       size_t len)
 {
@@ -226,16 +225,20 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 		    void **tp)
 {
 	struct zap_pool_backing backing = {
-		.size = sizeof(backing), .alloc = mem_alloc, .free = mem_free,
+		.size = sizeof(backing),
+		.alloc = mem_alloc,
+		.free = mem_free,
 		.destroy = mem_destroy,
 	};
 	struct tcp_wire_args wa = {
-		.host = host, .domain = "uma", .listen = args->listen,
+		.host = host,
+		.domain = "uma",
+		.listen = args->listen,
 		.max_msg_size = args->max_msg_size,
 	};
 	/* TLS as for default (an older host's args end before these). */
-	if (args->size >= offsetof(struct zap_open_args, tls_peers) +
-				  sizeof(args->tls_peers)) {
+	if (args->size >=
+	    offsetof(struct zap_open_args, tls_peers) + sizeof(args->tls_peers)) {
 		wa.tls_cert = args->tls_cert;
 		wa.tls_key = args->tls_key;
 		wa.tls_ca = args->tls_ca;
@@ -252,8 +255,8 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 	if (uma_check(host, &cu, &(struct zcu_device_info){ 0 }, why, sizeof(why)) !=
 	    ZAP_PROBE_OK)
 		return host->fail(ZAP_ENOTAVAIL, "uma: %s", why);
-	if (!cap && host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES,
-				    4096, 1ull << 50, &cap))
+	if (!cap && host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES, 4096,
+				    1ull << 50, &cap))
 		return -EINVAL;
 	u = calloc(1, sizeof(*u));
 	mem = calloc(1, sizeof(*mem));
@@ -399,8 +402,11 @@ static int uma_buffer_alloc(void *tp, size_t size, struct zap_ctx *ctx,
 	b->buf = buf;
 	b->kick = tcp_wire_kick_get(u->wire);
 	b->pub = (struct zap_buffer){
-		.size = sizeof(b->pub), .bytes = buf->bytes, .len = buf->len,
-		.device_ptr = buf->device_ptr, .release = uma_buf_release,
+		.size = sizeof(b->pub),
+		.bytes = buf->bytes,
+		.len = buf->len,
+		.device_ptr = buf->device_ptr,
+		.release = uma_buf_release,
 	};
 	atomic_store(&b->held, 1);
 	*out = &b->pub;

@@ -67,9 +67,8 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
  * Find (dial, or wait for) the connection to send to @peer on and take
  * its tx side (mu held; dropped while dialing or waiting). 0 and *@out.
  */
-static int send_claim(struct tcp_wire *w, const char *peer,
-		      struct tcp_waiter *me, struct zap_ctx *ctx,
-		      struct tcp_conn **out)
+static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
+		      struct zap_ctx *ctx, struct tcp_conn **out)
 {
 	for (;;) {
 		int err = tw_wait_check(w, me, ctx);
@@ -112,8 +111,8 @@ static int send_claim(struct tcp_wire *w, const char *peer,
 /* Wait for room on @c's full socket while (as leader, or through the
  * leader) still draining inbound data. mu not held on entry; held on
  * return only when the result is an error. */
-static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c,
-			  struct tcp_waiter *me, struct zap_ctx *ctx)
+static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
+			  struct zap_ctx *ctx)
 {
 	int err = 0;
 
@@ -124,8 +123,8 @@ static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c,
 		err = tw_wait_step(w, me, ctx);
 	me->out_fd = -1;
 	if (c->dead && !err)
-		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
-				    w->dom, c->raddr);
+		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost", w->dom,
+				    c->raddr);
 	if (!err)
 		pthread_mutex_unlock(&w->mu);
 	return err;
@@ -135,14 +134,13 @@ static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c,
  * Write one DATA frame on @c, whose tx side we own (mu not held; held on
  * return). *@done: bytes of the frame written, also on failure.
  */
-static int send_frame(struct tcp_wire *w, struct tcp_conn *c,
-		      struct tcp_waiter *me, const void *buf, size_t len,
-		      struct zap_ctx *ctx, size_t *done)
+static int send_frame(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
+		      const void *buf, size_t len, struct zap_ctx *ctx, size_t *done)
 {
 	unsigned char hdr[TCP_HDR];
 	tw_hdr_put(hdr, TCP_T_DATA, len);
-	struct iovec iov[2] = {{hdr, TCP_HDR}, {(void *)buf, len}};
-	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+	struct iovec iov[2] = { { hdr, TCP_HDR }, { (void *)buf, len } };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
 	size_t total = TCP_HDR + len;
 	int err = 0;
 
@@ -181,8 +179,7 @@ static int send_frame(struct tcp_wire *w, struct tcp_conn *c,
 
 /* Give @c's tx side back after a frame (mu held): what a failure after
  * @done bytes does to the connection. */
-static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
-			 size_t done)
+static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t done)
 {
 	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
 
@@ -209,20 +206,22 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 		tw_retire(c);
 		if (c->peer && c->peer->tx == c)
 			tw_peer_pick_tx(w, c->peer);
-		w->host->fail(err, "%s: send to %s interrupted mid-frame; connection retired",
+		w->host->fail(err,
+			      "%s: send to %s interrupted mid-frame; connection retired",
 			      w->dom, c->raddr);
 	} else if (err && done) {
 		/* A partial frame cannot be taken back: the stream is lost. */
 		/* Our own deadline or shutdown: the caller has the error. */
-		w->host->log(stopped || err == -ESHUTDOWN ? ZAP_LOG_DEBUG
-							  : ZAP_LOG_WARN,
+		w->host->log(stopped || err == -ESHUTDOWN ? ZAP_LOG_DEBUG : ZAP_LOG_WARN,
 			     w->dom,
 			     "dropping connection to %s: send interrupted mid-frame (%s)",
 			     c->raddr, strerror(-err));
 		tw_conn_kill(w, c);
 		if (stopped)
-			w->host->fail(err, "%s: send to %s interrupted mid-frame; connection closed",
-				      w->dom, c->raddr);
+			w->host->fail(
+				err,
+				"%s: send to %s interrupted mid-frame; connection closed",
+				w->dom, c->raddr);
 	} else if (err && !stopped && err != -ESHUTDOWN) {
 		tw_conn_kill(w, c);
 	}
@@ -234,17 +233,18 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err,
 	tw_notify(w, true);
 }
 
-int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
-		  size_t len, struct zap_ctx *ctx)
+int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t len,
+		  struct zap_ctx *ctx)
 {
-	struct tcp_waiter me = {.tx = true, .ctx_fd = -1, .out_fd = -1};
+	struct tcp_waiter me = { .tx = true, .ctx_fd = -1, .out_fd = -1 };
 	int err;
 
 	if (len > w->max_msg)
-		return w->host->fail(-EMSGSIZE,
-				     "%s: message of %zu bytes exceeds the maximum %" PRIu64
-				     " (ZAP_MAX_MSG_BYTES)",
-				     w->dom, len, w->max_msg);
+		return w->host
+			->fail(-EMSGSIZE,
+			       "%s: message of %zu bytes exceeds the maximum %" PRIu64
+			       " (ZAP_MAX_MSG_BYTES)",
+			       w->dom, len, w->max_msg);
 	if (strlen(peer) >= ZAP_PEER_MAX)
 		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
 	char norm[ZAP_PEER_MAX];
@@ -255,13 +255,15 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		 * names. */
 		unsigned char fp[32];
 		if (!w->tls)
-			return w->host->fail(-EINVAL,
-					     "%s: peer \"%s\" requires a key, but TLS is off (ZAP_TLS_CERT)",
-					     w->dom, peer);
+			return w->host->fail(
+				-EINVAL,
+				"%s: peer \"%s\" requires a key, but TLS is off (ZAP_TLS_CERT)",
+				w->dom, peer);
 		if (ztls_fp_parse(key + 1, strlen(key + 1), fp))
-			return w->host->fail(-EINVAL,
-					     "%s: peer \"%s\": want host:port#sha256:<64 hex digits>",
-					     w->dom, peer);
+			return w->host->fail(
+				-EINVAL,
+				"%s: peer \"%s\": want host:port#sha256:<64 hex digits>",
+				w->dom, peer);
 		size_t al = (size_t)(key - peer);
 		memcpy(norm, peer, al);
 		norm[al] = '#';
@@ -282,10 +284,11 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 			/* The peer announced its limit: refuse here, before a
 			 * byte is written, so the connection and every message
 			 * after this one are unaffected. */
-			err = w->host->fail(-EMSGSIZE,
-					    "%s: message of %zu bytes exceeds the maximum %" PRIu64
-					    " that %s accepts (its ZAP_MAX_MSG_BYTES)",
-					    w->dom, len, c->peer_max, c->raddr);
+			err = w->host->fail(
+				-EMSGSIZE,
+				"%s: message of %zu bytes exceeds the maximum %" PRIu64
+				" that %s accepts (its ZAP_MAX_MSG_BYTES)",
+				w->dom, len, c->peer_max, c->raddr);
 			c->tx_busy = false;
 			tw_conn_tx_done(w, c);
 			tw_notify(w, true);
@@ -301,8 +304,7 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 		 * the frame cannot arrive twice: send it once more, on a
 		 * fresh connection.
 		 */
-		if (!err || done || attempt ||
-		    (err != -EPIPE && err != -ECONNRESET))
+		if (!err || done || attempt || (err != -EPIPE && err != -ECONNRESET))
 			break;
 	}
 	pthread_mutex_unlock(&w->mu);
@@ -311,7 +313,7 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
 
 int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 {
-	struct tcp_waiter me = {.ctx_fd = -1, .out_fd = -1};
+	struct tcp_waiter me = { .ctx_fd = -1, .out_fd = -1 };
 	int err = 0;
 
 	pthread_mutex_lock(&w->mu);
@@ -350,10 +352,9 @@ out:
 
 /* The address others can reach a wildcard listener at: the source address
  * of the default route (no packet is sent), else loopback. */
-static void wildcard_sendable(int family, uint16_t port, char *buf,
-			      size_t len)
+static void wildcard_sendable(int family, uint16_t port, char *buf, size_t len)
 {
-	struct sockaddr_storage ss = {0};
+	struct sockaddr_storage ss = { 0 };
 	socklen_t sl;
 	int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
@@ -394,15 +395,16 @@ static void wildcard_sendable(int family, uint16_t port, char *buf,
 static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 {
 	struct zaddr a, b;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
 	struct addrinfo *res = NULL;
 	int r, fd = -1, one = 1;
 
 	if (zaddr_parse(listen_addr, &a))
-		return w->host->fail(-EINVAL,
-				     "%s: malformed listen address \"%s\" (ZAP_LISTEN; want host:port)",
-				     w->dom, listen_addr);
+		return w->host->fail(
+			-EINVAL,
+			"%s: malformed listen address \"%s\" (ZAP_LISTEN; want host:port)",
+			w->dom, listen_addr);
 	bool any4 = a.wildcard && a.kind == ZADDR_IPV4;
 	bool any6 = a.wildcard && a.kind == ZADDR_IPV6;
 	r = getaddrinfo(any4 ? NULL : a.host, a.port, &hints, &res);
@@ -413,8 +415,7 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 		/* A bare wildcard binds IPv4 any, which every peer string
 		 * form reaches; "[::]" asks for dual-stack explicitly. */
-		if (any6 ? ai->ai_family != AF_INET6
-			 : (any4 && ai->ai_family != AF_INET))
+		if (any6 ? ai->ai_family != AF_INET6 : (any4 && ai->ai_family != AF_INET))
 			continue;
 		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
 			    ai->ai_protocol);
@@ -456,8 +457,7 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 /* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping; plain
  * decimal, 0..TCP_SPIN_MAX_US (0: never spin). Unset or empty: learned
  * from traffic (tcp_spin.c). */
-static int spin_setting(const struct zap_host *host, const char *dom,
-			struct tcp_spin *s)
+static int spin_setting(const struct zap_host *host, const char *dom, struct tcp_spin *s)
 {
 	const char *v = getenv(TCP_SPIN_ENV);
 	uint64_t n;
@@ -466,17 +466,18 @@ static int spin_setting(const struct zap_host *host, const char *dom,
 	if (!v || !*v)
 		return 0;
 	if (tcp_parse_uint(v, 0, TCP_SPIN_MAX_US, &n))
-		return host->fail(-EINVAL,
-				  "%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
-				  dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
+		return host->fail(
+			-EINVAL,
+			"%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
+			dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
 	tw_spin_init(s, true, (unsigned)n);
 	return 0;
 }
 /* A limit from the environment: plain decimal in [@min, @max]; unset or
  * empty: @def. A bad value fails the open, naming the variable. */
-static int env_limit(const struct zap_host *host, const char *dom,
-		     const char *name, unsigned def, unsigned min, unsigned max,
-		     const char *unit, unsigned *out)
+static int env_limit(const struct zap_host *host, const char *dom, const char *name,
+		     unsigned def, unsigned min, unsigned max, const char *unit,
+		     unsigned *out)
 {
 	const char *v = getenv(name);
 	uint64_t n;
@@ -485,7 +486,8 @@ static int env_limit(const struct zap_host *host, const char *dom,
 	if (!v || !*v)
 		return 0;
 	if (tcp_parse_uint(v, min, max, &n))
-		return host->fail(-EINVAL, "%s: %s=\"%.32s\" is not a number of %s from %u to %u",
+		return host->fail(-EINVAL,
+				  "%s: %s=\"%.32s\" is not a number of %s from %u to %u",
 				  dom, name, v, unit, min, max);
 	*out = (unsigned)n;
 	return 0;
@@ -509,8 +511,8 @@ static size_t conn_limit(void)
 
 /* A byte count from the environment: plain decimal like the other
  * ZAP_TCP_* limits, TCP_BYTES_MIN..TCP_BYTES_MAX; unset or empty: @def. */
-static int env_size(const struct zap_host *host, const char *dom,
-		    const char *name, uint64_t def, uint64_t *out)
+static int env_size(const struct zap_host *host, const char *dom, const char *name,
+		    uint64_t def, uint64_t *out)
 {
 	const char *v = getenv(name);
 
@@ -518,10 +520,11 @@ static int env_size(const struct zap_host *host, const char *dom,
 	if (!v || !*v)
 		return 0;
 	if (tcp_parse_uint(v, TCP_BYTES_MIN, TCP_BYTES_MAX, out))
-		return host->fail(-EINVAL,
-				  "%s: %s=\"%.32s\" is not a number of bytes from %llu to %llu",
-				  dom, name, v, (unsigned long long)TCP_BYTES_MIN,
-				  (unsigned long long)TCP_BYTES_MAX);
+		return host->fail(
+			-EINVAL,
+			"%s: %s=\"%.32s\" is not a number of bytes from %llu to %llu",
+			dom, name, v, (unsigned long long)TCP_BYTES_MIN,
+			(unsigned long long)TCP_BYTES_MAX);
 	return 0;
 }
 
@@ -559,16 +562,14 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 
 	r = spin_setting(host, w->dom, &w->spin);
 	if (!r)
-		r = env_limit(host, w->dom, TCP_HS_ENV, TCP_HS_TIMEOUT_MS,
-			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",
-			      &w->hs_timeout_ms);
+		r = env_limit(host, w->dom, TCP_HS_ENV, TCP_HS_TIMEOUT_MS, TCP_HS_MIN_MS,
+			      TCP_HS_MAX_MS, "milliseconds", &w->hs_timeout_ms);
 	if (!r)
 		r = env_limit(host, w->dom, TCP_PENDING_ENV, TCP_PENDING_MAX, 1,
 			      TCP_PENDING_LIMIT, "connections", &w->pending_max);
 	if (!r)
-		r = env_limit(host, w->dom, TCP_STALL_ENV, TCP_STALL_MS,
-			      TCP_HS_MIN_MS, TCP_HS_MAX_MS, "milliseconds",
-			      &w->stall_ms);
+		r = env_limit(host, w->dom, TCP_STALL_ENV, TCP_STALL_MS, TCP_HS_MIN_MS,
+			      TCP_HS_MAX_MS, "milliseconds", &w->stall_ms);
 	if (!r)
 		r = env_size(host, w->dom, TCP_PARTIAL_ENV, TCP_PARTIAL_DEF,
 			     &w->partial_max);
@@ -600,13 +601,13 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		goto fail;
 	r = pthread_create(&w->acc, NULL, tw_accept_main, w);
 	if (r) {
-		r = host->fail(-r, "%s: cannot start the handshake thread: %s",
-			       w->dom, strerror(r));
+		r = host->fail(-r, "%s: cannot start the handshake thread: %s", w->dom,
+			       strerror(r));
 		goto fail;
 	}
 	w->acc_started = true;
-	host->log(ZAP_LOG_DEBUG, w->dom, "listening on %s (reachable as %s)",
-		  w->bound, w->addr);
+	host->log(ZAP_LOG_DEBUG, w->dom, "listening on %s (reachable as %s)", w->bound,
+		  w->addr);
 	*out = w;
 	return 0;
 fail:

@@ -28,8 +28,8 @@ void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len)
 	put_be64(h + 8, len);
 }
 
-int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
-		     uint64_t *len, char *why, size_t whylen)
+int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max, uint64_t *len,
+		     char *why, size_t whylen)
 {
 	uint32_t magic = get_be32(h);
 	if (magic != TCP_MAGIC) {
@@ -38,13 +38,13 @@ int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
 		return -EPROTO;
 	}
 	if (h[4] != TCP_VERSION) {
-		snprintf(why, whylen, "unsupported wire version %u (we speak %u)",
-			 h[4], TCP_VERSION);
+		snprintf(why, whylen, "unsupported wire version %u (we speak %u)", h[4],
+			 TCP_VERSION);
 		return -EPROTO;
 	}
 	if (h[5] != want) {
-		snprintf(why, whylen, "unexpected frame type %u (expected %u)",
-			 h[5], want);
+		snprintf(why, whylen, "unexpected frame type %u (expected %u)", h[5],
+			 want);
 		return -EPROTO;
 	}
 	if (h[6] || h[7]) {
@@ -54,22 +54,22 @@ int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
 	*len = get_be64(h + 8);
 	if (*len > max) {
 		snprintf(why, whylen,
-			 "frame length %" PRIu64 " exceeds the maximum %" PRIu64
-			 "%s", *len, max,
-			 want == TCP_T_DATA ? " (ZAP_MAX_MSG_BYTES)" : "");
+			 "frame length %" PRIu64 " exceeds the maximum %" PRIu64 "%s",
+			 *len, max, want == TCP_T_DATA ? " (ZAP_MAX_MSG_BYTES)" : "");
 		return -EMSGSIZE;
 	}
 	return 0;
 }
 
-int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
-		    char *why, size_t whylen)
+int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, char *why,
+		    size_t whylen)
 {
 	struct zaddr a;
 	size_t al;
 
 	if (len < TCP_HELLO_FIXED + 3 || len > TCP_HELLO_MAX) {
-		snprintf(why, whylen, "HELLO too %s", len > TCP_HELLO_MAX ? "long" : "short");
+		snprintf(why, whylen, "HELLO too %s",
+			 len > TCP_HELLO_MAX ? "long" : "short");
 		return -EPROTO;
 	}
 	al = len - TCP_HELLO_FIXED;
@@ -100,8 +100,8 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
 
 /* @host (no brackets) as a socket address with @port, if it is an IPv4 or
  * IPv6 literal. */
-static bool literal_sockaddr(const char *host, uint16_t port,
-			     struct sockaddr_storage *ss, socklen_t *sl)
+static bool literal_sockaddr(const char *host, uint16_t port, struct sockaddr_storage *ss,
+			     socklen_t *sl)
 {
 	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
@@ -122,9 +122,8 @@ static bool literal_sockaddr(const char *host, uint16_t port,
 	return false;
 }
 
-int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
-		   socklen_t sl, int dialed_port, char *out, size_t len,
-		   char *why, size_t whylen)
+int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, socklen_t sl,
+		   int dialed_port, char *out, size_t len, char *why, size_t whylen)
 {
 	char real[ZAP_PEER_MAX], claim[ZAP_PEER_MAX];
 	struct sockaddr_storage cs;
@@ -152,8 +151,8 @@ int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
 	    zaddr_format((struct sockaddr *)&cs, cl, -1, claim, sizeof(claim)) ||
 	    strcmp(claim, out)) {
 		snprintf(why, whylen,
-			 "HELLO from %s claims %s, which is not its source address",
-			 real, h->addr);
+			 "HELLO from %s claims %s, which is not its source address", real,
+			 h->addr);
 		goto refuse;
 	}
 	return 0;

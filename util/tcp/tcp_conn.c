@@ -33,8 +33,7 @@ uint64_t tw_rand64(void)
 	return v ? v : 1;
 }
 
-void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa,
-		     socklen_t sl)
+void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa, socklen_t sl)
 {
 	if (sl > sizeof(c->sa))
 		sl = 0;
@@ -115,8 +114,7 @@ struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
 	return NULL;
 }
 
-struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr,
-				   struct tcp_peer *p)
+struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p)
 {
 	struct tcp_route *r = tw_route_find(w, addr);
 	if (!r) {
@@ -313,8 +311,7 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
  * dialed, or NULL. An accepted connection never takes over the route of a
  * different live peer. Returns -ENOMEM on failure (c not added).
  */
-int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
-			 const char *dial_addr)
+int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr)
 {
 	struct tcp_peer *p = NULL;
 	bool self = c->rid == w->id;
@@ -375,9 +372,10 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
 		tw_retire(c);
 	}
 	if (keep_route)
-		w->host->log(ZAP_LOG_DEBUG, w->dom,
-			     "%s (from %s): a live peer holds that address; not routing to the newcomer",
-			     c->raddr, c->src);
+		w->host->log(
+			ZAP_LOG_DEBUG, w->dom,
+			"%s (from %s): a live peer holds that address; not routing to the newcomer",
+			c->raddr, c->src);
 	else
 		tw_route_set(w, c->raddr, p);
 	if (dial_addr)
@@ -430,8 +428,7 @@ bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c)
 	if (!c->peer || c->peer->nconns < 2)
 		return false;
 	for (const struct tcp_conn *x = w->conns; x; x = x->next)
-		if (x != c && x->peer == c->peer && !x->rx_eof &&
-		    key_less(w, c, x))
+		if (x != c && x->peer == c->peer && !x->rx_eof && key_less(w, c, x))
 			return true;
 	return false;
 }

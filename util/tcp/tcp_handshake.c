@@ -28,8 +28,7 @@
 /* Handshake                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static size_t hello_build(const struct tcp_wire *w, uint64_t nonce,
-			  unsigned char *buf)
+static size_t hello_build(const struct tcp_wire *w, uint64_t nonce, unsigned char *buf)
 {
 	size_t al = strlen(w->bound);
 	tw_hdr_put(buf, TCP_T_HELLO, TCP_HELLO_FIXED + al);
@@ -68,15 +67,14 @@ static bool own_address(const struct tcp_wire *w, const struct tcp_conn *c)
  * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
  * error or socket error, reason in @why.
  */
-static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
-		      size_t whylen)
+static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen)
 {
 	for (;;) {
 		size_t need = TCP_HDR;
 		uint64_t len = 0;
 		if (c->hslen >= TCP_HDR) {
-			int r = tcp_parse_header(c->hs, TCP_T_HELLO, TCP_HELLO_MAX,
-						 &len, why, whylen);
+			int r = tcp_parse_header(c->hs, TCP_T_HELLO, TCP_HELLO_MAX, &len,
+						 why, whylen);
 			if (r)
 				return r;
 			if (len < TCP_HELLO_FIXED + 3) {
@@ -93,8 +91,8 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 			continue;
 		}
 		if (k == 0) {
-			snprintf(why, whylen, "closed during the handshake (%zu bytes in)",
-				 c->hslen);
+			snprintf(why, whylen,
+				 "closed during the handshake (%zu bytes in)", c->hslen);
 			return -EPIPE;
 		}
 		if (errno == EAGAIN || errno == EINTR)
@@ -107,8 +105,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 	/* Parse: id, nonce, address; check the address against the
 	 * connection (a wildcard host becomes the source). */
 	struct tcp_hello hl;
-	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why,
-				whylen);
+	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why, whylen);
 	if (r)
 		return r;
 	int dport = -1;
@@ -120,7 +117,8 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 		}
 		dport = ra.port_num;
 		if (hl.nonce != c->nonce) {
-			snprintf(why, whylen, "HELLO from %.64s does not echo our connection nonce",
+			snprintf(why, whylen,
+				 "HELLO from %.64s does not echo our connection nonce",
 				 c->src);
 			return -EPROTO;
 		}
@@ -155,7 +153,8 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 	if (c->tls) {
 		size_t al = strlen(c->raddr);
 		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
-			snprintf(why, whylen, "address %.64s too long to carry a key", c->raddr);
+			snprintf(why, whylen, "address %.64s too long to carry a key",
+				 c->raddr);
 			return -EPROTO;
 		}
 		c->raddr[al] = '#';
@@ -166,8 +165,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why,
 
 /* The accepted side's handshake step: TLS first when it is on, then the
  * HELLO. 1 complete, 0 wait (for c->hs_events), negative: refused. */
-static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why,
-			size_t whylen)
+static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen)
 {
 	if (c->tls && !c->tls_ok) {
 		int r = tw_tls_step(c, why, whylen);
@@ -179,8 +177,8 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why,
 	return hello_read(w, c, why, whylen);
 }
 
-static void pending_drop(struct tcp_wire *w, struct tcp_conn *c,
-			 enum zap_log_level lvl, const char *why)
+static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_level lvl,
+			 const char *why)
 {
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
 	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
@@ -207,8 +205,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	w->npending--;
 	c->next = NULL;
 
-	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s",
-		     c->raddr);
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s", c->raddr);
 	tw_tls_log_up(w, c);
 	pthread_mutex_lock(&w->mu);
 	/* Hold tx so that a retire decided here waits for our HELLO. */
@@ -223,7 +220,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	}
 
 	/* A fresh socket's send buffer always takes a HELLO. */
-	struct iovec hv = {buf, n};
+	struct iovec hv = { buf, n };
 	ssize_t k = tw_io_send(c, &hv, 1);
 	int e = errno;
 	pthread_mutex_lock(&w->mu);
@@ -335,16 +332,17 @@ void *tw_accept_main(void *arg)
 			cap = nc;
 		}
 		uint64_t now = now_ms(), next = now + w->hs_timeout_ms;
-		pfd[n++] = (struct pollfd){.fd = w->stop_fd, .events = POLLIN};
-		pfd[n++] = (struct pollfd){.fd = backoff ? -1 : w->lfd,
-					   .events = POLLIN};
+		pfd[n++] = (struct pollfd){ .fd = w->stop_fd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd,
+					    .events = POLLIN };
 		for (struct tcp_conn *c = w->pending; c; c = c->next) {
 			if (c->hs_deadline_ms < next)
 				next = c->hs_deadline_ms;
 			pc[n] = c;
-			pfd[n++] = (struct pollfd){
-				.fd = c->fd,
-				.events = c->tls && !c->tls_ok ? c->hs_events : POLLIN};
+			pfd[n++] = (struct pollfd){ .fd = c->fd,
+						    .events = c->tls && !c->tls_ok
+								      ? c->hs_events
+								      : POLLIN };
 		}
 		int timeout = next > now ? (int)(next - now) : 0;
 		if (backoff && timeout > 100)
@@ -373,10 +371,11 @@ void *tw_accept_main(void *arg)
 							     : ZAP_LOG_WARN,
 						     why);
 			} else if (c->hs_deadline_ms <= now) {
-				pending_drop(w, c, ZAP_LOG_INFO,
-					     c->tls && !c->tls_ok
-						     ? "TLS handshake not complete within the handshake timeout"
-						     : "no HELLO within the handshake timeout");
+				pending_drop(
+					w, c, ZAP_LOG_INFO,
+					c->tls && !c->tls_ok
+						? "TLS handshake not complete within the handshake timeout"
+						: "no HELLO within the handshake timeout");
 			}
 		}
 		if (pfd[1].revents)
@@ -392,14 +391,14 @@ void *tw_accept_main(void *arg)
 /* ------------------------------------------------------------------------ */
 
 /* Wait for @events on @fd, the ctx or shutdown. 0, or a negative errno. */
-static int wait_fd(struct tcp_wire *w, int fd, short events,
-		   struct zap_ctx *ctx, int limit_ms)
+static int wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
+		   int limit_ms)
 {
 	for (;;) {
 		struct pollfd p[3] = {
-			{.fd = fd, .events = events},
-			{.fd = w->stop_fd, .events = POLLIN},
-			{.fd = w->host->ctx_fd(ctx), .events = POLLIN},
+			{ .fd = fd, .events = events },
+			{ .fd = w->stop_fd, .events = POLLIN },
+			{ .fd = w->host->ctx_fd(ctx), .events = POLLIN },
 		};
 		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), limit_ms);
 		int r = poll(p, 3, tmo);
@@ -429,7 +428,7 @@ static int wait_fd(struct tcp_wire *w, int fd, short events,
 static void bind_source(const struct tcp_wire *w, int fd, int family)
 {
 	struct zaddr b;
-	struct sockaddr_storage ss = {0};
+	struct sockaddr_storage ss = { 0 };
 	socklen_t sl = 0;
 
 	if (zaddr_parse(w->bound, &b) || b.wildcard)
@@ -455,22 +454,21 @@ static void bind_source(const struct tcp_wire *w, int fd, int family)
 			     strerror(errno));
 }
 
-static int dial_one(struct tcp_wire *w, const char *peer,
-		    const struct addrinfo *ai, struct zap_ctx *ctx, int *out)
+static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo *ai,
+		    struct zap_ctx *ctx, int *out)
 {
 	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
 			ai->ai_protocol);
 	if (fd < 0)
-		return w->host->fail(-errno, "%s: socket: %s", w->dom,
-				     strerror(errno));
+		return w->host->fail(-errno, "%s: socket: %s", w->dom, strerror(errno));
 	tw_tune_socket(fd);
 	bind_source(w, fd, ai->ai_family);
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		if (errno != EINPROGRESS) {
 			int e = errno;
 			close(fd);
-			return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom,
-					     peer, strerror(e),
+			return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom, peer,
+					     strerror(e),
 					     e == ECONNREFUSED
 						     ? " (nothing listens there)"
 						     : "");
@@ -480,16 +478,16 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 			close(fd);
 			return r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN
 				       ? r
-				       : w->host->fail(r, "%s: connect to %s: %s",
-						       w->dom, peer, strerror(-r));
+				       : w->host->fail(r, "%s: connect to %s: %s", w->dom,
+						       peer, strerror(-r));
 		}
 		int soerr = 0;
 		socklen_t sl = sizeof(soerr);
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
 		if (soerr) {
 			close(fd);
-			return w->host->fail(-soerr, "%s: connect to %s: %s%s",
-					     w->dom, peer, strerror(soerr),
+			return w->host->fail(-soerr, "%s: connect to %s: %s%s", w->dom,
+					     peer, strerror(soerr),
 					     soerr == ECONNREFUSED
 						     ? " (nothing listens there)"
 						     : "");
@@ -501,25 +499,24 @@ static int dial_one(struct tcp_wire *w, const char *peer,
 
 /* Resolve @peer and connect to the first address that answers. 0 and
  * *@fd, or a negative errno with a reason. */
-static int dial_connect(struct tcp_wire *w, const char *peer,
-			struct zap_ctx *ctx, int *fd,
-			struct sockaddr_storage *sa, socklen_t *salen)
+static int dial_connect(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
+			int *fd, struct sockaddr_storage *sa, socklen_t *salen)
 {
 	struct zaddr a;
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICSERV};
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
 	struct addrinfo *res = NULL;
 	int r;
 
 	if (zaddr_parse(peer, &a) || !a.port_num)
-		return w->host->fail(-EINVAL,
-				     "%s: malformed peer address \"%s\" (want host:port or [v6]:port)",
-				     w->dom, peer);
+		return w->host->fail(
+			-EINVAL,
+			"%s: malformed peer address \"%s\" (want host:port or [v6]:port)",
+			w->dom, peer);
 	r = getaddrinfo(a.host, a.port, &hints, &res);
 	if (r)
-		return w->host->fail(r == EAI_NONAME || r == EAI_AGAIN
-					     ? -EHOSTUNREACH
-					     : -EINVAL,
+		return w->host->fail(r == EAI_NONAME || r == EAI_AGAIN ? -EHOSTUNREACH
+								       : -EINVAL,
 				     "%s: cannot resolve %s: %s", w->dom, a.host,
 				     gai_strerror(r));
 	r = -EHOSTUNREACH;
@@ -571,9 +568,10 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 		}
 		uint64_t now = now_ms();
 		if (now >= deadline_ms)
-			return w->host->fail(-ETIMEDOUT,
-					     "%s: %s did not complete the TLS handshake in time",
-					     w->dom, peer);
+			return w->host->fail(
+				-ETIMEDOUT,
+				"%s: %s did not complete the TLS handshake in time",
+				w->dom, peer);
 		r = wait_fd(w, c->fd, c->hs_events, ctx, (int)(deadline_ms - now));
 		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
 			continue;
@@ -590,7 +588,7 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 {
 	struct tcp_conn *c = NULL;
-	struct sockaddr_storage sa = {0};
+	struct sockaddr_storage sa = { 0 };
 	socklen_t salen = 0;
 	int fd = -1, r;
 	char addr[ZAP_PEER_MAX];
@@ -617,7 +615,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
 	c->dialed = true;
 	c->nonce = tw_rand64();
-	struct tcp_dial dial = {.nonce = c->nonce};
+	struct tcp_dial dial = { .nonce = c->nonce };
 	pthread_mutex_lock(&w->mu);
 	dial.next = w->dials;
 	w->dials = &dial;
@@ -631,7 +629,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
 	size_t hn = hello_build(w, c->nonce, hb);
 	/* A fresh socket's send buffer always takes a HELLO. */
-	struct iovec hv = {hb, hn};
+	struct iovec hv = { hb, hn };
 	ssize_t k = tw_io_send(c, &hv, 1);
 	if (k != (ssize_t)hn) {
 		int e = k < 0 ? errno : EPIPE;
@@ -655,8 +653,9 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 		}
 		uint64_t now = now_ms();
 		if (now >= deadline) {
-			r = w->host->fail(-ETIMEDOUT, "%s: %s did not answer the handshake",
-					  w->dom, peer);
+			r = w->host->fail(-ETIMEDOUT,
+					  "%s: %s did not answer the handshake", w->dom,
+					  peer);
 			goto fail;
 		}
 		r = wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));

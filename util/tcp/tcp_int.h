@@ -100,7 +100,7 @@
 #define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
 #define TCP_IDLE_MS 300000
 #define TCP_IDLE_MAX_MS 86400000u
-#define TCP_FD_HEADROOM 64     /* descriptors left to the application */
+#define TCP_FD_HEADROOM 64 /* descriptors left to the application */
 #define TCP_EVICT_MIN_IDLE_MS 250
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
@@ -111,51 +111,51 @@ struct tcp_peer;
 struct tcp_conn {
 	struct tcp_conn *next;
 	int fd;
-	bool dialed;             /* we connected; else accepted */
-	uint64_t rid;            /* remote instance id, from its HELLO */
-	uint64_t peer_max;       /* largest message the peer accepts, from its HELLO */
-	uint64_t nonce;          /* dialer's connection nonce */
-	char raddr[ZAP_PEER_MAX]; /* replyable remote address (proven host) */
+	bool dialed;                /* we connected; else accepted */
+	uint64_t rid;               /* remote instance id, from its HELLO */
+	uint64_t peer_max;          /* largest message the peer accepts, from its HELLO */
+	uint64_t nonce;             /* dialer's connection nonce */
+	char raddr[ZAP_PEER_MAX];   /* replyable remote address (proven host) */
 	struct sockaddr_storage sa; /* remote address, from accept/connect */
 	socklen_t salen;
-	char src[ZAP_PEER_MAX];  /* the same as text, for logs ("?" if none) */
-	struct tcp_peer *peer;   /* mu; NULL for the accepted end of a self-connection */
+	char src[ZAP_PEER_MAX]; /* the same as text, for logs ("?" if none) */
+	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
 
 	/* mu */
-	bool tx_busy;            /* a sender (or the handshake) owns the socket's tx */
+	bool tx_busy; /* a sender (or the handshake) owns the socket's tx */
 	bool tx_used;
-	bool retiring;           /* superseded: SHUT_WR once tx is free */
+	bool retiring; /* superseded: SHUT_WR once tx is free */
 	bool tx_shut;
-	bool dead;               /* close at the next reap */
-	bool rx_eof;             /* no more data will be read */
-	bool alloc_wait;         /* leader: -EAGAIN, paused until a kick */
-	bool rx_ready;           /* leader: may have buffered data, read without waiting */
-	bool rx_big;             /* leader: last message was large */
+	bool dead;       /* close at the next reap */
+	bool rx_eof;     /* no more data will be read */
+	bool alloc_wait; /* leader: -EAGAIN, paused until a kick */
+	bool rx_ready;   /* leader: may have buffered data, read without waiting */
+	bool rx_big;     /* leader: last message was large */
 
 	/* leader-private receive state */
 	unsigned char *rbuf;
 	size_t rhead, rlen;
 	struct tcp_rx_msg *rx_msg; /* payload being read straight into place */
 	size_t rx_off;
-	size_t rx_cap;           /* payload bytes rx_msg has room for (grows) */
-	size_t rx_len;           /* the frame's declared length */
-	uint64_t rx_charge;      /* bytes of the partial budget rx_msg holds */
-	uint64_t rx_total;       /* bytes read, ever */
-	uint64_t rx_since_ms;    /* last progress on a partial frame; 0: none */
-	uint64_t rx_start_ms;    /* when rx_msg was started */
-	bool budget_paused;      /* leader: alloc_wait for the partial budget */
+	size_t rx_cap;            /* payload bytes rx_msg has room for (grows) */
+	size_t rx_len;            /* the frame's declared length */
+	uint64_t rx_charge;       /* bytes of the partial budget rx_msg holds */
+	uint64_t rx_total;        /* bytes read, ever */
+	uint64_t rx_since_ms;     /* last progress on a partial frame; 0: none */
+	uint64_t rx_start_ms;     /* when rx_msg was started */
+	bool budget_paused;       /* leader: alloc_wait for the partial budget */
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
-	int rx_res;              /* result of this round's read */
+	int rx_res;               /* result of this round's read */
 	char rx_why[160];
 
 	/* TLS (tcp_tls.c): NULL on a plaintext endpoint */
 	struct ztls_conn *tls;
-	pthread_mutex_t tls_mu;  /* every call into tls */
-	bool tls_ok;             /* handshake: TLS done, HELLO next */
-	bool tls_wpend;          /* sender: OpenSSL holds a record of the frame */
-	short hs_events;         /* handshake: what the TLS step waits for */
-	char fp[ZTLS_FP_LEN];    /* the peer's key, "sha256:<hex>"; "" plaintext */
-	char tls_why[160];       /* the last TLS error on this connection */
+	pthread_mutex_t tls_mu; /* every call into tls */
+	bool tls_ok;            /* handshake: TLS done, HELLO next */
+	bool tls_wpend;         /* sender: OpenSSL holds a record of the frame */
+	short hs_events;        /* handshake: what the TLS step waits for */
+	char fp[ZTLS_FP_LEN];   /* the peer's key, "sha256:<hex>"; "" plaintext */
+	char tls_why[160];      /* the last TLS error on this connection */
 
 	/* handshake (accept thread or dialer) */
 	unsigned char hs[TCP_HDR + TCP_HELLO_MAX];
@@ -173,7 +173,7 @@ struct tcp_peer {
 	struct tcp_peer *next;
 	uint64_t rid;
 	char addr[ZAP_PEER_MAX];
-	struct tcp_conn *tx;     /* the connection our sends use, NULL if none */
+	struct tcp_conn *tx; /* the connection our sends use, NULL if none */
 	unsigned nconns;
 };
 
@@ -193,9 +193,9 @@ struct tcp_dial {
 
 struct tcp_waiter {
 	struct tcp_waiter *next;
-	bool tx;         /* waits for something send-side (tx slot, dial, room) */
-	int ctx_fd;      /* polled by the leader for us, -1 if none */
-	int out_fd;      /* waiting for POLLOUT, -1 if not */
+	bool tx;    /* waits for something send-side (tx slot, dial, room) */
+	int ctx_fd; /* polled by the leader for us, -1 if none */
+	int out_fd; /* waiting for POLLOUT, -1 if not */
 	bool out_ready;
 	bool ctx_fired;
 };
@@ -219,9 +219,9 @@ struct tcp_kick {
 
 /* The leader's spin budget (tcp_spin.c); touched by the leader only. */
 struct tcp_spin {
-	bool fixed;        /* ZAP_TCP_SPIN_US given: fixed_ns, nothing learned */
+	bool fixed; /* ZAP_TCP_SPIN_US given: fixed_ns, nothing learned */
 	uint64_t fixed_ns;
-	uint64_t mean_ns;  /* learned: weighted mean of recent wait times */
+	uint64_t mean_ns; /* learned: weighted mean of recent wait times */
 };
 
 struct tcp_wire {
@@ -231,32 +231,32 @@ struct tcp_wire {
 	uint64_t max_msg;
 	uint64_t id;
 	int lfd;
-	struct tcp_kick *kick;   /* owns kick_fd */
-	int kick_fd;             /* wakes the leader; drained by it */
-	int stop_fd;             /* readable once shut down; never drained */
+	struct tcp_kick *kick; /* owns kick_fd */
+	int kick_fd;           /* wakes the leader; drained by it */
+	int stop_fd;           /* readable once shut down; never drained */
 	atomic_bool shut;
-	struct tcp_spin spin;    /* leader only (ZAP_TCP_SPIN_US read at open) */
-	unsigned hs_timeout_ms;  /* ZAP_TCP_HANDSHAKE_MS, read at open */
-	unsigned pending_max;    /* ZAP_TCP_MAX_PENDING, read at open */
-	unsigned stall_ms;       /* ZAP_TCP_STALL_MS, read at open */
-	unsigned idle_ms;        /* ZAP_TCP_IDLE_MS, read at open */
-	size_t conn_max;         /* descriptors for connections: RLIMIT_NOFILE - headroom */
-	size_t nconns;           /* mu: established connections not yet freed */
-	uint64_t partial_max;    /* ZAP_TCP_PARTIAL_BYTES, read at open */
-	uint64_t rxq_max;        /* ZAP_TCP_RX_QUEUE_BYTES, read at open */
-	uint64_t partial_bytes;  /* leader: budget held by partial messages */
-	struct tcp_conn *oldest; /* leader: the partial allowed past the budget */
-	bool budget_wait;        /* leader: a connection waits for budget */
-	uint64_t qbytes;         /* mu: payload bytes queued for recv */
-	bool q_full;             /* mu: connections not read for a full queue */
-	bool reap_due;           /* mu: a connection died since the last reap */
-	struct ztls_ctx *tls;      /* NULL: plaintext; set at open, then read-only */
-	char bound[ZAP_PEER_MAX];  /* literal bound address, sent in HELLO */
-	char addr[ZAP_PEER_MAX];   /* sendable form, for tcp_wire_address() */
+	struct tcp_spin spin;   /* leader only (ZAP_TCP_SPIN_US read at open) */
+	unsigned hs_timeout_ms; /* ZAP_TCP_HANDSHAKE_MS, read at open */
+	unsigned pending_max;   /* ZAP_TCP_MAX_PENDING, read at open */
+	unsigned stall_ms;      /* ZAP_TCP_STALL_MS, read at open */
+	unsigned idle_ms;       /* ZAP_TCP_IDLE_MS, read at open */
+	size_t conn_max;      /* descriptors for connections: RLIMIT_NOFILE - headroom */
+	size_t nconns;        /* mu: established connections not yet freed */
+	uint64_t partial_max; /* ZAP_TCP_PARTIAL_BYTES, read at open */
+	uint64_t rxq_max;     /* ZAP_TCP_RX_QUEUE_BYTES, read at open */
+	uint64_t partial_bytes;   /* leader: budget held by partial messages */
+	struct tcp_conn *oldest;  /* leader: the partial allowed past the budget */
+	bool budget_wait;         /* leader: a connection waits for budget */
+	uint64_t qbytes;          /* mu: payload bytes queued for recv */
+	bool q_full;              /* mu: connections not read for a full queue */
+	bool reap_due;            /* mu: a connection died since the last reap */
+	struct ztls_ctx *tls;     /* NULL: plaintext; set at open, then read-only */
+	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
+	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 
 	pthread_t acc;
 	bool acc_started;
-	struct tcp_conn *pending;  /* accept thread private */
+	struct tcp_conn *pending; /* accept thread private */
 	size_t npending;
 
 	pthread_mutex_t mu;
@@ -311,8 +311,8 @@ static inline void put_be64(unsigned char *p, uint64_t v)
 
 static inline uint32_t get_be32(const unsigned char *p)
 {
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-	       (uint32_t)p[2] << 8 | (uint32_t)p[3];
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+	       (uint32_t)p[3];
 }
 
 static inline uint64_t get_be64(const unsigned char *p)
@@ -340,8 +340,7 @@ uint64_t tw_spin_budget(const struct tcp_spin *s);
 void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns);
 int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		 bool (*stop)(void *), void *arg);
-void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa,
-		     socklen_t sl);
+void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa, socklen_t sl);
 void tw_kick(struct tcp_wire *w);
 void tw_wake_all(struct tcp_wire *w);
 void tw_notify(struct tcp_wire *w, bool tx);
@@ -349,8 +348,7 @@ void tw_notify(struct tcp_wire *w, bool tx);
 /* tcp_conn.c: the connection table, all under w->mu */
 void tw_retire(struct tcp_conn *c);
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr);
-struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr,
-			       struct tcp_peer *p);
+struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p);
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p);
 bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
@@ -359,8 +357,7 @@ void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c);
 void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c);
 void tw_conn_free(struct tcp_conn *c);
 void tw_reap(struct tcp_wire *w);
-int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c,
-		     const char *dial_addr);
+int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr);
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
 bool tw_evict_idle(struct tcp_wire *w, const char *why);
 static inline void tw_touch(struct tcp_conn *c, uint64_t now)
@@ -388,9 +385,7 @@ void *tw_accept_main(void *arg);
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
 
 /* tcp_progress.c (mu held) */
-int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me,
-		  struct zap_ctx *ctx);
-int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me,
-		 struct zap_ctx *ctx);
+int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);
+int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);
 
 #endif /* ZAP_TCP_INT_H */

@@ -83,8 +83,7 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
  */
 static bool budget_take(struct tcp_wire *w, struct tcp_conn *c, uint64_t n)
 {
-	if (w->partial_bytes + n > w->partial_max && c != w->oldest &&
-	    w->partial_bytes) {
+	if (w->partial_bytes + n > w->partial_max && c != w->oldest && w->partial_bytes) {
 		c->alloc_wait = true;
 		c->budget_paused = true;
 		w->budget_wait = true;
@@ -106,8 +105,7 @@ static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
 }
 
 /* Read more of the payload being read straight into place (c->rx_msg). */
-static int rx_payload(struct tcp_wire *w, struct tcp_conn *c,
-		      struct tcp_rx_msg ***tail)
+static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail)
 {
 	struct tcp_rx_msg *m = c->rx_msg;
 
@@ -167,14 +165,14 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c,
  * frame whose payload does not fit the buffer starts c->rx_msg. RX_MORE
  * when the buffer has no complete frame left, else conn_rx()'s result.
  */
-static int rx_frames(struct tcp_wire *w, struct tcp_conn *c,
-		     struct tcp_rx_msg ***tail, int *got)
+static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
+		     int *got)
 {
 	while (c->rlen - c->rhead >= TCP_HDR) {
 		unsigned char *h = c->rbuf + c->rhead;
 		uint64_t len;
-		int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len,
-					 c->rx_why, sizeof(c->rx_why));
+		int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len, c->rx_why,
+					 sizeof(c->rx_why));
 		if (r)
 			return r;
 		size_t avail = c->rlen - c->rhead - TCP_HDR;
@@ -202,8 +200,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c,
 		if (r) {
 			budget_put(w, c);
 			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %zu bytes: %s", first,
-				 strerror(-r));
+				 "cannot allocate %zu bytes: %s", first, strerror(-r));
 			return r;
 		}
 		m->msg.len = (size_t)len;
@@ -233,9 +230,8 @@ static void rx_compact(struct tcp_conn *c, bool force)
 {
 	if (c->rhead == c->rlen) {
 		c->rhead = c->rlen = 0;
-	} else if (c->rhead &&
-		   (force || c->rx_msg || TCP_RBUF - c->rlen < TCP_HDR ||
-		    c->rhead > TCP_RBUF / 2)) {
+	} else if (c->rhead && (force || c->rx_msg || TCP_RBUF - c->rlen < TCP_HDR ||
+				c->rhead > TCP_RBUF / 2)) {
 		memmove(c->rbuf, c->rbuf + c->rhead, c->rlen - c->rhead);
 		c->rlen -= c->rhead;
 		c->rhead = 0;
@@ -312,8 +308,8 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 
 /* conn_rx_inner(), and the clock of a partial frame: it restarts at every
  * byte that arrives and stops when no frame is partly read. */
-static int conn_rx(struct tcp_wire *w, struct tcp_conn *c,
-		   struct tcp_rx_msg ***tail, uint64_t now)
+static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
+		   uint64_t now)
 {
 	uint64_t before = c->rx_total;
 	int r = conn_rx_inner(w, c, tail);
@@ -362,8 +358,8 @@ static bool spin_should_stop(void *arg)
 	return atomic_load(&st->w->shut) || st->w->host->ctx_err(st->ctx);
 }
 
-static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n,
-		     int timeout, bool spin, struct zap_ctx *ctx)
+static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n, int timeout,
+		     bool spin, struct zap_ctx *ctx)
 {
 	struct spin_stop st = { w, ctx };
 
@@ -372,11 +368,11 @@ static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n,
 	return tw_spin_poll(&w->spin, pfd, n, timeout, spin_should_stop, &st);
 }
 
-static void pollset_add(struct tcp_wire *w, size_t *n, int fd, short events,
-			int kind, void *p)
+static void pollset_add(struct tcp_wire *w, size_t *n, int fd, short events, int kind,
+			void *p)
 {
-	w->pfd[*n] = (struct pollfd){.fd = fd, .events = events};
-	w->slot[(*n)++] = (struct tcp_slot){kind, p};
+	w->pfd[*n] = (struct pollfd){ .fd = fd, .events = events };
+	w->slot[(*n)++] = (struct tcp_slot){ kind, p };
 }
 
 /* The eventfds, the ctx, our own and the followers' fds. Returns n. */
@@ -420,9 +416,10 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 			continue;
 		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 		if (!c->tx_busy && now - last >= w->idle_ms) {
-			w->host->log(ZAP_LOG_INFO, w->dom,
-				     "closing the connection to %s (from %s): idle for %u ms",
-				     c->raddr, c->src, w->idle_ms);
+			w->host->log(
+				ZAP_LOG_INFO, w->dom,
+				"closing the connection to %s (from %s): idle for %u ms",
+				c->raddr, c->src, w->idle_ms);
 			tw_conn_kill(w, c);
 			continue;
 		}
@@ -434,9 +431,10 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 			/* Not read by our choice: its clock does not run. */
 			c->rx_since_ms = now;
 		} else if (now - c->rx_since_ms >= w->stall_ms) {
-			w->host->log(ZAP_LOG_WARN, w->dom,
-				     "dropping connection to %s (from %s): a partial frame made no progress for %u ms",
-				     c->raddr, c->src, w->stall_ms);
+			w->host->log(
+				ZAP_LOG_WARN, w->dom,
+				"dropping connection to %s (from %s): a partial frame made no progress for %u ms",
+				c->raddr, c->src, w->stall_ms);
 			tw_conn_kill(w, c);
 			continue;
 		} else {
@@ -496,11 +494,11 @@ static bool conn_rx_result(struct tcp_wire *w, struct tcp_conn *c)
 		 * Resets and protocol errors below stay WARN. */
 		if (c->rx_res == RX_EOF_PARTIAL)
 			w->host->log(ZAP_LOG_INFO, w->dom,
-				     "dropping a partial message from %s: %s",
-				     c->raddr, c->rx_why);
+				     "dropping a partial message from %s: %s", c->raddr,
+				     c->rx_why);
 		else
-			w->host->log(ZAP_LOG_DEBUG, w->dom,
-				     "%s closed the connection", c->raddr);
+			w->host->log(ZAP_LOG_DEBUG, w->dom, "%s closed the connection",
+				     c->raddr);
 		/* Everything was read. Close now (a clean FIN: the peer
 		 * still reads what we queued before), or, if a frame of ours
 		 * is still going out, right after it: see tw_conn_rx_done(). */
@@ -597,8 +595,7 @@ static void queue_append(struct tcp_wire *w, struct tcp_rx_msg *mhead)
  * messages. Called and returns with w->mu held; drops it around poll and
  * reads. @me->out_fd is our own POLLOUT interest (or -1).
  */
-static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
-			struct zap_ctx *ctx)
+static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
 	int timeout = w->host->ctx_timeout_ms(ctx);
 	struct tcp_rx_msg *mhead = NULL, **mtail = &mhead;
@@ -615,8 +612,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 	n = pollset_conns(w, first_conn, &timeout);
 
 	pthread_mutex_unlock(&w->mu);
-	if (wire_poll(w, w->pfd, n, timeout, me->out_fd < 0, ctx) < 0 &&
-	    errno != EINTR)
+	if (wire_poll(w, w->pfd, n, timeout, me->out_fd < 0, ctx) < 0 && errno != EINTR)
 		err = -errno;
 	uint64_t now = now_ms();
 	for (size_t i = first_conn; i < n; i++) {
@@ -644,8 +640,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me,
 	return err;
 }
 
-int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me,
-		      struct zap_ctx *ctx)
+int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
 	if (atomic_load(&w->shut))
 		return -ESHUTDOWN;
@@ -660,8 +655,7 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me,
  * Wait for something to change (mu held): lead one poll round if nobody
  * does, else sleep as a follower until woken or the ctx deadline.
  */
-int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me,
-		     struct zap_ctx *ctx)
+int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
 	int err = tw_wait_check(w, me, ctx);
 	if (err)

@@ -124,7 +124,8 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		if (timeout > 0) {
 			uint64_t spent_ms = (now_ns() - t0) / 1000000u;
 
-			timeout = spent_ms >= (uint64_t)timeout ? 0 : timeout - (int)spent_ms;
+			timeout = spent_ms >= (uint64_t)timeout ? 0
+								: timeout - (int)spent_ms;
 		}
 		r = poll(pfd, n, timeout);
 	}

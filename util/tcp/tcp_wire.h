@@ -27,10 +27,10 @@ struct tcp_wire;
  * the message is handed to the application by tcp_wire_recv().
  */
 struct tcp_rx_msg {
-	struct zap_msg msg;       /* first: tcp_wire_recv() returns &msg */
-	struct tcp_rx_msg *next;  /* wire-private queue link */
-	char peer[ZAP_PEER_MAX];  /* replyable sender address */
-	char peer_id[72];         /* TLS: the sender's key, "sha256:<hex>" */
+	struct zap_msg msg;      /* first: tcp_wire_recv() returns &msg */
+	struct tcp_rx_msg *next; /* wire-private queue link */
+	char peer[ZAP_PEER_MAX]; /* replyable sender address */
+	char peer_id[72];        /* TLS: the sender's key, "sha256:<hex>" */
 };
 
 /*
@@ -67,9 +67,9 @@ struct tcp_rx_alloc {
 
 struct tcp_wire_args {
 	const struct zap_host *host;
-	const char *domain;     /* log domain and error prefix, e.g. "default" */
-	const char *listen;     /* "host:port", port 0 allowed */
-	uint64_t max_msg_size;  /* largest payload sent or accepted */
+	const char *domain;    /* log domain and error prefix, e.g. "default" */
+	const char *listen;    /* "host:port", port 0 allowed */
+	uint64_t max_msg_size; /* largest payload sent or accepted */
 	struct tcp_rx_alloc alloc;
 	/* TLS (WIRE.md, "TLS"): with @tls_cert every connection is TLS 1.3
 	 * with mutual authentication; NULL: plaintext. The others as
@@ -89,12 +89,11 @@ void tcp_wire_shutdown(struct tcp_wire *w);
 void tcp_wire_destroy(struct tcp_wire *w);
 
 /* zap_send() semantics. */
-int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf,
-		  size_t len, struct zap_ctx *ctx);
+int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t len,
+		  struct zap_ctx *ctx);
 
 /* zap_recv() semantics; *out is a struct tcp_rx_msg's msg. */
-int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx,
-		  struct zap_msg **out);
+int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out);
 
 /* zap_transport_address() semantics: a sendable form of the bound address. */
 int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
@@ -123,8 +122,8 @@ void tcp_kick_put(struct tcp_kick *k);
 
 /* Check a 16-byte frame header: magic, version, type @want, reserved
  * bytes, length <= @max. 0 and *@len; -EPROTO or -EMSGSIZE with @why. */
-int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max,
-		     uint64_t *len, char *why, size_t whylen);
+int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max, uint64_t *len,
+		     char *why, size_t whylen);
 
 /* A HELLO payload, parsed. */
 struct tcp_hello {
@@ -140,8 +139,8 @@ struct tcp_hello {
 /* Parse the @len payload bytes after a HELLO header. 0, or -EPROTO with
  * @why (too short or long, instance id 0, NUL in the address, an address
  * zaddr_parse() refuses (zap-addr.h), port 0). */
-int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
-		    char *why, size_t whylen);
+int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, char *why,
+		    size_t whylen);
 
 /*
  * The replyable peer string for @h arriving on a connection whose remote
@@ -153,9 +152,8 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h,
  * (@src neither IPv4 nor IPv6, @len too small, or a claim @src does not
  * back).
  */
-int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src,
-		   socklen_t sl, int dialed_port, char *out, size_t len,
-		   char *why, size_t whylen);
+int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, socklen_t sl,
+		   int dialed_port, char *out, size_t len, char *why, size_t whylen);
 
 /* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
  * -EINVAL. */

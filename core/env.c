@@ -266,9 +266,35 @@ static void env_millis(struct zap_config *c, const char *name, const char *zero,
 		*out = ms;
 }
 
+/* A boolean (ZAP_BOOL_SPELLINGS) from @name, read with @get; unset or
+ * empty: *@out untouched. */
+static void env_boolean(struct zap_config *c, env_fn get, const char *name, bool *out)
+{
+	char buf[16];
+	size_t toolong;
+	const char *v = env_trimmed_with(get, name, buf, sizeof(buf), &toolong);
+	int b;
+
+	if (toolong) {
+		config_error(c,
+			     "%s is not a boolean (%zu characters; " ZAP_BOOL_SPELLINGS
+			     ")",
+			     name, toolong);
+		return;
+	}
+	if (!v)
+		return;
+	b = zap__parse_bool(v);
+	if (b < 0)
+		config_error(c, "%s='%s' is not a boolean (" ZAP_BOOL_SPELLINGS ")", name,
+			     v);
+	else
+		*out = b;
+}
+
 void zap__config_read(struct zap_config *c)
 {
-	char buf[64], quiet[16];
+	char buf[64];
 	size_t toolong;
 	const char *v;
 
@@ -287,48 +313,10 @@ void zap__config_read(struct zap_config *c)
 				v);
 	}
 
-	v = env_trimmed("ZAP_TRANSPORT_QUIET", quiet, sizeof(quiet), &toolong);
-	if (toolong) {
-		config_error(
-			c,
-			"ZAP_TRANSPORT_QUIET is not a boolean (%zu characters; " ZAP_BOOL_SPELLINGS
-			")",
-			toolong);
-	} else if (v) {
-		int b = zap__parse_bool(v);
-
-		if (b < 0)
-			config_error(
-				c,
-				"ZAP_TRANSPORT_QUIET='%s' is not a boolean (" ZAP_BOOL_SPELLINGS
-				")",
-				v);
-		else
-			c->quiet = b;
-	}
-
+	env_boolean(c, plain_getenv, "ZAP_TRANSPORT_QUIET", &c->quiet);
 	/* Not in a privileged program: there the caller could choose to have
 	 * plugins probed inside it. */
-	v = env_trimmed_with(core_secure_getenv, "ZAP_PROBE_INPROCESS", quiet,
-			     sizeof(quiet), &toolong);
-	if (toolong) {
-		config_error(
-			c,
-			"ZAP_PROBE_INPROCESS is not a boolean (%zu characters; " ZAP_BOOL_SPELLINGS
-			")",
-			toolong);
-	} else if (v) {
-		int b = zap__parse_bool(v);
-
-		if (b < 0)
-			config_error(
-				c,
-				"ZAP_PROBE_INPROCESS='%s' is not a boolean (" ZAP_BOOL_SPELLINGS
-				")",
-				v);
-		else
-			c->probe_inprocess = b;
-	}
+	env_boolean(c, core_secure_getenv, "ZAP_PROBE_INPROCESS", &c->probe_inprocess);
 
 	/* Syntax is checked by the pick parser, which names the variable. */
 	if (getenv("ZAP_TRANSPORT")) {

@@ -227,6 +227,8 @@ static void test_pinned_ok(void **state)
 	assert_string_equal(ztls_conn_peer_fp(s.z), B.fp);
 	assert_string_equal(ztls_conn_peer_fp(c.z), A.fp);
 	assert_non_null(strstr(ztls_conn_cipher(s.z), "TLSv1.3"));
+	/* The suite preferred by default (ZTLS_SUITES; bench/tls_record.c). */
+	assert_non_null(strstr(ztls_conn_cipher(s.z), "TLS_AES_128_GCM_SHA256"));
 	/* No TLS ULP here: userspace; the accessors answer either way. */
 	(void)ztls_conn_ktls_send(s.z);
 	(void)ztls_conn_ktls_recv(s.z);
@@ -485,6 +487,13 @@ static void test_config_refused(void **state)
 	cfg.key = B.key_path;
 	assert_int_equal(ztls_ctx_new(&cfg, &x, why, sizeof(why)), -EINVAL);
 	assert_non_null(strstr(why, "does not match"));
+
+	/* Cipher suites OpenSSL does not know. */
+	cfg.key = A.key_path;
+	cfg.suites = "TLS_NO_SUCH_SUITE";
+	assert_int_equal(ztls_ctx_new(&cfg, &x, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "cipher suites"));
+	cfg.suites = NULL;
 
 	/* Missing files and settings. */
 	cfg.key = "/nonexistent/key.pem";

@@ -197,7 +197,10 @@ static int io_all(struct gd_tp *t, int fd, struct ztls_conn *tc, void *buf, size
 
 int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args)
 {
-	struct ztls_config cfg = { .ktls = false };
+	/* No kernel TLS and no read-ahead: the bootstrap is a few hundred
+	 * bytes (the data path is RDMA), and each handshake in flight then
+	 * holds one record's buffer, not 256 KiB. */
+	struct ztls_config cfg = { .ktls = false, .small_reads = true };
 	char why[512];
 	int rc;
 
@@ -216,8 +219,6 @@ int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args)
 					     "refusing to run in plaintext");
 		return 0;
 	}
-	/* No kernel TLS: the bootstrap is a few hundred bytes; the data path
-	 * is RDMA. */
 	rc = ztls_ctx_new(&cfg, &t->tls, why, sizeof(why));
 	if (rc)
 		return t->host->fail(rc, "gpudirect: TLS: %s", why);

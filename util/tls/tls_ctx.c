@@ -337,7 +337,7 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 	x->ktls_kernel = cfg->ktls && kernel_has_tls_ulp();
 	if (x->ktls_kernel)
 		SSL_CTX_set_options(s, SSL_OP_ENABLE_KTLS);
-	else {
+	else if (!cfg->small_reads) {
 		/* Read ahead into a buffer of several records: one read()
 		 * per burst instead of two per record (header, body). */
 		SSL_CTX_set_read_ahead(s, 1);

@@ -82,6 +82,10 @@ struct ztls_config {
 	/* TLS 1.3 cipher suites in order of preference (OpenSSL's syntax), or
 	 * NULL: ZTLS_SUITES. Benchmarks compare them (bench/tls_record.c). */
 	const char *suites;
+	/* No read-ahead: each connection buffers one record, not
+	 * 256 KiB of read-ahead (for many short connections held by peers,
+	 * like the gpudirect bootstrap's handshakes in flight). */
+	bool small_reads;
 };
 
 /* AES-128-GCM first: the fastest bulk AEAD with AES-NI (docs/wires.md,

@@ -4,7 +4,7 @@
  * handshakes at once on accepted TCP sockets, each with its own deadline,
  * a cap on how many are in flight, and nothing allocated for a peer before
  * its bootstrap message has been read whole, decoded and its identity
- * checked. The plugin (gpudirect.c) runs it on its accept thread and
+ * checked (with TLS, only the TLS session, bounded by the cap). The plugin (gpudirect.c) runs it on its accept thread and
  * builds the queue pair in the on_boot callback; the unit tests
  * (tests/gpudirect/test-gd-hs.c) drive it over real loopback sockets with
  * callbacks that allocate nothing from hardware.

@@ -706,6 +706,29 @@ static void test_tls_stall_deadline(void **state)
 	srv_stop(s);
 }
 
+/* At the cap, sockets stalled in the TLS handshake are evicted for a new
+ * connection: a pinned peer still gets through. */
+static void test_tls_cap_evicts_stalled(void **state)
+{
+	struct srv *s = srv_start_tls(8, 5000, xs);
+	static const uint8_t rec[] = { 0x16, 0x03, 0x01, 0x01, 0x00, 0x01 };
+	int fds[20];
+
+	for (int i = 0; i < 20; i++) {
+		fds[i] = client_connect(s, "127.0.0.7");
+		assert_int_equal(send(fds[i], rec, sizeof(rec), MSG_NOSIGNAL),
+				 (ssize_t)sizeof(rec));
+	}
+	sleep_ms(100);
+	assert_int_equal(tls_client(s, xa, "127.0.0.8", "127.0.0.8:7440", 26), 0);
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	assert_true(srv_get(s, &s->drops) >= 12);
+	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
+	for (int i = 0; i < 20; i++)
+		close(fds[i]);
+	srv_stop(s);
+}
+
 /* Another key from the same address, claiming the same listen address and
  * instance, is another peer: its name carries its own key. */
 static void test_tls_other_key_same_address(void **state)
@@ -769,6 +792,7 @@ int main(void)
 		cmocka_unit_test(test_tls_pinned_peer),
 		cmocka_unit_test(test_tls_refusals),
 		cmocka_unit_test(test_tls_stall_deadline),
+		cmocka_unit_test(test_tls_cap_evicts_stalled),
 		cmocka_unit_test(test_tls_other_key_same_address),
 		cmocka_unit_test(test_peer_norm),
 	};

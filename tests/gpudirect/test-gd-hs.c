@@ -441,6 +441,31 @@ static void test_idle_sockets_do_not_stall(void **state)
 		close(fds[i]);
 }
 
+/* 20 sockets from @src to a server with a cap of 8, each having sent
+ * @first (@fl bytes, may be 0) and nothing more. */
+static void hold_open(struct srv *s, int fds[20], const char *src, const void *first,
+		      size_t fl)
+{
+	for (int i = 0; i < 20; i++) {
+		fds[i] = client_connect(s, src);
+		if (fl)
+			assert_int_equal(send(fds[i], first, fl, MSG_NOSIGNAL),
+					 (ssize_t)fl);
+	}
+	sleep_ms(100);
+}
+
+/* One peer got through, the held sockets were evicted; stop it all. */
+static void check_evicted(struct srv *s, int fds[20])
+{
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	assert_true(srv_get(s, &s->drops) >= 12);
+	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
+	for (int i = 0; i < 20; i++)
+		close(fds[i]);
+	srv_stop(s);
+}
+
 /* At the cap, a new connection evicts the oldest that has not sent its
  * message, so idle sockets cannot fill the handshake table either. */
 static void test_cap_evicts_idle(void **state)
@@ -448,16 +473,9 @@ static void test_cap_evicts_idle(void **state)
 	struct srv *s = srv_start(8, 5000);
 	int fds[20];
 
-	for (int i = 0; i < 20; i++)
-		fds[i] = client_connect(s, "127.0.0.1");
-	sleep_ms(100);
+	hold_open(s, fds, "127.0.0.1", NULL, 0);
 	assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7200", 42), 0);
-	assert_int_equal(srv_get(s, &s->readies), 1);
-	assert_true(srv_get(s, &s->drops) >= 12);
-	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
-	for (int i = 0; i < 20; i++)
-		close(fds[i]);
-	srv_stop(s);
+	check_evicted(s, fds);
 }
 
 /* The TCP wire's identity rule: the address a peer claims must be its
@@ -714,19 +732,9 @@ static void test_tls_cap_evicts_stalled(void **state)
 	static const uint8_t rec[] = { 0x16, 0x03, 0x01, 0x01, 0x00, 0x01 };
 	int fds[20];
 
-	for (int i = 0; i < 20; i++) {
-		fds[i] = client_connect(s, "127.0.0.7");
-		assert_int_equal(send(fds[i], rec, sizeof(rec), MSG_NOSIGNAL),
-				 (ssize_t)sizeof(rec));
-	}
-	sleep_ms(100);
+	hold_open(s, fds, "127.0.0.7", rec, sizeof(rec));
 	assert_int_equal(tls_client(s, xa, "127.0.0.8", "127.0.0.8:7440", 26), 0);
-	assert_int_equal(srv_get(s, &s->readies), 1);
-	assert_true(srv_get(s, &s->drops) >= 12);
-	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
-	for (int i = 0; i < 20; i++)
-		close(fds[i]);
-	srv_stop(s);
+	check_evicted(s, fds);
 }
 
 /* Another key from the same address, claiming the same listen address and

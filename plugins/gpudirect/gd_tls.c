@@ -47,6 +47,54 @@ ssize_t gd_io_send(int fd, struct ztls_conn *tc, const void *buf, size_t len, sh
 	return -errno;
 }
 
+int gd_io_all(int fd, struct ztls_conn *tc, void *buf, size_t len, bool wr,
+	      gd_wait_fn wait, void *user, char *why, size_t wl)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		short ev = wr ? POLLOUT : POLLIN;
+		ssize_t n = wr ? gd_io_send(fd, tc, (char *)buf + done, len - done, &ev,
+					    why, wl)
+			       : gd_io_recv(fd, tc, (char *)buf + done, len - done, &ev,
+					    why, wl);
+		int rc;
+
+		if (n > 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (!n) {
+			snprintf(why, wl, "peer closed the bootstrap connection");
+			return -ECONNRESET;
+		}
+		if (n != -EAGAIN)
+			return (int)n;
+		rc = wait(user, fd, ev);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int gd_tls_dial(struct ztls_ctx *x, int fd, const char *want, gd_wait_fn wait, void *user,
+		struct ztls_conn **out, char *why, size_t wl)
+{
+	short ev = POLLOUT;
+	int rc = ztls_conn_new(x, fd, false, want, out, why, wl);
+
+	while (!rc) {
+		rc = ztls_handshake(*out, &ev, why, wl);
+		if (rc == 1)
+			return 0;
+		if (!rc)
+			rc = wait(user, fd, ev);
+	}
+	ztls_conn_free(*out);
+	*out = NULL;
+	return rc;
+}
+
 int gd_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why, size_t wl)
 {
 	const char *key = strchr(peer, '#');

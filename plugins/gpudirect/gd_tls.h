@@ -33,6 +33,29 @@ ssize_t gd_io_recv(int fd, struct ztls_conn *tc, void *buf, size_t len, short *e
 ssize_t gd_io_send(int fd, struct ztls_conn *tc, const void *buf, size_t len, short *ev,
 		   char *why, size_t wl);
 
+/* Wait until @ev (POLLIN or POLLOUT) may be ready on @fd: 0, or a
+ * negative errno that ends the bootstrap (deadline, cancel, shutdown). */
+typedef int (*gd_wait_fn)(void *user, int fd, short ev);
+
+/*
+ * All @len bytes received into / sent from @buf (@wr) on @fd, through @tc
+ * when it is not NULL, waiting with @wait. 0; -ECONNRESET with @why when
+ * the peer closed; @wait's error; another negative errno with @why.
+ */
+int gd_io_all(int fd, struct ztls_conn *tc, void *buf, size_t len, bool wr,
+	      gd_wait_fn wait, void *user, char *why, size_t wl);
+
+/*
+ * The dialling side's TLS handshake on the connected non-blocking @fd,
+ * with @x's identity and trust, to the key @want only ("sha256:<hex>", or
+ * NULL: any trusted key), waiting with @wait. 0 and *@out (free with
+ * ztls_conn_free() before closing @fd), or a negative errno with @why:
+ * -EACCES (the peer's key is not trusted or not @want, or it refused
+ * ours), -EPROTO (not TLS), @wait's error.
+ */
+int gd_tls_dial(struct ztls_ctx *x, int fd, const char *want, gd_wait_fn wait, void *user,
+		struct ztls_conn **out, char *why, size_t wl);
+
 /*
  * A peer string a send names, checked and normalised: "host:port" as is;
  * "host:port#sha256:<hex>" only with TLS (@tls), the key in lower case so

@@ -162,35 +162,18 @@ static int wait_fd(struct gd_tp *t, int fd, short ev, struct zap_ctx *ctx,
 	return 0;
 }
 
-/* All of @len bytes over the bootstrap stream (TLS through @tc when it is
- * not NULL), within @ctx and @limit. */
-static int io_all(struct gd_tp *t, int fd, struct ztls_conn *tc, void *buf, size_t len,
-		  bool wr, struct zap_ctx *ctx, const struct timespec *limit)
+/* gd_wait_fn for a dial: wait_fd() within the send's ctx and @limit. */
+struct dial_wait {
+	struct gd_tp *t;
+	struct zap_ctx *ctx;
+	const struct timespec *limit;
+};
+
+static int dial_wait(void *user, int fd, short ev)
 {
-	size_t done = 0;
-	char why[256];
+	struct dial_wait *w = user;
 
-	while (done < len) {
-		short ev = wr ? POLLOUT : POLLIN;
-		ssize_t n = wr ? gd_io_send(fd, tc, (char *)buf + done, len - done, &ev,
-					    why, sizeof(why))
-			       : gd_io_recv(fd, tc, (char *)buf + done, len - done, &ev,
-					    why, sizeof(why));
-		int rc;
-
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (!n)
-			return -ECONNRESET;
-		if (n != -EAGAIN)
-			return (int)n;
-		rc = wait_fd(t, fd, ev, ctx, limit);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	return wait_fd(w->t, fd, ev, w->ctx, w->limit);
 }
 
 /* ---- TLS ------------------------------------------------------------------ */
@@ -234,19 +217,12 @@ static int tls_dial(struct gd_tp *t, int fd, const char *key, const char *want,
 		    struct zap_ctx *ctx, const struct timespec *limit,
 		    struct ztls_conn **out)
 {
+	struct dial_wait w = { t, ctx, limit };
 	char why[512] = "";
-	short ev = POLLOUT;
-	int rc = ztls_conn_new(t->tls, fd, false, want, out, why, sizeof(why));
+	int rc = gd_tls_dial(t->tls, fd, want, dial_wait, &w, out, why, sizeof(why));
 
-	while (!rc) {
-		rc = ztls_handshake(*out, &ev, why, sizeof(why));
-		if (rc == 1)
-			return 0;
-		if (!rc)
-			rc = wait_fd(t, fd, ev, ctx, limit);
-	}
-	ztls_conn_free(*out);
-	*out = NULL;
+	if (!rc)
+		return 0;
 	if (!*why)
 		snprintf(why, sizeof(why), "%s", strerror(-rc));
 	return t->host->fail(rc, "gpudirect: TLS with %s: %s", key, why);
@@ -333,6 +309,7 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 	struct gd_boot me = { .instance = t->instance }, peer;
 	struct gd_peer *p = calloc(1, sizeof(*p));
 	struct timespec limit;
+	struct dial_wait w = { t, ctx, &limit };
 	char why[200] = "";
 	uint32_t stages;
 	size_t body;
@@ -353,14 +330,18 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 	if (rc)
 		goto fail;
 	n = gd_boot_encode(&me, msg, sizeof(msg));
-	rc = n < 0 ? n : io_all(t, fd, tc, msg, (size_t)n, true, ctx, &limit);
+	rc = n < 0 ? n
+		   : gd_io_all(fd, tc, msg, (size_t)n, true, dial_wait, &w, why,
+			       sizeof(why));
 	if (!rc)
-		rc = io_all(t, fd, tc, in, GD_BOOT_HDR, false, ctx, &limit);
+		rc = gd_io_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, &w, why,
+			       sizeof(why));
 	if (rc)
 		goto fail;
 	rc = gd_boot_header(in, &body, why, sizeof(why));
 	if (!rc)
-		rc = io_all(t, fd, tc, in + GD_BOOT_HDR, body, false, ctx, &limit);
+		rc = gd_io_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, &w, why,
+			       sizeof(why));
 	if (!rc)
 		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
 	if (rc)
@@ -394,9 +375,9 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 	if (rc)
 		goto fail;
 	/* From here the engine owns p and the pair. */
-	rc = io_all(t, fd, tc, &ok, 1, true, ctx, &limit);
+	rc = gd_io_all(fd, tc, &ok, 1, true, dial_wait, &w, why, sizeof(why));
 	if (!rc)
-		rc = io_all(t, fd, tc, &ok, 1, false, ctx, &limit);
+		rc = gd_io_all(fd, tc, &ok, 1, false, dial_wait, &w, why, sizeof(why));
 	if (rc) {
 		snprintf(why, sizeof(why), "peer gave up before the pair was ready");
 		gd_conn_put(p->conn);

@@ -242,55 +242,31 @@ static int client_connect(struct srv *s, const char *src)
 	return fd;
 }
 
-/* @len bytes from @fd, through @tc when it is not NULL: 0, -ETIMEDOUT, or
- * -ECONNRESET when the server closed or refused. */
-static int read_full(int fd, struct ztls_conn *tc, void *buf, size_t len, int ms)
+/* gd_wait_fn for the clients: poll, up to 5 s. */
+static int poll_wait(void *user, int fd, short ev)
 {
-	size_t got = 0;
+	struct pollfd p = { .fd = fd, .events = ev };
+
+	(void)user;
+	return poll(&p, 1, 5000) == 1 ? 0 : -ETIMEDOUT;
+}
+
+/* @len bytes from @fd through the dialler's own code (gd_io_all()): 0,
+ * -ETIMEDOUT, or negative when the server closed or refused. */
+static int read_full(int fd, struct ztls_conn *tc, void *buf, size_t len)
+{
 	char why[256];
 
-	while (got < len) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t k;
-
-		if (tc) {
-			k = ztls_read(tc, (char *)buf + got, len - got, &p.events, why,
-				      sizeof(why));
-			if (k == -EAGAIN) {
-				if (poll(&p, 1, ms) != 1)
-					return -ETIMEDOUT;
-				continue;
-			}
-		} else {
-			if (poll(&p, 1, ms) != 1)
-				return -ETIMEDOUT;
-			k = recv(fd, (char *)buf + got, len - got, 0);
-		}
-		if (k <= 0)
-			return -ECONNRESET;
-		got += (size_t)k;
-	}
-	return 0;
+	return gd_io_all(fd, tc, buf, len, false, poll_wait, NULL, why, sizeof(why));
 }
 
 static void write_full(int fd, struct ztls_conn *tc, const void *buf, size_t len)
 {
-	size_t done = 0;
 	char why[256];
 
-	while (done < len) {
-		struct pollfd p = { .fd = fd, .events = POLLOUT };
-		ssize_t k = tc ? ztls_write(tc, (const char *)buf + done, len - done,
-					    &p.events, why, sizeof(why))
-			       : send(fd, (const char *)buf + done, len - done, MSG_NOSIGNAL);
-
-		if (k == -EAGAIN) {
-			assert_int_equal(poll(&p, 1, 5000), 1);
-			continue;
-		}
-		assert_true(k > 0);
-		done += (size_t)k;
-	}
+	assert_int_equal(gd_io_all(fd, tc, (void *)buf, len, true, poll_wait, NULL, why,
+				   sizeof(why)),
+			 0);
 }
 
 /* The dialling side of a bootstrap on a connected @fd (TLS through @tc
@@ -316,10 +292,10 @@ static int client_boot(int fd, struct ztls_conn *tc, const char *claim, uint64_t
 	n = gd_boot_encode(&me, msg, sizeof(msg));
 	assert_true(n > 0);
 	write_full(fd, tc, msg, (size_t)n);
-	rc = read_full(fd, tc, in, GD_BOOT_HDR, 5000);
+	rc = read_full(fd, tc, in, GD_BOOT_HDR);
 	if (!rc) {
 		assert_int_equal(gd_boot_header(in, &body, why, sizeof(why)), 0);
-		rc = read_full(fd, tc, in + GD_BOOT_HDR, body, 5000);
+		rc = read_full(fd, tc, in + GD_BOOT_HDR, body);
 	}
 	if (!rc) {
 		assert_int_equal(gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why,
@@ -327,10 +303,10 @@ static int client_boot(int fd, struct ztls_conn *tc, const char *claim, uint64_t
 				 0);
 		assert_int_equal(peer.instance, OUR_INSTANCE);
 		write_full(fd, tc, &ok, 1);
-		rc = read_full(fd, tc, &ok, 1, 5000);
+		rc = read_full(fd, tc, &ok, 1);
 		/* The server closes once the pair is in its table. */
 		if (!rc)
-			assert_int_equal(read_full(fd, tc, &ok, 1, 5000), -ECONNRESET);
+			assert_int_equal(read_full(fd, tc, &ok, 1), -ECONNRESET);
 	}
 	return rc;
 }
@@ -647,22 +623,18 @@ static int tls_teardown(void **state)
 	return 0;
 }
 
-/* A TLS bootstrap client with identity @x from @src: the TLS handshake
- * (to S's key only), then client_boot(). 0, or negative: refused. */
-static int tls_client(struct srv *s, struct ztls_ctx *x, const char *src,
-		      const char *claim, uint64_t instance)
+/* A TLS bootstrap client with identity @x from @src, as gpudirect.c
+ * dials: gd_tls_dial() to the key @want, then client_boot(). 0, or
+ * negative: refused. */
+static int tls_client_to(struct srv *s, struct ztls_ctx *x, const char *want,
+			 const char *src, const char *claim, uint64_t instance)
 {
 	int fd = client_connect(s, src), rc;
 	struct ztls_conn *tc = NULL;
-	struct timespec ts;
 	char why[512];
 
 	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
-	assert_int_equal(ztls_conn_new(x, fd, false, S.fp, &tc, why, sizeof(why)), 0);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	rc = ztls_handshake_wait(tc, (uint64_t)ts.tv_sec * 1000 + 5000 +
-					     (uint64_t)ts.tv_nsec / 1000000,
-				 -1, why, sizeof(why));
+	rc = gd_tls_dial(x, fd, want, poll_wait, NULL, &tc, why, sizeof(why));
 	if (!rc)
 		rc = client_boot(fd, tc, claim, instance);
 	else
@@ -670,6 +642,12 @@ static int tls_client(struct srv *s, struct ztls_ctx *x, const char *src,
 	ztls_conn_free(tc);
 	close(fd);
 	return rc;
+}
+
+static int tls_client(struct srv *s, struct ztls_ctx *x, const char *src,
+		      const char *claim, uint64_t instance)
+{
+	return tls_client_to(s, x, S.fp, src, claim, instance);
 }
 
 /* A pinned peer bootstraps over TLS and is named by its address and key. */
@@ -716,7 +694,7 @@ static void test_tls_stall_deadline(void **state)
 
 	assert_int_equal(send(fd, rec, sizeof(rec), MSG_NOSIGNAL), (ssize_t)sizeof(rec));
 	assert_int_equal(tls_client(s, xb, "127.0.0.5", "127.0.0.5:7420", 24), 0);
-	assert_int_equal(read_full(fd, NULL, &b, 1, 5000), -ECONNRESET);
+	assert_int_equal(read_full(fd, NULL, &b, 1), -ECONNRESET);
 	assert_true(mono_us() - t0 >= 350000);
 	assert_true(srv_drop_has(s, "no TLS handshake before the deadline"));
 	assert_int_equal(srv_get(s, &s->readies), 1);
@@ -757,6 +735,20 @@ static void test_tls_other_key_same_address(void **state)
 	assert_false(gd_peer_match(ka, kb));
 	assert_true(gd_peer_match(kb, "127.0.0.6:7430"));
 	assert_false(gd_peer_match(kb, "127.0.0.6:743"));
+	srv_stop(s);
+}
+
+/* A dial to a key the server does not have fails -EACCES in the TLS
+ * handshake: no bootstrap byte is sent, nothing is built. */
+static void test_tls_dial_wrong_key(void **state)
+{
+	struct srv *s = srv_start_tls(16, 3000, xs);
+
+	assert_int_equal(tls_client_to(s, xa, B.fp, "127.0.0.9", "127.0.0.9:7450", 27),
+			 -EACCES);
+	assert_int_equal(tls_client_to(s, xa, NULL, "127.0.0.9", "127.0.0.9:7451", 28),
+			 0);
+	assert_int_equal(srv_get(s, &s->boots), 1);
 	srv_stop(s);
 }
 
@@ -802,6 +794,7 @@ int main(void)
 		cmocka_unit_test(test_tls_stall_deadline),
 		cmocka_unit_test(test_tls_cap_evicts_stalled),
 		cmocka_unit_test(test_tls_other_key_same_address),
+		cmocka_unit_test(test_tls_dial_wrong_key),
 		cmocka_unit_test(test_peer_norm),
 	};
 	/* The identities for the TLS cases are made once, for the group. */

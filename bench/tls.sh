@@ -6,7 +6,10 @@
 # plaintext and TLS interleaved, the best of REPS runs each; and the time
 # of a new connection's first send between long-lived endpoints (connect,
 # TLS handshake, HELLO, one frame) from bench/tls_handshake.c. Goals: TLS
-# latency within 1.2x of plaintext, TLS bandwidth at least 0.5x.
+# latency within 1.2x of plaintext, TLS bandwidth at least 0.5x. Then what
+# bounds them: util/tls's own cost per record for each TLS 1.3 cipher
+# suite, without the wire (bench/tls_record.c), and `openssl speed` for
+# the AEADs on one core.
 #
 # Both zap-perf endpoints run with one node key (an endpoint trusts its
 # own key), made here with the recipe of docs/wires.md.
@@ -23,7 +26,8 @@ CONNS=${CONNS:-300}
 export ZAP_TRANSPORT_QUIET=1 ZAP_PLUGIN_PATH=
 perf=$build/tools/zap-perf
 hs=$build/bench/tls_handshake
-for x in "$perf" "$hs"; do
+rec=$build/bench/tls_record
+for x in "$perf" "$hs" "$rec"; do
 	[ -x "$x" ] || { echo "no $x: build first (meson compile -C $build)" >&2; exit 1; }
 done
 tmp=$(mktemp -d)
@@ -73,3 +77,13 @@ print(f"{'1 MiB bandwidth (MB/s)':24}{pb:12.0f}{tb:12.0f}{br:8.2f}  >= 0.5x: {'m
 print(f"{'new connection (us)':24}{ph['median_us']:12.1f}{th['median_us']:12.1f}{th['median_us'] / ph['median_us']:8.1f}  (median of {th['connections']} from warm endpoints: connect, handshake, HELLO, 64 B)")
 print(f"kTLS: {sys.argv[2]}")
 PY
+echo
+"$rec" "$tmp/node.crt" "$tmp/node.key" "$tmp/peers" || exit 1
+echo
+echo "openssl speed, one core (bytes per second; 64 B and 16 KiB records):"
+for c in aes-128-gcm aes-256-gcm chacha20-poly1305; do
+	for b in 64 16384; do
+		openssl speed -elapsed -seconds 1 -bytes "$b" -evp "$c" 2>/dev/null | tail -1 |
+			awk -v b="$b" '{ printf "  %-20s %6s B %12s\n", $1, b, $NF }'
+	done
+done

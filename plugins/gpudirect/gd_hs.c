@@ -19,10 +19,12 @@
 #include <unistd.h>
 
 #include "gd_hs.h"
+#include "gd_tls.h"
 #include "zap-addr.h"
 
 enum hs_phase {
 	HS_FREE = 0,
+	HS_TLS,  /* the TLS handshake (cfg.tls) */
 	HS_HDR,  /* reading the peer's header */
 	HS_BODY, /* reading its body */
 	HS_OUT,  /* pair built: writing ours and the confirmation */
@@ -35,6 +37,8 @@ struct hs {
 	uint64_t born, deadline;
 	size_t got, need, outlen, sent;
 	void *pair;
+	struct ztls_conn *tc; /* TLS over fd, or NULL */
+	short ev;             /* what the next step waits for */
 	uint8_t in[GD_BOOT_MAX];
 	uint8_t out[GD_BOOT_MAX + 1];
 	char src[ZAP_PEER_MAX];
@@ -143,7 +147,9 @@ static void hs_end(struct gd_hs *g, struct hs *h, const char *why)
 		g->cfg.on_fail(g->cfg.user, h->pair);
 	if (why && g->cfg.on_drop)
 		g->cfg.on_drop(g->cfg.user, h->src, why);
+	ztls_conn_free(h->tc);
 	close(h->fd);
+	h->tc = NULL;
 	h->pair = NULL;
 	h->ph = HS_FREE;
 	g->st.inflight--;
@@ -194,10 +200,18 @@ int gd_hs_add(struct gd_hs *g, int fd, uint64_t now)
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 
+	struct ztls_conn *tc = NULL;
+	char why[256];
+
 	if (!h)
 		return -EAGAIN;
-	*h = (struct hs){ .ph = HS_HDR,
+	if (g->cfg.tls &&
+	    ztls_conn_new(g->cfg.tls, fd, true, NULL, &tc, why, sizeof(why)))
+		return -ENOMEM; /* no want_fp: only allocation fails */
+	*h = (struct hs){ .ph = tc ? HS_TLS : HS_HDR,
 			  .fd = fd,
+			  .tc = tc,
+			  .ev = POLLIN,
 			  .born = now,
 			  .deadline = now + g->cfg.timeout_ns,
 			  .need = GD_BOOT_HDR };
@@ -218,9 +232,7 @@ unsigned gd_hs_pollfds(const struct gd_hs *g, struct pollfd *pfd, unsigned max)
 
 		if (h->ph == HS_FREE)
 			continue;
-		pfd[n++] = (struct pollfd){ .fd = h->fd,
-					    .events = h->ph == HS_OUT ? POLLOUT
-								      : POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = h->fd, .events = h->ev };
 	}
 	return n;
 }
@@ -259,6 +271,11 @@ static int hs_booted(struct gd_hs *g, struct hs *h, char *why, size_t wl)
 			    why, wl);
 	if (rc)
 		return rc;
+	/* With TLS the peer is its key as much as its address (gd_tls.h). */
+	if (h->tc && gd_peer_join(key, ztls_conn_peer_fp(h->tc), key, sizeof(key))) {
+		snprintf(why, wl, "address %s too long to carry a key", key);
+		return -EINVAL;
+	}
 	if (peer.instance == g->cfg.instance) {
 		snprintf(why, wl, "claims to be this endpoint (its own instance id)");
 		return -EPERM;
@@ -270,6 +287,7 @@ static int hs_booted(struct gd_hs *g, struct hs *h, char *why, size_t wl)
 	h->outlen = (size_t)rc;
 	h->sent = 0;
 	h->ph = HS_OUT;
+	h->ev = POLLOUT;
 	return 0;
 }
 
@@ -278,21 +296,40 @@ static int hs_booted(struct gd_hs *g, struct hs *h, char *why, size_t wl)
 static int hs_read(struct hs *h, char *why, size_t wl)
 {
 	while (h->got < h->need) {
-		ssize_t k = recv(h->fd, h->in + h->got, h->need - h->got, MSG_DONTWAIT);
+		ssize_t k = gd_io_recv(h->fd, h->tc, h->in + h->got, h->need - h->got,
+				       &h->ev, why, wl);
 
 		if (k > 0) {
 			h->got += (size_t)k;
 			continue;
 		}
+		if (k == -EAGAIN)
+			return 0;
 		if (!k) {
 			snprintf(why, wl, "closed during the handshake (%zu bytes in)",
 				 h->got);
 			return -ECONNRESET;
 		}
-		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return (int)k;
+	}
+	return 1;
+}
+
+/* Write ours and the confirmation: 1 when all written, 0 for later,
+ * negative on error (@why). */
+static int hs_write(struct hs *h, char *why, size_t wl)
+{
+	while (h->sent < h->outlen) {
+		ssize_t k = gd_io_send(h->fd, h->tc, h->out + h->sent,
+				       h->outlen - h->sent, &h->ev, why, wl);
+
+		if (k > 0) {
+			h->sent += (size_t)k;
+			continue;
+		}
+		if (k == -EAGAIN)
 			return 0;
-		snprintf(why, wl, "recv: %s", strerror(errno));
-		return -errno;
+		return k ? (int)k : -EIO;
 	}
 	return 1;
 }
@@ -322,24 +359,21 @@ static void hs_run(struct gd_hs *g, struct hs *h)
 			if (rc)
 				goto refused;
 			continue;
+		case HS_TLS:
+			rc = ztls_handshake(h->tc, &h->ev, why, sizeof(why));
+			if (!rc)
+				return;
+			if (rc < 0)
+				goto refused;
+			h->ph = HS_HDR;
+			h->ev = POLLIN;
+			continue;
 		case HS_OUT:
-			while (h->sent < h->outlen) {
-				ssize_t k = send(h->fd, h->out + h->sent,
-						 h->outlen - h->sent,
-						 MSG_DONTWAIT | MSG_NOSIGNAL);
-
-				if (k > 0) {
-					h->sent += (size_t)k;
-					continue;
-				}
-				if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
-					      errno == EINTR))
-					return;
-				snprintf(why, sizeof(why), "send: %s", strerror(errno));
-				rc = -EIO;
+			rc = hs_write(h, why, sizeof(why));
+			if (rc <= 0)
 				goto out;
-			}
 			h->ph = HS_OK;
+			h->ev = POLLIN;
 			h->got = 0;
 			h->need = 1;
 			continue;
@@ -369,6 +403,16 @@ out:
 		hs_end(g, h, why);
 }
 
+static const char *hs_late(enum hs_phase ph)
+{
+	if (ph == HS_TLS)
+		return "no TLS handshake before the deadline (ZAP_GPUDIRECT_HANDSHAKE_MS)";
+	if (ph <= HS_BODY)
+		return "no bootstrap message before the deadline "
+		       "(ZAP_GPUDIRECT_HANDSHAKE_MS)";
+	return "peer did not confirm before the deadline (ZAP_GPUDIRECT_HANDSHAKE_MS)";
+}
+
 void gd_hs_step(struct gd_hs *g, uint64_t now)
 {
 	for (unsigned i = 0; i < g->cfg.max_inflight; i++) {
@@ -379,12 +423,7 @@ void gd_hs_step(struct gd_hs *g, uint64_t now)
 		hs_run(g, h);
 		if (h->ph != HS_FREE && now >= h->deadline) {
 			g->st.timed_out++;
-			hs_end(g, h,
-			       h->ph <= HS_BODY
-				       ? "no bootstrap message before the deadline "
-					 "(ZAP_GPUDIRECT_HANDSHAKE_MS)"
-				       : "peer did not confirm before "
-					 "the deadline (ZAP_GPUDIRECT_HANDSHAKE_MS)");
+			hs_end(g, h, hs_late(h->ph));
 		}
 	}
 }

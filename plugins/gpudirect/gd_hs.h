@@ -4,20 +4,24 @@
  * handshakes at once on accepted TCP sockets, each with its own deadline,
  * a cap on how many are in flight, and nothing allocated for a peer before
  * its bootstrap message has been read whole, decoded and its identity
- * checked. The plugin (gpudirect.c) runs it on its accept thread and
+ * checked (with TLS, only the TLS session, bounded by the cap). The plugin (gpudirect.c) runs it on its accept thread and
  * builds the queue pair in the on_boot callback; the unit tests
  * (tests/gpudirect/test-gd-hs.c) drive it over real loopback sockets with
  * callbacks that allocate nothing from hardware.
  *
  * One handshake, accepted side (the dialler writes first and reads after,
  * gpudirect.c):
+ *   0. with TLS (cfg.tls), the TLS 1.3 handshake with mutual auth, in
+ *      non-blocking steps (gd_tls.h): a peer that is not TLS, or whose
+ *      key is not trusted, is refused; everything below runs over TLS;
  *   1. read the peer's message: header, then the body it announces
  *      (gd_boot_header(), gd_boot_decode());
  *   2. the identity rule of the TCP wire (plugins/default/WIRE.md): the
  *      address the peer claims to listen on must be the connection's
  *      source address; a wildcard host claimed becomes the source address;
  *      any other claim, or a claim of our own instance, is refused with a
- *      reason naming the real source;
+ *      reason naming the real source; with TLS the name ends with the
+ *      key the peer proved ("host:port#sha256:<hex>");
  *   3. on_boot(): allocate and connect the pair, post its receives, and
  *      give our message followed by the one-byte confirmation;
  *   4. write them, read the peer's confirmation; on_ready() (or on_fail()
@@ -41,10 +45,13 @@
 
 #include "gd_proto.h"
 
+struct ztls_ctx;
+
 struct gd_hs_cfg {
 	unsigned max_inflight; /* handshakes at once, >= 1 */
 	uint64_t timeout_ns;   /* each handshake's deadline, from accept */
 	uint64_t instance;     /* ours: a peer claiming it is refused */
+	struct ztls_ctx *tls;  /* TLS for every handshake, or NULL: plaintext */
 	/*
 	 * The peer's message is valid and it is who it claims (@key: the
 	 * name replies use). Build the pair; write into @out (cap bytes) our

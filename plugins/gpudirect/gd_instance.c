@@ -94,6 +94,10 @@ void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
 	r->msg.release = rx_release;
 	snprintf(r->peer, sizeof(r->peer), "%s", p->key);
 	r->msg.peer = r->peer;
+	if (p->fp[0]) {
+		memcpy(r->peer_id, p->fp, sizeof(r->peer_id));
+		r->msg.peer_id = r->peer_id;
+	}
 	r->slot = d->slot;
 	r->buf = d->buf.handle;
 	if (d->slot >= 0) {
@@ -201,15 +205,6 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	struct gd_tp *t;
 	int rc;
 
-	/* No downgrade: the bootstrap and the RDMA path are not TLS, so a
-	 * configured certificate makes this transport unavailable (a pick
-	 * falls back to one that runs TLS). */
-	if (args->size >=
-		    offsetof(struct zap_open_args, tls_cert) + sizeof(args->tls_cert) &&
-	    args->tls_cert)
-		return host->fail(
-			ZAP_ENOTAVAIL,
-			"gpudirect: ZAP_TLS_CERT is set, and this transport's bootstrap is not TLS");
 	rc = read_env(host, &chunk, &slots, &pool, &lim);
 	if (rc)
 		return rc;
@@ -237,6 +232,9 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 		if (getrandom(&t->instance, sizeof(t->instance), 0) !=
 		    sizeof(t->instance))
 			t->instance = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+	rc = gd_tls_open(t, args);
+	if (rc)
+		goto fail;
 	rc = gd_dev_open(host, &t->dev);
 	if (rc)
 		goto fail;
@@ -316,6 +314,7 @@ static void gd_destroy(void *tp)
 		close(t->lfd);
 	if (t->wake >= 0)
 		close(t->wake);
+	ztls_ctx_free(t->tls);
 	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mx);
 	pthread_mutex_destroy(&t->rx_mx);
@@ -327,6 +326,7 @@ static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
 		   struct zap_ctx *ctx)
 {
 	struct gd_tp *t = tp;
+	char norm[ZAP_PEER_MAX], why[200];
 	struct gd_conn *c;
 	int rc;
 
@@ -334,6 +334,11 @@ static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
 		return -EMSGSIZE;
 	if (__atomic_load_n(&t->shut, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
+	/* "host:port#sha256:<hex>": only a pair with that key serves it. */
+	rc = gd_peer_norm(peer, t->tls != NULL, norm, sizeof(norm), why, sizeof(why));
+	if (rc)
+		return t->host->fail(rc, "gpudirect: %s", why);
+	peer = norm;
 	c = gd_find_live(t, peer);
 	if (!c) {
 		pthread_mutex_lock(&t->dial_mx);

@@ -40,6 +40,7 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_proto.h"
+#include "gd_tls.h"
 
 struct gd_dev;
 struct gd_qp;
@@ -53,6 +54,7 @@ struct gd_peer {
 	struct gd_conn *conn; /* the table's reference */
 	struct gd_qp *qp;
 	char key[ZAP_PEER_MAX]; /* peer string sends name it by */
+	char fp[ZTLS_FP_LEN];   /* TLS: the key it proved, "sha256:<hex>"; "" */
 	uint64_t instance;
 	uint64_t pinned;  /* bytes reserved in *pinctr */
 	uint64_t *pinctr; /* the device's count (gd_dev_pinned()) */
@@ -66,6 +68,7 @@ struct gd_rxmsg {
 	int32_t slot;
 	struct zap_buffer *buf;
 	char peer[ZAP_PEER_MAX];
+	char peer_id[ZTLS_FP_LEN];
 };
 
 struct gd_tp {
@@ -79,6 +82,7 @@ struct gd_tp {
 	uint64_t peer_pin_cap, pin_cap;
 	/* Handshakes: in flight at once, and each one's deadline. */
 	uint64_t hs_max, hs_ms;
+	struct ztls_ctx *tls; /* the bootstrap's TLS (ZAP_TLS_*), or NULL */
 	int lfd, wake;
 	char bound[ZAP_PEER_MAX]; /* as bound (may be a wildcard) */
 	char addr[ZAP_PEER_MAX];  /* sendable */
@@ -95,6 +99,9 @@ struct gd_tp {
 
 /* gpudirect.c */
 
+/* TLS for the bootstrap when @args configure a certificate (t->tls);
+ * settings without a certificate are refused, never run in plaintext. */
+int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args);
 /* Bind and listen on @listen_addr; set lfd, bound and addr. */
 int gd_listen(struct gd_tp *t, const char *listen_addr);
 /* Connect to @key, bootstrap a pair, add it to the table: its engine,

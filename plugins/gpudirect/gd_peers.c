@@ -36,7 +36,7 @@ struct gd_conn *gd_find_live(struct gd_tp *t, const char *key)
 			dead = p;
 			continue;
 		}
-		if (!strcmp(p->key, key) && (!best || (p->dialed && !best->dialed)))
+		if (gd_peer_match(p->key, key) && (!best || (p->dialed && !best->dialed)))
 			best = p;
 		pp = &p->next;
 	}
@@ -57,11 +57,13 @@ void gd_add_peer(struct gd_tp *t, struct gd_peer *p)
 	struct gd_peer **pp, *old = NULL;
 
 	pthread_mutex_lock(&t->mx);
-	/* A peer dials again only when its side of the old pair broke. */
+	/* A peer dials again only when its side of the old pair broke; with
+	 * TLS only the same key replaces a pair (another key claiming the
+	 * instance id is another peer). */
 	for (pp = &t->peers; *pp && !p->dialed;) {
 		struct gd_peer *q = *pp;
 
-		if (!q->dialed && q->instance == p->instance) {
+		if (!q->dialed && q->instance == p->instance && !strcmp(q->fp, p->fp)) {
 			*pp = q->next;
 			q->next = old;
 			old = q;

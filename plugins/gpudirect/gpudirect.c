@@ -27,6 +27,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 
 #include "gd_hs.h"
 #include "gd_instance.h"
+#include "gd_tls.h"
 #include "gd_verbs.h"
 #include "zap-addr.h"
 
@@ -160,30 +162,70 @@ static int wait_fd(struct gd_tp *t, int fd, short ev, struct zap_ctx *ctx,
 	return 0;
 }
 
-static int io_all(struct gd_tp *t, int fd, void *buf, size_t len, bool wr,
-		  struct zap_ctx *ctx, const struct timespec *limit)
+/* gd_wait_fn for a dial: wait_fd() within the send's ctx and @limit. */
+struct dial_wait {
+	struct gd_tp *t;
+	struct zap_ctx *ctx;
+	const struct timespec *limit;
+};
+
+static int dial_wait(void *user, int fd, short ev)
 {
-	size_t done = 0;
+	struct dial_wait *w = user;
 
-	while (done < len) {
-		ssize_t n = wr ? send(fd, (char *)buf + done, len - done,
-				      MSG_NOSIGNAL | MSG_DONTWAIT)
-			       : recv(fd, (char *)buf + done, len - done, MSG_DONTWAIT);
-		int rc;
+	return wait_fd(w->t, fd, ev, w->ctx, w->limit);
+}
 
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (!n)
-			return -ECONNRESET;
-		if (errno != EAGAIN && errno != EINTR)
-			return -errno;
-		rc = wait_fd(t, fd, wr ? POLLOUT : POLLIN, ctx, limit);
-		if (rc)
-			return rc;
+/* ---- TLS ------------------------------------------------------------------ */
+
+int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args)
+{
+	/* No kernel TLS and no read-ahead: the bootstrap is a few hundred
+	 * bytes (the data path is RDMA), and each handshake in flight then
+	 * holds one record's buffer, not 256 KiB. */
+	struct ztls_config cfg = { .ktls = false, .small_reads = true };
+	char why[512];
+	int rc;
+
+	if (args->size >=
+	    offsetof(struct zap_open_args, tls_peers) + sizeof(args->tls_peers)) {
+		cfg.cert = args->tls_cert;
+		cfg.key = args->tls_key;
+		cfg.ca = args->tls_ca;
+		cfg.peers = args->tls_peers;
 	}
+	if (!cfg.cert) {
+		if (cfg.key || cfg.ca || cfg.peers)
+			return t->host->fail(-EINVAL,
+					     "gpudirect: ZAP_TLS_KEY, ZAP_TLS_CA or "
+					     "ZAP_TLS_PEERS set without ZAP_TLS_CERT: "
+					     "refusing to run in plaintext");
+		return 0;
+	}
+	rc = ztls_ctx_new(&cfg, &t->tls, why, sizeof(why));
+	if (rc)
+		return t->host->fail(rc, "gpudirect: TLS: %s", why);
+	t->host->log(ZAP_LOG_DEBUG, "gpudirect",
+		     "bootstrap over TLS 1.3, key %s, trusting %s",
+		     ztls_ctx_fingerprint(t->tls), ztls_ctx_trust(t->tls));
 	return 0;
+}
+
+/* The dialling side's TLS handshake on @fd, to the key @want (NULL: any
+ * trusted key): 0 and *@out, or a negative errno (-EACCES: refused). */
+static int tls_dial(struct gd_tp *t, int fd, const char *key, const char *want,
+		    struct zap_ctx *ctx, const struct timespec *limit,
+		    struct ztls_conn **out)
+{
+	struct dial_wait w = { t, ctx, limit };
+	char why[512] = "";
+	int rc = gd_tls_dial(t->tls, fd, want, dial_wait, &w, out, why, sizeof(why));
+
+	if (!rc)
+		return 0;
+	if (!*why)
+		snprintf(why, sizeof(why), "%s", strerror(-rc));
+	return t->host->fail(rc, "gpudirect: TLS with %s: %s", key, why);
 }
 
 /* ---- pinned memory ------------------------------------------------------ */
@@ -260,13 +302,14 @@ static int peer_engine(struct gd_tp *t, struct gd_peer *p, const struct gd_boot 
  * before the peer's receives are posted.
  */
 /* The dialling side of the bootstrap (the accepting side is gd_hs.c). */
-static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx *ctx,
-		     struct gd_peer **out)
+static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *dialed,
+		     struct zap_ctx *ctx, struct gd_peer **out)
 {
 	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
 	struct gd_boot me = { .instance = t->instance }, peer;
 	struct gd_peer *p = calloc(1, sizeof(*p));
 	struct timespec limit;
+	struct dial_wait w = { t, ctx, &limit };
 	char why[200] = "";
 	uint32_t stages;
 	size_t body;
@@ -287,14 +330,18 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	if (rc)
 		goto fail;
 	n = gd_boot_encode(&me, msg, sizeof(msg));
-	rc = n < 0 ? n : io_all(t, fd, msg, (size_t)n, true, ctx, &limit);
+	rc = n < 0 ? n
+		   : gd_io_all(fd, tc, msg, (size_t)n, true, dial_wait, &w, why,
+			       sizeof(why));
 	if (!rc)
-		rc = io_all(t, fd, in, GD_BOOT_HDR, false, ctx, &limit);
+		rc = gd_io_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, &w, why,
+			       sizeof(why));
 	if (rc)
 		goto fail;
 	rc = gd_boot_header(in, &body, why, sizeof(why));
 	if (!rc)
-		rc = io_all(t, fd, in + GD_BOOT_HDR, body, false, ctx, &limit);
+		rc = gd_io_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, &w, why,
+			       sizeof(why));
 	if (!rc)
 		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
 	if (rc)
@@ -306,17 +353,31 @@ static int handshake(struct gd_tp *t, int fd, const char *dialed, struct zap_ctx
 	if (rc)
 		goto fail;
 	/* Replies go to what was dialled (accepted pairs are made by gd_hs.c,
-	 * which applies the identity rule). */
-	snprintf(p->key, sizeof(p->key), "%s", dialed);
+	 * which applies the identity rule), with TLS ending with the key the
+	 * peer proved (the one asked for, if any: ztls_conn_new()'s want). */
+	if (tc) {
+		const char *h = strchr(dialed, '#');
+		size_t al = h ? (size_t)(h - dialed) : strlen(dialed);
+
+		snprintf(p->fp, sizeof(p->fp), "%s", ztls_conn_peer_fp(tc));
+		snprintf(p->key, sizeof(p->key), "%.*s", (int)al, dialed);
+		if (gd_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
+			rc = -EINVAL;
+			snprintf(why, sizeof(why), "address too long to carry a key");
+			goto fail;
+		}
+	} else {
+		snprintf(p->key, sizeof(p->key), "%s", dialed);
+	}
 	p->instance = peer.instance;
 	p->dialed = true;
 	rc = peer_engine(t, p, &peer);
 	if (rc)
 		goto fail;
 	/* From here the engine owns p and the pair. */
-	rc = io_all(t, fd, &ok, 1, true, ctx, &limit);
+	rc = gd_io_all(fd, tc, &ok, 1, true, dial_wait, &w, why, sizeof(why));
 	if (!rc)
-		rc = io_all(t, fd, &ok, 1, false, ctx, &limit);
+		rc = gd_io_all(fd, tc, &ok, 1, false, dial_wait, &w, why, sizeof(why));
 	if (rc) {
 		snprintf(why, sizeof(why), "peer gave up before the pair was ready");
 		gd_conn_put(p->conn);
@@ -339,13 +400,20 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx, struct gd_con
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV };
-	char host[ZAP_PEER_MAX], port[8];
+	char host[ZAP_PEER_MAX], port[8], addr[ZAP_PEER_MAX];
+	const char *want = strchr(key, '#');
+	struct ztls_conn *tc = NULL;
 	struct addrinfo *res = NULL;
 	struct gd_peer *p = NULL;
 	struct timespec limit;
 	int fd = -1, rc, one = 1;
 
-	if (gd_split(key, host, sizeof(host), port, sizeof(port)) || wildcard(host) ||
+	/* "host:port#sha256:<hex>" (gd_send() checked it): only that key. */
+	snprintf(addr, sizeof(addr), "%.*s", (int)(want ? want - key : ZAP_PEER_MAX - 1),
+		 key);
+	if (want)
+		want++;
+	if (gd_split(addr, host, sizeof(host), port, sizeof(port)) || wildcard(host) ||
 	    !atoi(port))
 		return t->host->fail(-EINVAL, "gpudirect: malformed peer address \"%s\"",
 				     key);
@@ -394,7 +462,10 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx, struct gd_con
 		return t->host->fail(rc, "gpudirect: cannot connect to %s: %s", key,
 				     strerror(-rc));
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	rc = handshake(t, fd, key, ctx, &p);
+	rc = t->tls ? tls_dial(t, fd, key, want, ctx, &limit, &tc) : 0;
+	if (!rc)
+		rc = handshake(t, fd, tc, key, ctx, &p);
+	ztls_conn_free(tc);
 	close(fd);
 	if (rc)
 		return rc;
@@ -435,7 +506,10 @@ static int acc_boot(void *user, const struct gd_boot *peer, const char *key, voi
 		rc = n < 0 ? n : 0;
 	}
 	if (!rc) {
+		const char *fp = strchr(key, '#');
+
 		snprintf(p->key, sizeof(p->key), "%s", key);
+		snprintf(p->fp, sizeof(p->fp), "%s", fp ? fp + 1 : "");
 		p->instance = peer->instance;
 		rc = peer_engine(t, p, peer);
 	}
@@ -480,6 +554,7 @@ void *gd_accept_main(void *arg)
 		.max_inflight = (unsigned)t->hs_max,
 		.timeout_ns = t->hs_ms * 1000000ull,
 		.instance = t->instance,
+		.tls = t->tls,
 		.on_boot = acc_boot,
 		.on_ready = acc_ready,
 		.on_fail = acc_fail,

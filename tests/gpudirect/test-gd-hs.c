@@ -6,13 +6,16 @@
  * (counting what would be allocated), against hostile bootstrap clients:
  * silent sockets, half messages, garbage, clients from 127.0.0.2 and up
  * claiming another address. Also the identity rule and the pinned-memory
- * plan on their own.
+ * plan on their own. With TLS (cfg.tls): a pinned peer is named by its
+ * key, an unpinned key, a plaintext client and a stalled TLS handshake are
+ * refused, and a second key on the same address is another peer.
  *
  * Prints the handshake latency of a legitimate peer while 100 idle
  * sockets hold handshakes open (the closing note of issue 18).
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -33,6 +36,8 @@
 #include <cmocka.h>
 
 #include "gd_hs.h"
+#include "gd_tls.h"
+#include "tls-test-certs.h"
 
 #define OUR_INSTANCE 0x1111222233334444ull
 
@@ -115,7 +120,8 @@ static void *srv_main(void *arg)
 	return NULL;
 }
 
-static struct srv *srv_start(unsigned cap, unsigned timeout_ms)
+/* The server, TLS for every handshake when @tls is not NULL. */
+static struct srv *srv_start_tls(unsigned cap, unsigned timeout_ms, struct ztls_ctx *tls)
 {
 	struct srv *s = calloc(1, sizeof(*s));
 	struct sockaddr_in sa = { .sin_family = AF_INET };
@@ -124,6 +130,7 @@ static struct srv *srv_start(unsigned cap, unsigned timeout_ms)
 		.max_inflight = cap,
 		.timeout_ns = timeout_ms * 1000000ull,
 		.instance = OUR_INSTANCE,
+		.tls = tls,
 		.on_boot = s_on_boot,
 		.on_ready = s_on_ready,
 		.on_fail = s_on_fail,
@@ -145,6 +152,11 @@ static struct srv *srv_start(unsigned cap, unsigned timeout_ms)
 	assert_int_equal(gd_hs_new(&cfg, &s->hs), 0);
 	assert_int_equal(pthread_create(&s->th, NULL, srv_main, s), 0);
 	return s;
+}
+
+static struct srv *srv_start(unsigned cap, unsigned timeout_ms)
+{
+	return srv_start_tls(cap, timeout_ms, NULL);
 }
 
 static void srv_stop(struct srv *s)
@@ -230,28 +242,37 @@ static int client_connect(struct srv *s, const char *src)
 	return fd;
 }
 
-static int read_full(int fd, void *buf, size_t len, int ms)
+/* gd_wait_fn for the clients: poll, up to 5 s. */
+static int poll_wait(void *user, int fd, short ev)
 {
-	size_t got = 0;
+	struct pollfd p = { .fd = fd, .events = ev };
 
-	while (got < len) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t k;
-
-		if (poll(&p, 1, ms) != 1)
-			return -ETIMEDOUT;
-		k = recv(fd, (char *)buf + got, len - got, 0);
-		if (k <= 0)
-			return -ECONNRESET;
-		got += (size_t)k;
-	}
-	return 0;
+	(void)user;
+	return poll(&p, 1, 5000) == 1 ? 0 : -ETIMEDOUT;
 }
 
-/* The dialling side of a bootstrap, as gpudirect.c runs it: 0, or
- * -ECONNRESET when the server refused (closed). */
-static int client_handshake(struct srv *s, const char *src, const char *claim,
-			    uint64_t instance)
+/* @len bytes from @fd through the dialler's own code (gd_io_all()): 0,
+ * -ETIMEDOUT, or negative when the server closed or refused. */
+static int read_full(int fd, struct ztls_conn *tc, void *buf, size_t len)
+{
+	char why[256];
+
+	return gd_io_all(fd, tc, buf, len, false, poll_wait, NULL, why, sizeof(why));
+}
+
+static void write_full(int fd, struct ztls_conn *tc, const void *buf, size_t len)
+{
+	char why[256];
+
+	assert_int_equal(gd_io_all(fd, tc, (void *)buf, len, true, poll_wait, NULL, why,
+				   sizeof(why)),
+			 0);
+}
+
+/* The dialling side of a bootstrap on a connected @fd (TLS through @tc
+ * when not NULL), as gpudirect.c runs it: 0, or -ECONNRESET when the
+ * server refused (closed). */
+static int client_boot(int fd, struct ztls_conn *tc, const char *claim, uint64_t instance)
 {
 	struct gd_boot me = { .instance = instance,
 			      .qpn = 7,
@@ -265,28 +286,36 @@ static int client_handshake(struct srv *s, const char *src, const char *claim,
 	struct gd_boot peer;
 	char why[200];
 	size_t body;
-	int fd = client_connect(s, src), n, rc;
+	int n, rc;
 
 	snprintf(me.listen, sizeof(me.listen), "%s", claim);
 	n = gd_boot_encode(&me, msg, sizeof(msg));
 	assert_true(n > 0);
-	assert_int_equal(send(fd, msg, (size_t)n, MSG_NOSIGNAL), n);
-	rc = read_full(fd, in, GD_BOOT_HDR, 5000);
+	write_full(fd, tc, msg, (size_t)n);
+	rc = read_full(fd, tc, in, GD_BOOT_HDR);
 	if (!rc) {
 		assert_int_equal(gd_boot_header(in, &body, why, sizeof(why)), 0);
-		rc = read_full(fd, in + GD_BOOT_HDR, body, 5000);
+		rc = read_full(fd, tc, in + GD_BOOT_HDR, body);
 	}
 	if (!rc) {
 		assert_int_equal(gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why,
 						sizeof(why)),
 				 0);
 		assert_int_equal(peer.instance, OUR_INSTANCE);
-		assert_int_equal(send(fd, &ok, 1, MSG_NOSIGNAL), 1);
-		rc = read_full(fd, &ok, 1, 5000);
+		write_full(fd, tc, &ok, 1);
+		rc = read_full(fd, tc, &ok, 1);
 		/* The server closes once the pair is in its table. */
 		if (!rc)
-			assert_int_equal(read_full(fd, &ok, 1, 5000), -ECONNRESET);
+			assert_int_equal(read_full(fd, tc, &ok, 1), -ECONNRESET);
 	}
+	return rc;
+}
+
+static int client_handshake(struct srv *s, const char *src, const char *claim,
+			    uint64_t instance)
+{
+	int fd = client_connect(s, src), rc = client_boot(fd, NULL, claim, instance);
+
 	close(fd);
 	return rc;
 }
@@ -388,6 +417,31 @@ static void test_idle_sockets_do_not_stall(void **state)
 		close(fds[i]);
 }
 
+/* 20 sockets from @src to a server with a cap of 8, each having sent
+ * @first (@fl bytes, may be 0) and nothing more. */
+static void hold_open(struct srv *s, int fds[20], const char *src, const void *first,
+		      size_t fl)
+{
+	for (int i = 0; i < 20; i++) {
+		fds[i] = client_connect(s, src);
+		if (fl)
+			assert_int_equal(send(fds[i], first, fl, MSG_NOSIGNAL),
+					 (ssize_t)fl);
+	}
+	sleep_ms(100);
+}
+
+/* One peer got through, the held sockets were evicted; stop it all. */
+static void check_evicted(struct srv *s, int fds[20])
+{
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	assert_true(srv_get(s, &s->drops) >= 12);
+	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
+	for (int i = 0; i < 20; i++)
+		close(fds[i]);
+	srv_stop(s);
+}
+
 /* At the cap, a new connection evicts the oldest that has not sent its
  * message, so idle sockets cannot fill the handshake table either. */
 static void test_cap_evicts_idle(void **state)
@@ -395,16 +449,9 @@ static void test_cap_evicts_idle(void **state)
 	struct srv *s = srv_start(8, 5000);
 	int fds[20];
 
-	for (int i = 0; i < 20; i++)
-		fds[i] = client_connect(s, "127.0.0.1");
-	sleep_ms(100);
+	hold_open(s, fds, "127.0.0.1", NULL, 0);
 	assert_int_equal(client_handshake(s, "127.0.0.1", "127.0.0.1:7200", 42), 0);
-	assert_int_equal(srv_get(s, &s->readies), 1);
-	assert_true(srv_get(s, &s->drops) >= 12);
-	assert_true(srv_drop_has(s, "ZAP_GPUDIRECT_HANDSHAKES"));
-	for (int i = 0; i < 20; i++)
-		close(fds[i]);
-	srv_stop(s);
+	check_evicted(s, fds);
 }
 
 /* The TCP wire's identity rule: the address a peer claims must be its
@@ -521,6 +568,222 @@ static void test_pin_plan(void **state)
 	assert_int_equal(stages, 2);
 }
 
+/* ---- TLS ------------------------------------------------------------------ */
+
+/* Identities made at test time: the server S trusts A and B; C is
+ * trusted by nobody; every client trusts S. */
+static char tdir[512];
+static struct tid S, A, B, C;
+static struct ztls_ctx *xs, *xa, *xb, *xc;
+
+static struct ztls_ctx *ctx_of(const struct tid *id, const char *pins)
+{
+	struct ztls_config cfg = { .cert = id->cert_path, .key = id->key_path,
+				   .peers = pins };
+	struct ztls_ctx *x = NULL;
+	char why[512];
+
+	if (ztls_ctx_new(&cfg, &x, why, sizeof(why)))
+		fail_msg("ztls_ctx_new: %s", why);
+	return x;
+}
+
+static int tls_setup(void **state)
+{
+	char sp[600], cp[600];
+	const struct tid *spins[] = { &A, &B }, *cpins[] = { &S };
+
+	tid_tmpdir(tdir, sizeof(tdir));
+	tid_make(&S, tdir, "s", -60, 86400, NULL);
+	tid_make(&A, tdir, "a", -60, 86400, NULL);
+	tid_make(&B, tdir, "b", -60, 86400, NULL);
+	tid_make(&C, tdir, "c", -60, 86400, NULL);
+	snprintf(sp, sizeof(sp), "%s/server.pins", tdir);
+	snprintf(cp, sizeof(cp), "%s/client.pins", tdir);
+	tid_pins(sp, spins, 2);
+	tid_pins(cp, cpins, 1);
+	xs = ctx_of(&S, sp);
+	xa = ctx_of(&A, cp);
+	xb = ctx_of(&B, cp);
+	xc = ctx_of(&C, cp);
+	return 0;
+}
+
+static int tls_teardown(void **state)
+{
+	ztls_ctx_free(xs);
+	ztls_ctx_free(xa);
+	ztls_ctx_free(xb);
+	ztls_ctx_free(xc);
+	tid_free(&S);
+	tid_free(&A);
+	tid_free(&B);
+	tid_free(&C);
+	tid_rmdir(tdir);
+	return 0;
+}
+
+/* A TLS bootstrap client with identity @x from @src, as gpudirect.c
+ * dials: gd_tls_dial() to the key @want, then client_boot(). 0, or
+ * negative: refused. */
+static int tls_client_to(struct srv *s, struct ztls_ctx *x, const char *want,
+			 const char *src, const char *claim, uint64_t instance)
+{
+	int fd = client_connect(s, src), rc;
+	struct ztls_conn *tc = NULL;
+	char why[512];
+
+	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+	rc = gd_tls_dial(x, fd, want, poll_wait, NULL, &tc, why, sizeof(why));
+	if (!rc)
+		rc = client_boot(fd, tc, claim, instance);
+	else
+		print_message("client TLS: %s\n", why);
+	ztls_conn_free(tc);
+	close(fd);
+	return rc;
+}
+
+static int tls_client(struct srv *s, struct ztls_ctx *x, const char *src,
+		      const char *claim, uint64_t instance)
+{
+	return tls_client_to(s, x, S.fp, src, claim, instance);
+}
+
+/* A pinned peer bootstraps over TLS and is named by its address and key. */
+static void test_tls_pinned_peer(void **state)
+{
+	struct srv *s = srv_start_tls(16, 3000, xs);
+	char want[ZAP_PEER_MAX];
+
+	assert_int_equal(tls_client(s, xa, "127.0.0.2", "127.0.0.2:7400", 21), 0);
+	snprintf(want, sizeof(want), "127.0.0.2:7400#%s", A.fp);
+	assert_true(srv_key_is(s, want));
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	assert_int_equal(srv_get(s, &s->drops), 0);
+	srv_stop(s);
+}
+
+/* Refused before any bootstrap byte is read: a key that is not pinned,
+ * and a plaintext client (no fallback). */
+static void test_tls_refusals(void **state)
+{
+	struct srv *s = srv_start_tls(16, 3000, xs);
+
+	assert_true(tls_client(s, xc, "127.0.0.2", "127.0.0.2:7410", 22) < 0);
+	/* The client may read the server's alert before the server has
+	 * recorded the drop (it closes after): wait for it. */
+	for (int i = 0; i < 200 && srv_get(s, &s->drops) < 1; i++)
+		sleep_ms(10);
+	assert_int_equal(srv_get(s, &s->boots), 0);
+	assert_true(srv_drop_has(s, "from 127.0.0.2"));
+	assert_int_equal(srv_get(s, &s->drops), 1);
+	assert_int_equal(client_handshake(s, "127.0.0.3", "127.0.0.3:7411", 23),
+			 -ECONNRESET);
+	assert_int_equal(srv_get(s, &s->boots), 0);
+	assert_int_equal(srv_get(s, &s->drops), 2);
+	assert_true(srv_drop_has(s, "from 127.0.0.3"));
+	srv_stop(s);
+}
+
+/* A client that starts a TLS record and goes silent is closed at the
+ * deadline, and a good peer is served meanwhile. */
+static void test_tls_stall_deadline(void **state)
+{
+	struct srv *s = srv_start_tls(16, 400, xs);
+	static const uint8_t rec[] = { 0x16, 0x03, 0x01, 0x01, 0x00, 0x01 };
+	int fd = client_connect(s, "127.0.0.4");
+	uint64_t t0 = mono_us();
+	uint8_t b;
+
+	assert_int_equal(send(fd, rec, sizeof(rec), MSG_NOSIGNAL), (ssize_t)sizeof(rec));
+	assert_int_equal(tls_client(s, xb, "127.0.0.5", "127.0.0.5:7420", 24), 0);
+	assert_int_equal(read_full(fd, NULL, &b, 1), -ECONNRESET);
+	assert_true(mono_us() - t0 >= 350000);
+	assert_true(srv_drop_has(s, "no TLS handshake before the deadline"));
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	close(fd);
+	srv_stop(s);
+}
+
+/* At the cap, sockets stalled in the TLS handshake are evicted for a new
+ * connection: a pinned peer still gets through. */
+static void test_tls_cap_evicts_stalled(void **state)
+{
+	struct srv *s = srv_start_tls(8, 5000, xs);
+	static const uint8_t rec[] = { 0x16, 0x03, 0x01, 0x01, 0x00, 0x01 };
+	int fds[20];
+
+	hold_open(s, fds, "127.0.0.7", rec, sizeof(rec));
+	assert_int_equal(tls_client(s, xa, "127.0.0.8", "127.0.0.8:7440", 26), 0);
+	check_evicted(s, fds);
+}
+
+/* Another key from the same address, claiming the same listen address and
+ * instance, is another peer: its name carries its own key. */
+static void test_tls_other_key_same_address(void **state)
+{
+	struct srv *s = srv_start_tls(16, 3000, xs);
+	char ka[ZAP_PEER_MAX], kb[ZAP_PEER_MAX];
+
+	snprintf(ka, sizeof(ka), "127.0.0.6:7430#%s", A.fp);
+	snprintf(kb, sizeof(kb), "127.0.0.6:7430#%s", B.fp);
+	assert_int_equal(tls_client(s, xa, "127.0.0.6", "127.0.0.6:7430", 25), 0);
+	assert_true(srv_key_is(s, ka));
+	assert_int_equal(tls_client(s, xb, "127.0.0.6", "127.0.0.6:7430", 25), 0);
+	assert_true(srv_key_is(s, kb));
+	/* A send naming A's key is not served by B's pair, nor B's by A's;
+	 * a keyless address is served by either (any trusted key). */
+	assert_true(gd_peer_match(ka, ka));
+	assert_false(gd_peer_match(kb, ka));
+	assert_false(gd_peer_match(ka, kb));
+	assert_true(gd_peer_match(kb, "127.0.0.6:7430"));
+	assert_false(gd_peer_match(kb, "127.0.0.6:743"));
+	srv_stop(s);
+}
+
+/* A dial to a key the server does not have fails -EACCES in the TLS
+ * handshake: no bootstrap byte is sent, nothing is built. */
+static void test_tls_dial_wrong_key(void **state)
+{
+	struct srv *s = srv_start_tls(16, 3000, xs);
+
+	assert_int_equal(tls_client_to(s, xa, B.fp, "127.0.0.9", "127.0.0.9:7450", 27),
+			 -EACCES);
+	assert_int_equal(tls_client_to(s, xa, NULL, "127.0.0.9", "127.0.0.9:7451", 28),
+			 0);
+	assert_int_equal(srv_get(s, &s->boots), 1);
+	srv_stop(s);
+}
+
+/* Peer strings a send names: a key only with TLS, normalised to lower
+ * case, malformed keys refused. */
+static void test_peer_norm(void **state)
+{
+	char out[ZAP_PEER_MAX], why[256], up[ZAP_PEER_MAX], lo[ZAP_PEER_MAX];
+
+	assert_int_equal(gd_peer_norm("10.0.0.1:5", false, out, sizeof(out), why,
+				      sizeof(why)),
+			 0);
+	assert_string_equal(out, "10.0.0.1:5");
+	snprintf(lo, sizeof(lo), "10.0.0.1:5#%s", A.fp);
+	snprintf(up, sizeof(up), "10.0.0.1:5#sha256:");
+	for (const char *h = A.fp + 7; *h; h++)
+		snprintf(up + strlen(up), sizeof(up) - strlen(up), "%c",
+			 *h >= 'a' ? *h - 32 : *h);
+	assert_int_equal(gd_peer_norm(up, false, out, sizeof(out), why, sizeof(why)),
+			 -EINVAL);
+	assert_non_null(strstr(why, "TLS is off"));
+	assert_int_equal(gd_peer_norm(up, true, out, sizeof(out), why, sizeof(why)), 0);
+	assert_string_equal(out, lo);
+	assert_int_equal(gd_peer_norm("10.0.0.1:5#sha256:abc", true, out, sizeof(out),
+				      why, sizeof(why)),
+			 -EINVAL);
+	assert_int_equal(gd_peer_norm("10.0.0.1:5#", true, out, sizeof(out), why,
+				      sizeof(why)),
+			 -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -530,7 +793,14 @@ int main(void)
 		cmocka_unit_test(test_idle_sockets_do_not_stall),
 		cmocka_unit_test(test_cap_evicts_idle),
 		cmocka_unit_test(test_identity_over_tcp),
+		cmocka_unit_test(test_tls_pinned_peer),
+		cmocka_unit_test(test_tls_refusals),
+		cmocka_unit_test(test_tls_stall_deadline),
+		cmocka_unit_test(test_tls_cap_evicts_stalled),
+		cmocka_unit_test(test_tls_other_key_same_address),
+		cmocka_unit_test(test_tls_dial_wrong_key),
+		cmocka_unit_test(test_peer_norm),
 	};
-
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	/* The identities for the TLS cases are made once, for the group. */
+	return cmocka_run_group_tests(tests, tls_setup, tls_teardown);
 }

@@ -323,9 +323,10 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 	x->ssl = s;
 	SSL_CTX_set_min_proto_version(s, TLS1_3_VERSION);
 	SSL_CTX_set_max_proto_version(s, TLS1_3_VERSION);
-	/* AES-128-GCM first: the cheapest AEAD with AES-NI. */
-	SSL_CTX_set_ciphersuites(s, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
-				    "TLS_CHACHA20_POLY1305_SHA256");
+	if (SSL_CTX_set_ciphersuites(s, cfg->suites ? cfg->suites : ZTLS_SUITES) != 1) {
+		ztls_ssl_err(why, whylen, "TLS 1.3 cipher suites");
+		return -EINVAL;
+	}
 	/* No resumption: every connection proves its key afresh. */
 	SSL_CTX_set_session_cache_mode(s, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_num_tickets(s, 0);
@@ -336,7 +337,7 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 	x->ktls_kernel = cfg->ktls && kernel_has_tls_ulp();
 	if (x->ktls_kernel)
 		SSL_CTX_set_options(s, SSL_OP_ENABLE_KTLS);
-	else {
+	else if (!cfg->small_reads) {
 		/* Read ahead into a buffer of several records: one read()
 		 * per burst instead of two per record (header, body). */
 		SSL_CTX_set_read_ahead(s, 1);

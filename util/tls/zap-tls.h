@@ -79,7 +79,19 @@ struct ztls_config {
 	const char *ca;    /* PEM CA bundle, or NULL */
 	const char *peers; /* pin file, or NULL; at least one of ca, peers */
 	bool ktls;         /* ask OpenSSL for kernel TLS (SSL_OP_ENABLE_KTLS) */
+	/* TLS 1.3 cipher suites in order of preference (OpenSSL's syntax), or
+	 * NULL: ZTLS_SUITES. Benchmarks compare them (bench/tls_record.c). */
+	const char *suites;
+	/* No read-ahead: each connection buffers one record, not
+	 * 256 KiB of read-ahead (for many short connections held by peers,
+	 * like the gpudirect bootstrap's handshakes in flight). */
+	bool small_reads;
 };
+
+/* AES-128-GCM first: the fastest bulk AEAD with AES-NI (docs/wires.md,
+ * "TLS speed"). */
+#define ZTLS_SUITES \
+	"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
 struct ztls_ctx;
 

@@ -100,6 +100,18 @@ int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
 
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
 
+/*
+ * Counters since open, for tests and benchmarks (relaxed reads, any
+ * thread): send and read system calls on connections, and whole DATA
+ * frames written and received. Frames per call is what coalescing and
+ * batched receives buy (issue #16).
+ */
+struct tcp_wire_stats {
+	uint64_t tx_calls, tx_frames;
+	uint64_t rx_reads, rx_frames;
+};
+void tcp_wire_stats(const struct tcp_wire *w, struct tcp_wire_stats *out);
+
 /* Retry connections paused by an -EAGAIN allocation now. Thread-safe. */
 void tcp_wire_kick(struct tcp_wire *w);
 

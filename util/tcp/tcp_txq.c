@@ -52,11 +52,16 @@ static size_t frame_bytes(const struct tcp_txreq *r)
 	return TCP_HDR + r->len;
 }
 
-/* Queue @r behind @c's tx owner if it may (mu held; c->tx_busy). */
+/*
+ * Queue @r behind @c's tx owner if it may (mu held; c->tx_busy; @c is its
+ * peer's tx connection, so neither dead nor retiring: tw_txq_handoff()
+ * sends the queue to claim afresh if it becomes either). The flags are not
+ * read here: the leader writes its own flags beside them without mu.
+ */
 bool tw_txq_join(struct tcp_conn *c, struct tcp_txreq *r)
 {
 	if (r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
-	    c->tx_chain >= TCP_TXQ_CHAIN || c->dead || c->retiring)
+	    c->tx_chain >= TCP_TXQ_CHAIN)
 		return false;
 	r->state = TXQ_QUEUED;
 	r->next = NULL;

@@ -14,6 +14,8 @@
 #     ucx_perftest tag_bw over tcp (its msg/s column), where installed.
 #  4. 1 MiB streaming bandwidth, zap-perf vs. ucx_perftest tag_bw over
 #     tcp, in the same run as 3, so that both ratios share the host's state.
+#  5. 8 threads of one endpoint sending 64 B to one peer, with and without
+#     coalescing: msg/s and frames per send call (bench/tcp_senders).
 #
 # usage: bench/tcp-waiting.sh [BUILD_DIR]     (default: build)
 # env:   REPS (3) best of; SECS (10) idle wait; PAIRS (4); ITERS (20000)
@@ -130,4 +132,11 @@ if [ -n "$ub" ]; then
 	python3 -c "import sys; z,u=float(sys.argv[1]),float(sys.argv[2]); print('  zap vs ucx: %.2fx  (goal >= 1.0x) %s' % (z/u, 'met' if z/u >= 1.0 else 'MISSED'))" "$zb" "$ub"
 else
 	echo "  ucx_perftest not installed (apt-get install ucx-utils): no comparison"
+fi
+
+echo "== 8 senders to one peer, 64 B (bench/tcp_senders, in one process)"
+if [ -x "$build/bench/tcp_senders" ]; then
+	for rep in $(seq "$REPS"); do "$build/bench/tcp_senders" 8 20000 64 | sed 's/^/  /'; done
+else
+	echo "  no $build/bench/tcp_senders: build first"
 fi

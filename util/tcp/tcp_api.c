@@ -110,7 +110,7 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 			}
 			/* Behind a busy owner: have it write our frame with its
 			 * own (tcp_txq.c), if the frame is small. */
-			if (c && tw_txq_join(c, req)) {
+			if (c && tw_txq_join(w, c, req)) {
 				*out = c;
 				return 0;
 			}
@@ -490,6 +490,7 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	w->host = host;
 	w->dom = args->domain;
 	w->alloc = args->alloc;
+	w->no_coalesce = args->no_coalesce;
 	w->max_msg = args->max_msg_size;
 	/* A length must fit a size_t with the message record around it: on
 	 * a 32-bit build, 4 GiB or more would truncate in the cast to the

@@ -283,6 +283,7 @@ struct tcp_wire {
 	bool q_full;              /* mu: connections not read for a full queue */
 	bool reap_due;            /* mu: a connection died since the last reap */
 	struct ztls_ctx *tls;     /* NULL: plaintext; set at open, then read-only */
+	bool no_coalesce;         /* tcp_wire_args.no_coalesce, read-only */
 	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
@@ -415,7 +416,7 @@ bool tw_io_pending(struct tcp_conn *c);
 const char *tw_io_err(const struct tcp_conn *c, int e);
 
 /* tcp_txq.c: the tx side of a connection (mu held unless said) */
-bool tw_txq_join(struct tcp_conn *c, struct tcp_txreq *r);
+bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r);
 int tw_txq_wait(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r,
 		struct tcp_waiter *me, struct zap_ctx *ctx);
 int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,

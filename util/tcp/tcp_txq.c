@@ -58,9 +58,9 @@ static size_t frame_bytes(const struct tcp_txreq *r)
  * sends the queue to claim afresh if it becomes either). The flags are not
  * read here: the leader writes its own flags beside them without mu.
  */
-bool tw_txq_join(struct tcp_conn *c, struct tcp_txreq *r)
+bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r)
 {
-	if (r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
+	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
 	    c->tx_chain >= TCP_TXQ_CHAIN)
 		return false;
 	r->state = TXQ_QUEUED;

@@ -75,6 +75,9 @@ struct tcp_wire_args {
 	 * with mutual authentication; NULL: plaintext. The others as
 	 * zap_attr's tls_* fields. */
 	const char *tls_cert, *tls_key, *tls_ca, *tls_peers;
+	/* Benchmarks only: every sender writes its own frames, as before
+	 * coalescing (bench/tcp_senders.c compares). */
+	bool no_coalesce;
 };
 
 /* Bind, listen and start the handshake thread. Errors carry a reason. */

@@ -11,7 +11,10 @@
  *  - a send whose deadline passes while its frame waits behind another
  *    returns -ETIMEDOUT and its frame never arrives; the next one does;
  *  - when the connection dies under queued frames, every waiting sender
- *    returns (an error: nothing of theirs reached the peer), none hangs.
+ *    returns (an error: nothing of theirs reached the peer), none hangs;
+ *  - 8 senders against a peer that does not read, each send with a
+ *    deadline: the peer then receives exactly the messages whose send
+ *    returned 0, in order, and nothing of the sends that failed.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -334,6 +337,86 @@ static void test_conn_dies_with_queue(void **state)
 	tcp_wire_destroy(b);
 }
 
+/* ---- deadlines on a full socket: what a sender is told is what arrives --- */
+
+#define FULL_MSGS 20000
+#define FULL_LEN (8u << 10) /* queueable: at most TCP_TXQ_FRAME_MAX */
+
+struct fjob {
+	struct tcp_wire *w;
+	const char *addr;
+	uint32_t id;
+	uint32_t ok; /* sends that returned 0: seq 0..ok-1 */
+	int rc;      /* the first error */
+};
+
+static void *full_main(void *arg)
+{
+	struct fjob *j = arg;
+	unsigned char *buf = malloc(FULL_LEN);
+	struct tctx c;
+
+	assert_non_null(buf);
+	for (uint32_t i = 0; i < FULL_MSGS; i++) {
+		make_msg(buf, j->id, i, FULL_LEN);
+		j->rc = tcp_wire_send(j->w, j->addr, buf, FULL_LEN, within_ms(&c, 500));
+		if (j->rc)
+			break;
+		j->ok++;
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * 8 senders of 60 KiB frames to a peer that does not read: the socket
+ * fills with frames written together, owners give back what they had not
+ * started, and every send ends by its deadline, some mid-frame (the
+ * connection retires), some queued. Then the peer reads: it gets exactly
+ * the messages whose send returned 0, in order per sender, and nothing
+ * of a send that failed.
+ */
+static void test_deadlines_on_full_socket(void **state)
+{
+	struct tcp_wire *a = open_wire("a"), *b = open_wire("b");
+	char addr[ZAP_PEER_MAX];
+	struct fjob j[SENDERS];
+	pthread_t t[SENDERS];
+	uint32_t next[SENDERS] = { 0 };
+	struct tcp_wire_stats sb;
+	struct tctx c;
+
+	(void)state;
+	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
+	for (uint32_t i = 0; i < SENDERS; i++) {
+		j[i] = (struct fjob){ .w = b, .addr = addr, .id = i };
+		assert_int_equal(pthread_create(&t[i], NULL, full_main, &j[i]), 0);
+	}
+	for (int i = 0; i < SENDERS; i++) {
+		pthread_join(t[i], NULL);
+		fprintf(stderr, "# sender %d: %u sent, then %d\n", i, j[i].ok, j[i].rc);
+		assert_true(j[i].ok < FULL_MSGS); /* the socket filled */
+		assert_true(j[i].rc == -ETIMEDOUT || j[i].rc == -ECONNABORTED);
+	}
+	tcp_wire_stats(b, &sb);
+	fprintf(stderr, "# %llu frames in %llu send calls\n",
+		(unsigned long long)sb.tx_frames, (unsigned long long)sb.tx_calls);
+	struct zap_msg *m;
+	while (tcp_wire_recv(a, within_ms(&c, 1000), &m) == 0) {
+		struct mhdr h = { 0, 0 };
+		assert_int_equal(m->len, FULL_LEN);
+		assert_true(msg_ok(m, &h));
+		assert_true(h.sender < SENDERS);
+		assert_int_equal(h.seq, next[h.sender]);
+		next[h.sender]++;
+		m->release(m);
+	}
+	for (int i = 0; i < SENDERS; i++)
+		assert_int_equal(next[i], j[i].ok); /* all told 0, no other */
+	tcp_wire_destroy(b);
+	tcp_wire_destroy(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -341,6 +424,7 @@ int main(void)
 		cmocka_unit_test(test_eight_senders_coalesce_in_order),
 		cmocka_unit_test(test_deadline_while_queued),
 		cmocka_unit_test(test_conn_dies_with_queue),
+		cmocka_unit_test(test_deadlines_on_full_socket),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

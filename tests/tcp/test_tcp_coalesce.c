@@ -171,7 +171,8 @@ static void *sender_main(void *arg)
 	assert_non_null(buf);
 	for (uint32_t i = 0; i < PER_SENDER && !j->rc; i++) {
 		/* Sender 0 sends a large message now and then. */
-		size_t len = j->id == 0 && i % 100 == 0 ? BIG : 16 + (i * 13u + j->id) % 200;
+		size_t len = j->id == 0 && i % 100 == 0 ? BIG
+							: 16 + (i * 13u + j->id) % 200;
 		make_msg(buf, j->id, i, len);
 		j->rc = tcp_wire_send(j->w, j->addr, buf, len, within_ms(&c, 20000));
 	}
@@ -214,7 +215,8 @@ static void test_eight_senders_coalesce_in_order(void **state)
 	assert_int_equal(tcp_wire_recv(a, within_ms(&c, 200), &m), -ETIMEDOUT);
 	tcp_wire_stats(b, &sb);
 	fprintf(stderr, "# %d senders: %llu frames in %llu send calls (%.2f per call)\n",
-		SENDERS, (unsigned long long)sb.tx_frames, (unsigned long long)sb.tx_calls,
+		SENDERS, (unsigned long long)sb.tx_frames,
+		(unsigned long long)sb.tx_calls,
 		(double)sb.tx_frames / (double)sb.tx_calls);
 	assert_int_equal(sb.tx_frames, SENDERS * PER_SENDER);
 	/* Coalesced: the large messages alone keep the others queueing. */
@@ -269,13 +271,14 @@ static void test_deadline_while_queued(void **state)
 	(void)state;
 	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
 	start_huge(&big, &tb, b, addr, 30000);
-	q = (struct one_send){ b, addr, small, make_msg(small, 1, 0, sizeof(small)), 300, 1 };
+	q = (struct one_send){ b,   addr, small, make_msg(small, 1, 0, sizeof(small)),
+			       300, 1 };
 	assert_int_equal(pthread_create(&tq, NULL, one_send_main, &q), 0);
 	pthread_join(tq, NULL);
 	assert_int_equal(q.rc, -ETIMEDOUT); /* queued, never started */
 
 	/* a reads: the huge message, then only the later small one. */
-	struct one_send q2 = { b, addr, after, make_msg(after, 1, 1, sizeof(after)),
+	struct one_send q2 = { b,     addr, after, make_msg(after, 1, 1, sizeof(after)),
 			       30000, 1 };
 	assert_int_equal(pthread_create(&tq, NULL, one_send_main, &q2), 0);
 	struct zap_msg *m;
@@ -313,8 +316,10 @@ static void test_conn_dies_with_queue(void **state)
 	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
 	start_huge(&big, &tb, b, addr, 30000);
 	for (int i = 0; i < 4; i++) {
-		q[i] = (struct one_send){ b, addr, small[i],
-					  make_msg(small[i], 2, (uint32_t)i, 64), 20000, 1 };
+		q[i] = (struct one_send){
+			b,     addr, small[i], make_msg(small[i], 2, (uint32_t)i, 64),
+			20000, 1
+		};
 		assert_int_equal(pthread_create(&tq[i], NULL, one_send_main, &q[i]), 0);
 	}
 	usleep(200000); /* queued behind the huge one */
@@ -329,8 +334,8 @@ static void test_conn_dies_with_queue(void **state)
 		assert_true(q[i].rc < 0);
 		assert_int_not_equal(q[i].rc, -ETIMEDOUT); /* told, not timed out */
 	}
-	fprintf(stderr, "# huge sender: %d; all returned %.0f ms after the reset\n", big.rc,
-		(double)(now_ns() - t0) / 1e6);
+	fprintf(stderr, "# huge sender: %d; all returned %.0f ms after the reset\n",
+		big.rc, (double)(now_ns() - t0) / 1e6);
 	assert_true(big.rc < 0);
 	assert_true(now_ns() - t0 < 10000000000ull);
 	free((void *)big.buf);

@@ -8,6 +8,8 @@
  *   tcp_handshake.c  the accept thread and the dialer's handshake
  *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
  *   tcp_api.c        open, close, send, recv
+ *   tcp_txq.c        writing frames; coalescing the frames of senders
+ *                    queued behind each other (one sendmsg() for many)
  *
  * Threads and progress
  * --------------------
@@ -52,6 +54,12 @@
  * senders (under mu), so it is a relaxed atomic, read by the idle check
  * and by tw_evict_idle() (mu held). w->dials (mu) lists the nonces of
  * dials in progress, which prove a connection to ourselves.
+ *
+ * Coalescing (tcp_txq.c): c->txq, its senders' struct tcp_txreq states and
+ * c->tx_chain are under mu. While a connection has queued frames its
+ * tx_busy is set (the owner hands it on, tw_txq_handoff()), so it is not
+ * reaped under them; a TAKEN frame's buffer is the owner's until it sets
+ * DONE, which is why its sender then waits whatever its ctx says.
  */
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H

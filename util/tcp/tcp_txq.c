@@ -236,6 +236,8 @@ static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b
 				pthread_mutex_lock(&w->mu);
 				batch_cut(w, c, b);
 				pthread_mutex_unlock(&w->mu);
+				if (b->sent == b->total)
+					break; /* ours is out, the rest given back */
 			}
 			int err = wait_room(w, c, me, ctx);
 			if (err)

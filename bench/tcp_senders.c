@@ -17,25 +17,6 @@
 #include "tcp_wire.h"
 #include "wire_host.h"
 
-static void r_release(struct zap_msg *m)
-{
-	free(m); /* msg is the record's first member */
-}
-
-static int r_alloc(void *user, size_t len, struct tcp_rx_msg **out)
-{
-	struct tcp_rx_msg *m = calloc(1, sizeof(*m) + len);
-
-	(void)user;
-	if (!m)
-		return -ENOMEM;
-	m->msg.size = sizeof(m->msg);
-	m->msg.data = m + 1;
-	m->msg.release = r_release;
-	*out = m;
-	return 0;
-}
-
 struct job {
 	struct tcp_wire *w;
 	const char *addr;
@@ -76,7 +57,7 @@ static struct tcp_wire *open_wire(const char *dom, bool no_coalesce)
 		.domain = dom,
 		.listen = "127.0.0.1:0",
 		.max_msg_size = 1 << 20,
-		.alloc = { .alloc = r_alloc },
+		.alloc = { .alloc = wire_malloc_alloc },
 		.no_coalesce = no_coalesce,
 	};
 	struct tcp_wire *w = NULL;

@@ -39,29 +39,6 @@
 #define BIG (256u << 10)
 #define HUGE (48u << 20) /* more than loopback's socket buffers hold */
 
-struct rmsg {
-	struct tcp_rx_msg rx; /* first */
-};
-
-static void rmsg_release(struct zap_msg *m)
-{
-	free(m);
-}
-
-static int r_alloc(void *user, size_t len, struct tcp_rx_msg **out)
-{
-	struct rmsg *t = calloc(1, sizeof(*t) + len);
-
-	(void)user;
-	if (!t)
-		return -ENOMEM;
-	t->rx.msg.size = sizeof(t->rx.msg);
-	t->rx.msg.data = t + 1;
-	t->rx.msg.release = rmsg_release;
-	*out = &t->rx;
-	return 0;
-}
-
 static struct tcp_wire *open_wire(const char *dom)
 {
 	struct tcp_wire_args a = {
@@ -69,7 +46,7 @@ static struct tcp_wire *open_wire(const char *dom)
 		.domain = dom,
 		.listen = "127.0.0.1:0",
 		.max_msg_size = 64u << 20,
-		.alloc = { .alloc = r_alloc },
+		.alloc = { .alloc = wire_malloc_alloc },
 	};
 	struct tcp_wire *w = NULL;
 
@@ -155,12 +132,35 @@ static void test_lone_sender_one_call_per_frame(void **state)
 
 /* ---- concurrent senders ------------------------------------------------ */
 
+/* A sending thread: sender @id, @ok sends returned 0, then @rc. */
 struct sjob {
 	struct tcp_wire *w;
 	const char *addr;
 	uint32_t id;
+	uint32_t ok;
 	int rc;
 };
+
+static void start_senders(struct sjob *j, pthread_t *t, struct tcp_wire *b,
+			  const char *addr, void *(*fn)(void *))
+{
+	for (uint32_t i = 0; i < SENDERS; i++) {
+		j[i] = (struct sjob){ .w = b, .addr = addr, .id = i };
+		assert_int_equal(pthread_create(&t[i], NULL, fn, &j[i]), 0);
+	}
+}
+
+/* @m is intact and the next of its sender's messages (next[] counts). */
+static void check_next(struct zap_msg *m, uint32_t *next)
+{
+	struct mhdr h = { 0, 0 };
+
+	assert_true(msg_ok(m, &h));
+	assert_true(h.sender < SENDERS);
+	assert_int_equal(h.seq, next[h.sender]); /* in order, none lost */
+	next[h.sender]++;
+	m->release(m);
+}
 
 static void *sender_main(void *arg)
 {
@@ -192,19 +192,11 @@ static void test_eight_senders_coalesce_in_order(void **state)
 
 	(void)state;
 	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
-	for (uint32_t i = 0; i < SENDERS; i++) {
-		j[i] = (struct sjob){ .w = b, .addr = addr, .id = i };
-		assert_int_equal(pthread_create(&t[i], NULL, sender_main, &j[i]), 0);
-	}
+	start_senders(j, t, b, addr, sender_main);
 	for (int k = 0; k < SENDERS * PER_SENDER; k++) {
 		struct zap_msg *m;
-		struct mhdr h = { 0, 0 };
 		assert_int_equal(tcp_wire_recv(a, within_ms(&c, 20000), &m), 0);
-		assert_true(msg_ok(m, &h));
-		assert_true(h.sender < SENDERS);
-		assert_int_equal(h.seq, next[h.sender]); /* in order, none lost */
-		next[h.sender]++;
-		m->release(m);
+		check_next(m, next);
 	}
 	for (int i = 0; i < SENDERS; i++) {
 		pthread_join(t[i], NULL);
@@ -347,17 +339,9 @@ static void test_conn_dies_with_queue(void **state)
 #define FULL_MSGS 20000
 #define FULL_LEN (8u << 10) /* queueable: at most TCP_TXQ_FRAME_MAX */
 
-struct fjob {
-	struct tcp_wire *w;
-	const char *addr;
-	uint32_t id;
-	uint32_t ok; /* sends that returned 0: seq 0..ok-1 */
-	int rc;      /* the first error */
-};
-
 static void *full_main(void *arg)
 {
-	struct fjob *j = arg;
+	struct sjob *j = arg;
 	unsigned char *buf = malloc(FULL_LEN);
 	struct tctx c;
 
@@ -374,7 +358,7 @@ static void *full_main(void *arg)
 }
 
 /*
- * 8 senders of 60 KiB frames to a peer that does not read: the socket
+ * 8 senders of 8 KiB frames to a peer that does not read: the socket
  * fills with frames written together, owners give back what they had not
  * started, and every send ends by its deadline, some mid-frame (the
  * connection retires), some queued. Then the peer reads: it gets exactly
@@ -385,7 +369,7 @@ static void test_deadlines_on_full_socket(void **state)
 {
 	struct tcp_wire *a = open_wire("a"), *b = open_wire("b");
 	char addr[ZAP_PEER_MAX];
-	struct fjob j[SENDERS];
+	struct sjob j[SENDERS];
 	pthread_t t[SENDERS];
 	uint32_t next[SENDERS] = { 0 };
 	struct tcp_wire_stats sb;
@@ -393,10 +377,7 @@ static void test_deadlines_on_full_socket(void **state)
 
 	(void)state;
 	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
-	for (uint32_t i = 0; i < SENDERS; i++) {
-		j[i] = (struct fjob){ .w = b, .addr = addr, .id = i };
-		assert_int_equal(pthread_create(&t[i], NULL, full_main, &j[i]), 0);
-	}
+	start_senders(j, t, b, addr, full_main);
 	for (int i = 0; i < SENDERS; i++) {
 		pthread_join(t[i], NULL);
 		fprintf(stderr, "# sender %d: %u sent, then %d\n", i, j[i].ok, j[i].rc);
@@ -408,13 +389,8 @@ static void test_deadlines_on_full_socket(void **state)
 		(unsigned long long)sb.tx_frames, (unsigned long long)sb.tx_calls);
 	struct zap_msg *m;
 	while (tcp_wire_recv(a, within_ms(&c, 1000), &m) == 0) {
-		struct mhdr h = { 0, 0 };
 		assert_int_equal(m->len, FULL_LEN);
-		assert_true(msg_ok(m, &h));
-		assert_true(h.sender < SENDERS);
-		assert_int_equal(h.seq, next[h.sender]);
-		next[h.sender]++;
-		m->release(m);
+		check_next(m, next);
 	}
 	for (int i = 0; i < SENDERS; i++)
 		assert_int_equal(next[i], j[i].ok); /* all told 0, no other */

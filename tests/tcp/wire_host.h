@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "tcp_wire.h"
@@ -104,6 +105,26 @@ static struct zap_ctx *within_ms(struct tctx *c, unsigned ms)
 {
 	c->deadline_ns = now_ns() + (uint64_t)ms * 1000000u;
 	return (struct zap_ctx *)c;
+}
+
+/* A receive allocator: one calloc() for record and payload. */
+static inline void wire_malloc_release(struct zap_msg *m)
+{
+	free(m); /* msg is the record's first member */
+}
+
+static inline int wire_malloc_alloc(void *user, size_t len, struct tcp_rx_msg **out)
+{
+	struct tcp_rx_msg *m = calloc(1, sizeof(*m) + len);
+
+	(void)user;
+	if (!m)
+		return -ENOMEM;
+	m->msg.size = sizeof(m->msg);
+	m->msg.data = m + 1;
+	m->msg.release = wire_malloc_release;
+	*out = m;
+	return 0;
 }
 
 #endif /* ZAP_TEST_WIRE_HOST_H */

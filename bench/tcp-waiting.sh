@@ -12,10 +12,15 @@
 #     learned spinning vs. never spinning (ZAP_TCP_SPIN_US=0) vs. 200 us.
 #  3. message rate: 64 B, a window of 64 messages, zap-perf vs.
 #     ucx_perftest tag_bw over tcp (its msg/s column), where installed.
+#  4. 1 MiB streaming bandwidth, zap-perf vs. ucx_perftest tag_bw over
+#     tcp, in the same run as 3, so that both ratios share the host's state.
+#  5. 8 threads of one endpoint sending 64 B to one peer, with and without
+#     coalescing: msg/s and frames per send call (bench/tcp_senders).
 #
 # usage: bench/tcp-waiting.sh [BUILD_DIR]     (default: build)
 # env:   REPS (3) best of; SECS (10) idle wait; PAIRS (4); ITERS (20000)
-#        MSGS (200000) rate-test messages; CPUS ("0,1") for the rate test
+#        MSGS (200000) rate-test messages; CPUS ("0,1") for rate and bandwidth
+#        BYTES (2G) bytes per bandwidth run; ONLY=rate: sections 3 and 4 only
 set -u
 build=${1:-build}
 REPS=${REPS:-3}
@@ -23,6 +28,8 @@ SECS=${SECS:-10}
 PAIRS=${PAIRS:-4}
 ITERS=${ITERS:-20000}
 MSGS=${MSGS:-200000}
+BYTES=${BYTES:-2G}
+ONLY=${ONLY:-}
 CPUS=${CPUS:-0,1}
 export ZAP_TRANSPORT_QUIET=1
 perf=$build/tools/zap-perf
@@ -39,6 +46,7 @@ with_spin() { # VALUE CMD...: VALUE "learned" leaves ZAP_TCP_SPIN_US unset
 	if [ "$v" = learned ]; then env -u ZAP_TCP_SPIN_US "$@"; else ZAP_TCP_SPIN_US=$v "$@"; fi
 }
 
+if [ "$ONLY" != rate ]; then
 echo "== idle: % of one core while waiting ${SECS} s in zap_recv() with no traffic"
 for spin in learned 200; do
 	for peers in 1 1000; do
@@ -72,6 +80,7 @@ o_l=$(best < "$tmp/o_learned"); o_0=$(best < "$tmp/o_0"); o_2=$(best < "$tmp/o_2
 printf '  learned (default)     %8s\n  never (SPIN_US=0)     %8s\n  fixed (SPIN_US=200)   %8s\n' "$o_l" "$o_0" "$o_2"
 python3 -c "import sys; l,z=float(sys.argv[1]),float(sys.argv[2]); print('  learned vs never: %.2fx  %s' % (l/z, 'met' if l >= z else 'MISSED'))" "$o_l" "$o_0"
 
+fi
 echo "== message rate: 64 B, window 64 (best of $REPS)"
 : > "$tmp/rate"; : > "$tmp/ucx"
 for rep in $(seq "$REPS"); do
@@ -96,4 +105,38 @@ if command -v ucx_perftest >/dev/null; then
 	[ -n "$u" ] && python3 -c "import sys; z,u=float(sys.argv[1]),float(sys.argv[2]); print('  zap vs ucx: %.2fx  (goal >= 1.5x) %s' % (z/u, 'met' if z/u >= 1.5 else 'MISSED'))" "$z" "$u"
 else
 	echo "  ucx_perftest not installed (apt-get install ucx-utils): no comparison"
+fi
+
+# ucx_perftest's 1 MiB tag_bw prints MB/s in 2^20 B/s ($7); zap-perf's
+# mb_per_s are 10^6 B/s.
+echo "== 1 MiB streaming bandwidth (best of $REPS)"
+: > "$tmp/bw"; : > "$tmp/ucxbw"
+for rep in $(seq "$REPS"); do
+	env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" -t default -s 1M -T bw -b "$BYTES" --json |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["mb_per_s"])' >> "$tmp/bw"
+	if command -v ucx_perftest >/dev/null; then
+		port=$((20000 + RANDOM % 20000))
+		UCX_TLS=tcp taskset -c "${CPUS%,*}" ucx_perftest -p "$port" > /dev/null 2>&1 &
+		srv=$!
+		sleep 0.5
+		UCX_TLS=tcp timeout 120 taskset -c "${CPUS#*,}" ucx_perftest 127.0.0.1 -p "$port" \
+			-t tag_bw -s 1048576 -n 2000 2>&1 | awk '/^Final:/ {print $7 * 1.048576}' >> "$tmp/ucxbw"
+		kill $srv 2>/dev/null; wait $srv 2>/dev/null
+	fi
+done
+zb=$(best < "$tmp/bw")
+printf '  zap-perf default       %10s MB/s\n' "$zb"
+ub=$(best < "$tmp/ucxbw")
+if [ -n "$ub" ]; then
+	printf '  ucx_perftest tcp tag_bw %9s MB/s\n' "$ub"
+	python3 -c "import sys; z,u=float(sys.argv[1]),float(sys.argv[2]); print('  zap vs ucx: %.2fx  (goal >= 1.0x) %s' % (z/u, 'met' if z/u >= 1.0 else 'MISSED'))" "$zb" "$ub"
+else
+	echo "  ucx_perftest not installed (apt-get install ucx-utils): no comparison"
+fi
+
+echo "== 8 senders to one peer, 64 B (bench/tcp_senders, in one process)"
+if [ -x "$build/bench/tcp_senders" ]; then
+	for rep in $(seq "$REPS"); do "$build/bench/tcp_senders" 8 20000 64 | sed 's/^/  /'; done
+else
+	echo "  no $build/bench/tcp_senders: build first"
 fi

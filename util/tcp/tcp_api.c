@@ -63,12 +63,23 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	return err;
 }
 
+/* The peer announced its limit: refuse here, before a byte is written, so
+ * the connection and every message after this one are unaffected. */
+static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len)
+{
+	return w->host->fail(-EMSGSIZE,
+			     "%s: message of %zu bytes exceeds the maximum %" PRIu64
+			     " that %s accepts (its ZAP_MAX_MSG_BYTES)",
+			     w->dom, len, c->peer_max, c->raddr);
+}
+
 /*
  * Find (dial, or wait for) the connection to send to @peer on and take
- * its tx side (mu held; dropped while dialing or waiting). 0 and *@out.
+ * its tx side (req->state TXQ_OWNER) or queue @req behind its owner
+ * (TXQ_QUEUED) (mu held; dropped while dialing or waiting). 0 and *@out.
  */
 static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
-		      struct zap_ctx *ctx, struct tcp_conn **out)
+		      struct zap_ctx *ctx, struct tcp_txreq *req, struct tcp_conn **out)
 {
 	for (;;) {
 		int err = tw_wait_check(w, me, ctx);
@@ -89,8 +100,17 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 				tw_route_del(w, r);
 				continue;
 			}
+			if (c && req->len > c->peer_max)
+				return send_too_big(w, c, req->len);
 			if (c && !c->tx_busy) {
 				c->tx_busy = true;
+				req->state = TXQ_OWNER;
+				*out = c;
+				return 0;
+			}
+			/* Behind a busy owner: have it write our frame with its
+			 * own (tcp_txq.c), if the frame is small. */
+			if (c && tw_txq_join(w, c, req)) {
 				*out = c;
 				return 0;
 			}
@@ -106,75 +126,6 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 		if (err)
 			return err;
 	}
-}
-
-/* Wait for room on @c's full socket while (as leader, or through the
- * leader) still draining inbound data. mu not held on entry; held on
- * return only when the result is an error. */
-static int send_wait_room(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
-			  struct zap_ctx *ctx)
-{
-	int err = 0;
-
-	pthread_mutex_lock(&w->mu);
-	me->out_fd = c->fd;
-	me->out_ready = false;
-	while (!me->out_ready && !err && !c->dead)
-		err = tw_wait_step(w, me, ctx);
-	me->out_fd = -1;
-	if (c->dead && !err)
-		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost", w->dom,
-				    c->raddr);
-	if (!err)
-		pthread_mutex_unlock(&w->mu);
-	return err;
-}
-
-/*
- * Write one DATA frame on @c, whose tx side we own (mu not held; held on
- * return). *@done: bytes of the frame written, also on failure.
- */
-static int send_frame(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
-		      const void *buf, size_t len, struct zap_ctx *ctx, size_t *done)
-{
-	unsigned char hdr[TCP_HDR];
-	tw_hdr_put(hdr, TCP_T_DATA, len);
-	struct iovec iov[2] = { { hdr, TCP_HDR }, { (void *)buf, len } };
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = len ? 2 : 1 };
-	size_t total = TCP_HDR + len;
-	int err = 0;
-
-	*done = 0;
-	while (*done < total) {
-		ssize_t k = tw_io_send(c, mh.msg_iov, mh.msg_iovlen);
-		if (k > 0) {
-			*done += (size_t)k;
-			while (mh.msg_iovlen && (size_t)k >= mh.msg_iov->iov_len) {
-				k -= (ssize_t)mh.msg_iov->iov_len;
-				mh.msg_iov++;
-				mh.msg_iovlen--;
-			}
-			if (mh.msg_iovlen) {
-				mh.msg_iov->iov_base = (char *)mh.msg_iov->iov_base + k;
-				mh.msg_iov->iov_len -= (size_t)k;
-			}
-			continue;
-		}
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && errno == EAGAIN) {
-			err = send_wait_room(w, c, me, ctx);
-			if (err)
-				return err; /* mu held */
-			continue;
-		}
-		err = k < 0 ? -errno : -EPIPE;
-		err = w->host->fail(err, "%s: send to %s: %s", w->dom, c->raddr,
-				    tw_io_err(c, -err));
-		break;
-	}
-	pthread_mutex_lock(&w->mu);
-	return err;
 }
 
 /* Give @c's tx side back after a frame (mu held): what a failure after
@@ -226,6 +177,7 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t
 		tw_conn_kill(w, c);
 	}
 	tw_conn_tx_done(w, c);
+	tw_txq_handoff(w, c);
 	if (!w->leader)
 		tw_reap(w);
 	else if (c->dead)
@@ -273,30 +225,28 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t 
 	}
 
 	pthread_mutex_lock(&w->mu);
-	for (int attempt = 0;; attempt++) {
+	for (int attempt = 0;;) {
+		struct tcp_txreq req = { .buf = buf, .len = len };
 		struct tcp_conn *c = NULL;
-		size_t done = 0;
 
-		err = send_claim(w, peer, &me, ctx, &c);
+		tw_hdr_put(req.hdr, TCP_T_DATA, len);
+		err = send_claim(w, peer, &me, ctx, &req, &c);
+		if (!err && req.state == TXQ_QUEUED)
+			err = tw_txq_wait(w, c, &req, &me, ctx);
 		if (err)
 			break;
-		if (len > c->peer_max) {
-			/* The peer announced its limit: refuse here, before a
-			 * byte is written, so the connection and every message
-			 * after this one are unaffected. */
-			err = w->host->fail(
-				-EMSGSIZE,
-				"%s: message of %zu bytes exceeds the maximum %" PRIu64
-				" that %s accepts (its ZAP_MAX_MSG_BYTES)",
-				w->dom, len, c->peer_max, c->raddr);
-			c->tx_busy = false;
-			tw_conn_tx_done(w, c);
-			tw_notify(w, true);
-			break;
+		if (req.state == TXQ_AGAIN)
+			continue; /* nothing written: claim afresh */
+		if (req.state == TXQ_OWNER) {
+			bool partial;
+			err = tw_txq_send(w, c, &req, &me, ctx, &partial);
+			send_release(w, c, req.err, partial);
+		} else if ((err = req.err)) {
+			/* Another sender wrote (or failed to write) our frame and
+			 * logged why; the reason is ours to give. */
+			err = w->host->fail(err, "%s: send to %s: %s", w->dom, peer,
+					    strerror(-err));
 		}
-		pthread_mutex_unlock(&w->mu);
-		err = send_frame(w, c, &me, buf, len, ctx, &done);
-		send_release(w, c, err, done);
 		/*
 		 * A connection that was stale (its peer had gone, and may be
 		 * back, restarted at the same address, before we read its FIN
@@ -304,7 +254,8 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t 
 		 * the frame cannot arrive twice: send it once more, on a
 		 * fresh connection.
 		 */
-		if (!err || done || attempt || (err != -EPIPE && err != -ECONNRESET))
+		if (!err || req.done || attempt++ ||
+		    (err != -EPIPE && err != -ECONNRESET))
 			break;
 	}
 	pthread_mutex_unlock(&w->mu);
@@ -539,6 +490,7 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	w->host = host;
 	w->dom = args->domain;
 	w->alloc = args->alloc;
+	w->no_coalesce = args->no_coalesce;
 	w->max_msg = args->max_msg_size;
 	/* A length must fit a size_t with the message record around it: on
 	 * a 32-bit build, 4 GiB or more would truncate in the cast to the
@@ -687,6 +639,18 @@ int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len)
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w)
 {
 	return w->max_msg;
+}
+
+void tcp_wire_stats(const struct tcp_wire *w, struct tcp_wire_stats *out)
+{
+	/* The counters are atomics: a const wire is read, not changed. */
+	struct tcp_wire *mw = (struct tcp_wire *)w;
+	memory_order o = memory_order_relaxed;
+
+	out->tx_calls = atomic_load_explicit(&mw->st_tx_calls, o);
+	out->tx_frames = atomic_load_explicit(&mw->st_tx_frames, o);
+	out->rx_reads = atomic_load_explicit(&mw->st_rx_reads, o);
+	out->rx_frames = atomic_load_explicit(&mw->st_rx_frames, o);
 }
 
 void tcp_wire_kick(struct tcp_wire *w)

@@ -233,6 +233,8 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	} else {
 		tw_conn_tx_done(w, c);
 	}
+	/* Senders may have queued frames behind the HELLO (tcp_txq.c). */
+	tw_txq_handoff(w, c);
 	if (w->leader)
 		tw_kick(w);
 	else

@@ -8,6 +8,8 @@
  *   tcp_handshake.c  the accept thread and the dialer's handshake
  *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
  *   tcp_api.c        open, close, send, recv
+ *   tcp_txq.c        writing frames; coalescing the frames of senders
+ *                    queued behind each other (one sendmsg() for many)
  *
  * Threads and progress
  * --------------------
@@ -52,6 +54,12 @@
  * senders (under mu), so it is a relaxed atomic, read by the idle check
  * and by tw_evict_idle() (mu held). w->dials (mu) lists the nonces of
  * dials in progress, which prove a connection to ourselves.
+ *
+ * Coalescing (tcp_txq.c): c->txq, its senders' struct tcp_txreq states and
+ * c->tx_chain are under mu. While a connection has queued frames its
+ * tx_busy is set (the owner hands it on, tw_txq_handoff()), so it is not
+ * reaped under them; a TAKEN frame's buffer is the owner's until it sets
+ * DONE, which is why its sender then waits whatever its ctx says.
  */
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H
@@ -105,8 +113,37 @@
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u
+/* Coalescing (tcp_txq.c): frames up to TCP_TXQ_FRAME_MAX queue behind a
+ * busy tx side, at most TCP_TXQ_MAX per connection; an owner writes its
+ * own frame and up to TCP_TXQ_BATCH queued ones with one sendmsg(), and
+ * hands the tx side to the next queued sender at most TCP_TXQ_CHAIN times
+ * in a row before everyone claims it afresh (a large sender, which does
+ * not queue, gets its turn). */
+#define TCP_TXQ_FRAME_MAX (64u << 10)
+#define TCP_TXQ_MAX 256u
+#define TCP_TXQ_BATCH 32u
+#define TCP_TXQ_CHAIN 64u
 
 struct tcp_peer;
+
+/*
+ * A send's frame, on the sending thread's stack (tcp_txq.c). The state is
+ * under mu. QUEUED: behind the tx owner, nothing written; TAKEN: in an
+ * owner's batch, its buffer in use until the owner sets DONE (the sender
+ * waits for that, whatever its ctx); OWNER: handed the tx side; DONE: @err
+ * and @done (bytes of the frame written) are the result; AGAIN: nothing
+ * written, claim a connection afresh.
+ */
+enum { TXQ_QUEUED, TXQ_TAKEN, TXQ_OWNER, TXQ_DONE, TXQ_AGAIN };
+struct tcp_txreq {
+	struct tcp_txreq *next;
+	const void *buf;
+	size_t len;
+	unsigned char hdr[TCP_HDR];
+	int state;
+	int err;
+	size_t done;
+};
 
 struct tcp_conn {
 	struct tcp_conn *next;
@@ -131,6 +168,9 @@ struct tcp_conn {
 	bool alloc_wait; /* leader: -EAGAIN, paused until a kick */
 	bool rx_ready;   /* leader: may have buffered data, read without waiting */
 	bool rx_big;     /* leader: last message was large */
+	struct tcp_txreq *txq, **txq_tail; /* frames queued behind tx_busy */
+	unsigned txq_n;
+	unsigned tx_chain; /* hand-offs since tx_busy was last false */
 
 	/* leader-private receive state */
 	unsigned char *rbuf;
@@ -251,8 +291,11 @@ struct tcp_wire {
 	bool q_full;              /* mu: connections not read for a full queue */
 	bool reap_due;            /* mu: a connection died since the last reap */
 	struct ztls_ctx *tls;     /* NULL: plaintext; set at open, then read-only */
+	bool no_coalesce;         /* tcp_wire_args.no_coalesce, read-only */
 	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
+	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
+	_Atomic uint64_t st_tx_calls, st_tx_frames, st_rx_reads, st_rx_frames;
 
 	pthread_t acc;
 	bool acc_started;
@@ -380,6 +423,18 @@ ssize_t tw_io_send(struct tcp_conn *c, const struct iovec *iov, size_t n);
 bool tw_io_pending(struct tcp_conn *c);
 const char *tw_io_err(const struct tcp_conn *c, int e);
 
+/* tcp_txq.c: the tx side of a connection (mu held unless said) */
+bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r);
+int tw_txq_wait(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r,
+		struct tcp_waiter *me, struct zap_ctx *ctx);
+int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial);
+void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c);
+static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
+{
+	atomic_fetch_add_explicit(n, k, memory_order_relaxed);
+}
+
 /* tcp_handshake.c */
 void *tw_accept_main(void *arg);
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
@@ -387,5 +442,6 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);
 int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);
+void tw_wait_plain(struct tcp_wire *w, struct tcp_waiter *me);
 
 #endif /* ZAP_TCP_INT_H */

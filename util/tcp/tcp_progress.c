@@ -126,6 +126,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 	}
 	size_t want = c->rx_cap - c->rx_off;
 	ssize_t k = tw_io_read(c, (char *)m->msg.data + c->rx_off, want);
+	tw_count(&w->st_rx_reads, 1);
 
 	if (k > 0) {
 		c->rx_total += (size_t)k;
@@ -136,6 +137,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		c->rx_big = c->rx_len >= TCP_RBUF;
 		budget_put(w, c);
 		deliver(c, m, c->rx_len, tail);
+		tw_count(&w->st_rx_frames, 1);
 		c->rx_ready = true;
 		return 0;
 	}
@@ -219,6 +221,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		deliver(c, m, (size_t)len, tail);
 		c->rx_big = false;
 		(*got)++;
+		tw_count(&w->st_rx_frames, 1);
 	}
 	return RX_MORE;
 }
@@ -239,7 +242,7 @@ static void rx_compact(struct tcp_conn *c, bool force)
 }
 
 /* Read into rbuf. RX_MORE after reading something, else a result. */
-static int rx_fill(struct tcp_conn *c)
+static int rx_fill(struct tcp_wire *w, struct tcp_conn *c)
 {
 	/* After a large message expect another: read just its header so
 	 * the payload lands in place instead of through rbuf. */
@@ -247,6 +250,7 @@ static int rx_fill(struct tcp_conn *c)
 	if (c->rx_big && c->rlen < TCP_HDR)
 		room = TCP_HDR - c->rlen;
 	ssize_t k = tw_io_read(c, c->rbuf + c->rlen, room);
+	tw_count(&w->st_rx_reads, 1);
 	if (k > 0) {
 		c->rx_total += (size_t)k;
 		c->rlen += (size_t)k;
@@ -300,7 +304,7 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 			return 0;
 		}
 		rx_compact(c, true); /* make room for the rest of a frame */
-		r = rx_fill(c);
+		r = rx_fill(w, c);
 		if (r != RX_MORE)
 			return r;
 	}
@@ -694,4 +698,19 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 	waiter_del(w, me);
 	me->ctx_fired = false;
 	return 0;
+}
+
+/*
+ * Sleep as a follower until woken (mu held), whatever any ctx says: for a
+ * sender whose frame another sender is writing (tcp_txq.c). That one makes
+ * progress on its own (it leads, or someone does, when it must wait).
+ */
+void tw_wait_plain(struct tcp_wire *w, struct tcp_waiter *me)
+{
+	me->ctx_fd = -1;
+	me->next = w->waiters;
+	w->waiters = me;
+	w->nwaiters++;
+	pthread_cond_wait(&w->cond, &w->mu);
+	waiter_del(w, me);
 }

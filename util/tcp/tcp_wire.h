@@ -75,6 +75,9 @@ struct tcp_wire_args {
 	 * with mutual authentication; NULL: plaintext. The others as
 	 * zap_attr's tls_* fields. */
 	const char *tls_cert, *tls_key, *tls_ca, *tls_peers;
+	/* Benchmarks only: every sender writes its own frames, as before
+	 * coalescing (bench/tcp_senders.c compares). */
+	bool no_coalesce;
 };
 
 /* Bind, listen and start the handshake thread. Errors carry a reason. */
@@ -99,6 +102,18 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
 
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
+
+/*
+ * Counters since open, for tests and benchmarks (relaxed reads, any
+ * thread): send and read system calls on connections, and whole DATA
+ * frames written and received. Frames per call is what coalescing and
+ * batched receives buy (issue #16).
+ */
+struct tcp_wire_stats {
+	uint64_t tx_calls, tx_frames;
+	uint64_t rx_reads, rx_frames;
+};
+void tcp_wire_stats(const struct tcp_wire *w, struct tcp_wire_stats *out);
 
 /* Retry connections paused by an -EAGAIN allocation now. Thread-safe. */
 void tcp_wire_kick(struct tcp_wire *w);

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tx side of a connection: writing frames, and coalescing the frames
+ * of senders that queue behind each other (issue #16).
+ *
+ * One sender at a time owns a connection's tx side (c->tx_busy). A sender
+ * that finds it owned and has a small frame (TCP_TXQ_FRAME_MAX) does not
+ * wait for its turn to make a system call of its own: it queues the frame
+ * (a struct tcp_txreq on its own stack) on the connection. The owner
+ * writes its own frame and the queued ones with one sendmsg() (iovecs
+ * pointing into the senders' buffers, no copy), sets each queued sender's
+ * result, and on release hands the tx side to the next queued sender, if
+ * any, which does the same. A lone sender finds the tx side free and
+ * writes at once: nothing ever waits for company.
+ *
+ * Semantics, per queued frame (all under w->mu):
+ *  - QUEUED, nothing written: the sender's ctx applies; on expiry it
+ *    unlinks the frame and returns the error: nothing was sent.
+ *  - TAKEN by an owner: its bytes may be going out, so its buffer is in
+ *    use; the sender waits for DONE whatever its ctx says. When the socket
+ *    fills, the owner gives every frame it has not started back to the
+ *    queue (QUEUED again, ctx applies again) and completes only the one in
+ *    progress, which is at most TCP_TXQ_FRAME_MAX bytes.
+ *  - DONE: the frame was handed to the kernel whole (0), or the result of
+ *    the owner's failure: nothing of it written (err, done 0: the sender
+ *    retries a stale connection like its own send would), or a partial
+ *    frame, which the peer drops (WIRE.md, "Closing") with the stream
+ *    (err; an owner's own deadline or cancel reads -ECONNABORTED here,
+ *    since it is not this sender's).
+ *  - AGAIN: the connection was lost or retired, or the hand-off chain hit
+ *    TCP_TXQ_CHAIN, before anything was written: claim afresh.
+ * So a peer receives each sender's frames in order, each whole or not at
+ * all, and a sender told 0 had its frame handed to the kernel whole.
+ */
+#include "tcp_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+
+/* An owner's frames: its own first, then those it took from the queue. */
+struct txbatch {
+	struct tcp_txreq *req[TCP_TXQ_BATCH + 1];
+	size_t n;
+	size_t total; /* bytes of the n frames */
+	size_t sent;  /* bytes written */
+	struct iovec iov[2 * (TCP_TXQ_BATCH + 1)];
+};
+
+static size_t frame_bytes(const struct tcp_txreq *r)
+{
+	return TCP_HDR + r->len;
+}
+
+/*
+ * Queue @r behind @c's tx owner if it may (mu held; c->tx_busy; @c is its
+ * peer's tx connection, so neither dead nor retiring: tw_txq_handoff()
+ * sends the queue to claim afresh if it becomes either). The flags are not
+ * read here: the leader writes its own flags beside them without mu.
+ */
+bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r)
+{
+	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
+	    c->tx_chain >= TCP_TXQ_CHAIN)
+		return false;
+	r->state = TXQ_QUEUED;
+	r->next = NULL;
+	if (!c->txq)
+		c->txq_tail = &c->txq;
+	*c->txq_tail = r;
+	c->txq_tail = &r->next;
+	c->txq_n++;
+	return true;
+}
+
+static void txq_unlink(struct tcp_conn *c, struct tcp_txreq *r)
+{
+	struct tcp_txreq *prev = NULL;
+
+	for (struct tcp_txreq **pp = &c->txq; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == r) {
+			*pp = r->next;
+			if (c->txq_tail == &r->next)
+				c->txq_tail = prev ? &prev->next : &c->txq;
+			c->txq_n--;
+			return;
+		}
+}
+
+/* Put @r back at the head of the queue (an owner did not start it). */
+static void txq_push_front(struct tcp_conn *c, struct tcp_txreq *r)
+{
+	r->state = TXQ_QUEUED;
+	r->next = c->txq;
+	if (!c->txq)
+		c->txq_tail = &r->next;
+	c->txq = r;
+	c->txq_n++;
+}
+
+/*
+ * Wait, queued on @c, until @r is no longer queued or taken (mu held).
+ * 0 with r->state OWNER, DONE or AGAIN; or an error with @r unlinked and
+ * nothing of it written.
+ */
+int tw_txq_wait(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r,
+		struct tcp_waiter *me, struct zap_ctx *ctx)
+{
+	for (;;) {
+		if (r->state == TXQ_TAKEN) {
+			/* Its buffer is being written: no ctx applies. */
+			tw_wait_plain(w, me);
+			continue;
+		}
+		if (r->state != TXQ_QUEUED)
+			return 0;
+		int err = tw_wait_step(w, me, ctx);
+		if (err && r->state == TXQ_QUEUED) {
+			txq_unlink(c, r);
+			return err;
+		}
+	}
+}
+
+/* Move up to TCP_TXQ_BATCH queued frames into @b (mu held). */
+static void batch_take(struct tcp_conn *c, struct txbatch *b)
+{
+	while (c->txq && b->n < TCP_TXQ_BATCH + 1) {
+		struct tcp_txreq *r = c->txq;
+		c->txq = r->next;
+		c->txq_n--;
+		r->state = TXQ_TAKEN;
+		b->req[b->n++] = r;
+		b->total += frame_bytes(r);
+	}
+	if (!c->txq)
+		c->txq_tail = &c->txq;
+}
+
+/* The iovecs of what is left to write from b->sent on. Their count. */
+static size_t batch_iov(struct txbatch *b)
+{
+	size_t pos = b->sent, n = 0;
+
+	for (size_t i = 0; i < b->n; i++) {
+		struct tcp_txreq *r = b->req[i];
+		const char *part[2] = { (const char *)r->hdr, r->buf };
+		size_t plen[2] = { TCP_HDR, r->len };
+		for (int j = 0; j < 2; j++) {
+			if (pos >= plen[j]) {
+				pos -= plen[j];
+				continue;
+			}
+			b->iov[n++] = (struct iovec){ (void *)(part[j] + pos),
+						      plen[j] - pos };
+			pos = 0;
+		}
+	}
+	return n;
+}
+
+/* Bytes of frame @i that b->sent covers. */
+static size_t batch_wrote(const struct txbatch *b, size_t i)
+{
+	size_t start = 0;
+
+	for (size_t j = 0; j < i; j++)
+		start += frame_bytes(b->req[j]);
+	if (b->sent <= start)
+		return 0;
+	size_t k = b->sent - start;
+	return k < frame_bytes(b->req[i]) ? k : frame_bytes(b->req[i]);
+}
+
+/*
+ * The socket is full (mu held): give the frames not started back to the
+ * queue, in order, so that their senders' deadlines apply while we wait.
+ * Our own frame stays, and so does a frame in progress.
+ */
+static void batch_cut(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b)
+{
+	size_t keep = 1;
+
+	while (keep < b->n && batch_wrote(b, keep))
+		keep++;
+	if (keep == b->n)
+		return;
+	for (size_t i = b->n; i-- > keep;) {
+		txq_push_front(c, b->req[i]);
+		b->total -= frame_bytes(b->req[i]);
+	}
+	b->n = keep;
+	tw_notify(w, true);
+}
+
+/* Wait for room on @c's full socket while (as leader, or through the
+ * leader) still draining inbound data. mu not held on entry; held on
+ * return only when the result is an error. */
+static int wait_room(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
+		     struct zap_ctx *ctx)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&w->mu);
+	me->out_fd = c->fd;
+	me->out_ready = false;
+	while (!me->out_ready && !err && !c->dead)
+		err = tw_wait_step(w, me, ctx);
+	me->out_fd = -1;
+	if (c->dead && !err)
+		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost", w->dom,
+				    c->raddr);
+	if (!err)
+		pthread_mutex_unlock(&w->mu);
+	return err;
+}
+
+/* Write @b on @c, whose tx side we own (mu not held; held on return). */
+static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b,
+		       struct tcp_waiter *me, struct zap_ctx *ctx)
+{
+	while (b->sent < b->total) {
+		size_t niov = batch_iov(b);
+		ssize_t k = tw_io_send(c, b->iov, niov);
+		tw_count(&w->st_tx_calls, 1);
+		if (k > 0) {
+			b->sent += (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) {
+			/* TLS may hold a record of these bytes, which must
+			 * be offered again as they are (tcp_tls.c). */
+			if (!c->tls_wpend) {
+				pthread_mutex_lock(&w->mu);
+				batch_cut(w, c, b);
+				pthread_mutex_unlock(&w->mu);
+				if (b->sent == b->total)
+					break; /* ours is out, the rest given back */
+			}
+			int err = wait_room(w, c, me, ctx);
+			if (err)
+				return err; /* mu held */
+			continue;
+		}
+		int err = k < 0 ? -errno : -EPIPE;
+		err = w->host->fail(err, "%s: send to %s: %s", w->dom, c->raddr,
+				    tw_io_err(c, -err));
+		pthread_mutex_lock(&w->mu);
+		return err;
+	}
+	pthread_mutex_lock(&w->mu);
+	return 0;
+}
+
+/* Results for the queued frames of @b after a write that ended with @err
+ * (mu held). */
+static void batch_finish(struct tcp_wire *w, struct txbatch *b, int err)
+{
+	size_t whole = 0;
+
+	for (size_t i = 0; i < b->n; i++) {
+		struct tcp_txreq *r = b->req[i];
+		size_t k = batch_wrote(b, i);
+		whole += k == frame_bytes(r);
+		if (!i)
+			continue;
+		r->done = k;
+		r->err = k == frame_bytes(r) ? 0 : err;
+		if (r->err && k && (err == -ETIMEDOUT || err == -ECANCELED))
+			r->err = -ECONNABORTED;
+		r->state = TXQ_DONE;
+	}
+	tw_count(&w->st_tx_frames, whole);
+	if (b->n > 1)
+		tw_notify(w, true);
+}
+
+/*
+ * Write @own's frame on @c, whose tx side we own, and whatever is queued
+ * behind it (mu held; dropped while writing). Returns @own's result, with
+ * own->done its bytes written; *@partial: a frame was left half written
+ * (the stream is broken there). The connection's error, if any, is in
+ * own->err for send_release().
+ */
+int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+{
+	struct txbatch b = { .n = 1, .req = { own }, .total = frame_bytes(own) };
+
+	batch_take(c, &b);
+	pthread_mutex_unlock(&w->mu);
+	int err = batch_write(w, c, &b, me, ctx);
+	batch_finish(w, &b, err);
+	own->done = batch_wrote(&b, 0);
+	own->err = err;
+	*partial = false;
+	for (size_t i = 0; i < b.n; i++) {
+		size_t k = batch_wrote(&b, i);
+		if (k && k < frame_bytes(b.req[i]))
+			*partial = true;
+	}
+	return own->done == frame_bytes(own) ? 0 : err;
+}
+
+/*
+ * After the owner's release (mu held, c->tx_busy false): hand the tx side
+ * to the first queued sender, or, if the connection can no longer take
+ * frames or the chain is long enough, send every queued one to claim
+ * afresh.
+ */
+void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c)
+{
+	if (!c->txq) {
+		c->tx_chain = 0;
+		return;
+	}
+	if (!c->dead && !c->retiring && !c->tx_shut && c->tx_chain < TCP_TXQ_CHAIN) {
+		struct tcp_txreq *r = c->txq;
+		txq_unlink(c, r);
+		r->state = TXQ_OWNER;
+		c->tx_busy = true;
+		c->tx_chain++;
+	} else {
+		while (c->txq) {
+			struct tcp_txreq *r = c->txq;
+			txq_unlink(c, r);
+			r->state = TXQ_AGAIN;
+		}
+		c->tx_chain = 0;
+	}
+	tw_notify(w, true);
+}

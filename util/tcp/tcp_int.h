@@ -65,6 +65,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
@@ -105,6 +106,9 @@
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u
+/* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
+#define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
+#define TCP_UNIX_MODE 0600u
 
 struct tcp_peer;
 
@@ -118,7 +122,11 @@ struct tcp_conn {
 	char raddr[ZAP_PEER_MAX];   /* replyable remote address (proven host) */
 	struct sockaddr_storage sa; /* remote address, from accept/connect */
 	socklen_t salen;
-	char src[ZAP_PEER_MAX]; /* the same as text, for logs ("?" if none) */
+	char src[ZAP_PEER_MAX]; /* the same as text, for logs ("?" if none);
+				 * accepted Unix: the peer's credentials */
+	bool local;             /* AF_UNIX (tcp_unix.c) */
+	char ident[64];         /* Unix: "uid=U gid=G pid=P", the identity
+				 * (SO_PEERCRED); "" on TCP */
 	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
 
 	/* mu */
@@ -252,6 +260,9 @@ struct tcp_wire {
 	bool reap_due;            /* mu: a connection died since the last reap */
 	struct ztls_ctx *tls;     /* NULL: plaintext; set at open, then read-only */
 	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
+	char unix_path[ZAP_PEER_MAX]; /* our socket file, unlinked at close; "" none */
+	dev_t unix_dev;               /* ... and its identity, so that close never */
+	ino_t unix_ino;               /* unlinks a file someone else put there */
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 
 	pthread_t acc;
@@ -383,6 +394,18 @@ const char *tw_io_err(const struct tcp_conn *c, int e);
 /* tcp_handshake.c */
 void *tw_accept_main(void *arg);
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
+
+/* tcp_unix.c: Unix-domain listen, dial, credentials and claims */
+struct zaddr;
+int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a);
+void tw_unix_unlink(struct tcp_wire *w);
+void tw_unix_accepted(struct tcp_conn *c);
+int tw_unix_connect(struct tcp_wire *w, const char *peer, const struct zaddr *a,
+		    struct zap_ctx *ctx, int *fd, struct sockaddr_storage *sa,
+		    socklen_t *salen);
+struct tcp_hello;
+int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_hello *h,
+		       char *why, size_t whylen);
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

@@ -268,6 +268,15 @@ static void test_sizes_path(void **state)
 	assert_true(S_ISSOCK(st.st_mode));
 	assert_int_equal(st.st_mode & 0777, 0600);
 	sizes_between(a, ap, b, bp);
+	/* The identity of a plaintext Unix peer: its credentials. */
+	char id[96];
+	snprintf(id, sizeof(id), "uid=%u gid=%u pid=%d", (unsigned)geteuid(),
+		 (unsigned)getegid(), (int)getpid());
+	send_ok(a, bp, "id", 2);
+	struct zap_msg *m = recv_ok(b);
+	assert_non_null(zap_msg_peer_id(m));
+	assert_string_equal(zap_msg_peer_id(m), id);
+	zap_msg_release(m);
 	zap_close(a);
 	zap_close(b);
 	/* ...and gone once the endpoint closed. */

@@ -109,6 +109,8 @@
 /* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
 #define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
 #define TCP_UNIX_MODE 0600u
+_Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
+	       "deliver() copies a key or credentials into peer_id");
 
 struct tcp_peer;
 
@@ -125,7 +127,7 @@ struct tcp_conn {
 	char src[ZAP_PEER_MAX]; /* the same as text, for logs ("?" if none);
 				 * accepted Unix: the peer's credentials */
 	bool local;             /* AF_UNIX (tcp_unix.c) */
-	char ident[64];         /* Unix: "uid=U gid=G pid=P", the identity
+	char ident[72];         /* Unix: "uid=U gid=G pid=P", the identity
 				 * (SO_PEERCRED); "" on TCP */
 	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
 

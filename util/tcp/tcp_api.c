@@ -401,10 +401,11 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	int r, fd = -1, one = 1;
 
 	if (zaddr_parse(listen_addr, &a))
-		return w->host->fail(-EINVAL,
-				     "%s: malformed listen address \"%s\" (ZAP_LISTEN; want "
-				     "host:port, unix:/path or unix:@name)",
-				     w->dom, listen_addr);
+		return w->host
+			->fail(-EINVAL,
+			       "%s: malformed listen address \"%s\" (ZAP_LISTEN; want "
+			       "host:port, unix:/path or unix:@name)",
+			       w->dom, listen_addr);
 	if (a.kind == ZADDR_UNIX)
 		return tw_unix_listen(w, &a);
 	bool any4 = a.wildcard && a.kind == ZADDR_IPV4;

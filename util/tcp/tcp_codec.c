@@ -197,8 +197,8 @@ static bool host_loopback(const char *host)
 	return IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
-int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out, size_t len,
-			 char *why, size_t whylen)
+int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
+			 size_t len, char *why, size_t whylen)
 {
 	struct sockaddr_storage cs;
 	socklen_t cl;
@@ -211,7 +211,7 @@ int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out, 
 			return -EPROTO;
 		}
 		memcpy(out, h->addr, strlen(h->addr) + 1);
-		return 1; /* the caller proves it: tw_unix_prove() */
+		return 1; /* the caller proves it: tw_unix_hello_peer(), tcp_unix.c */
 	}
 	if (h->wildcard) {
 		/* Listening on every address: loopback reaches it. */
@@ -222,7 +222,8 @@ int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out, 
 	/* Over a Unix socket a TCP address proves no more than TCP from
 	 * loopback would: a loopback host with any port. Another host (even
 	 * one of ours) or a name is refused. */
-	if (!literal_sockaddr(h->host, h->port_num, &cs, &cl) || !host_loopback(h->host) ||
+	if (!literal_sockaddr(h->host, h->port_num, &cs, &cl) ||
+	    !host_loopback(h->host) ||
 	    zaddr_format((struct sockaddr *)&cs, cl, -1, out, len)) {
 		if (len)
 			out[0] = '\0';

@@ -8,6 +8,8 @@
  *   tcp_handshake.c  the accept thread and the dialer's handshake
  *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
  *   tcp_api.c        open, close, send, recv
+ *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED
+ *                    identity and the checks of a local peer's claims
  *
  * Threads and progress
  * --------------------
@@ -262,10 +264,13 @@ struct tcp_wire {
 	bool reap_due;            /* mu: a connection died since the last reap */
 	struct ztls_ctx *tls;     /* NULL: plaintext; set at open, then read-only */
 	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
-	char unix_path[ZAP_PEER_MAX]; /* our socket file, unlinked at close; "" none */
-	dev_t unix_dev;               /* ... and its identity, so that close never */
-	ino_t unix_ino;               /* unlinks a file someone else put there */
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
+
+	/* unix:/path listener (tcp_unix.c): our socket file, unlinked at
+	 * close if it is still this one (device, inode); "" none */
+	char unix_path[ZAP_PEER_MAX];
+	dev_t unix_dev;
+	ino_t unix_ino;
 
 	pthread_t acc;
 	bool acc_started;

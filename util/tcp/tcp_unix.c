@@ -52,10 +52,12 @@ static int unix_mode(const struct tcp_wire *w, mode_t *out)
 	if (!n)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
-		if (n > 4 || v[i] < '0' || v[i] > '7' || (m = m * 8 + (unsigned)(v[i] - '0')) > 0777)
-			return w->host->fail(-EINVAL,
-					     "%s: %s=\"%.32s\" is not an octal mode from 0 to 0777",
-					     w->dom, TCP_UNIX_MODE_ENV, v);
+		if (n > 4 || v[i] < '0' || v[i] > '7' ||
+		    (m = m * 8 + (unsigned)(v[i] - '0')) > 0777)
+			return w->host->fail(
+				-EINVAL,
+				"%s: %s=\"%.32s\" is not an octal mode from 0 to 0777",
+				w->dom, TCP_UNIX_MODE_ENV, v);
 	}
 	*out = (mode_t)m;
 	return 0;
@@ -72,19 +74,22 @@ static int clear_stale(const struct tcp_wire *w, const char *path)
 	struct stat st;
 
 	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0
-				       : w->host->fail(-errno, "%s: cannot listen on unix:%s: %s",
-						       w->dom, path, strerror(errno));
+		return errno == ENOENT
+			       ? 0
+			       : w->host->fail(-errno, "%s: cannot listen on unix:%s: %s",
+					       w->dom, path, strerror(errno));
 	if (!S_ISSOCK(st.st_mode))
-		return w->host->fail(-EADDRINUSE,
-				     "%s: cannot listen on unix:%s: it exists and is not a "
-				     "socket; not replacing it",
-				     w->dom, path);
+		return w->host
+			->fail(-EADDRINUSE,
+			       "%s: cannot listen on unix:%s: it exists and is not a "
+			       "socket; not replacing it",
+			       w->dom, path);
 	if (st.st_uid != geteuid())
-		return w->host->fail(-EADDRINUSE,
-				     "%s: cannot listen on unix:%s: the socket there belongs to "
-				     "uid %u; not replacing it",
-				     w->dom, path, (unsigned)st.st_uid);
+		return w->host->fail(
+			-EADDRINUSE,
+			"%s: cannot listen on unix:%s: the socket there belongs to "
+			"uid %u; not replacing it",
+			w->dom, path, (unsigned)st.st_uid);
 	struct zaddr a = { .kind = ZADDR_UNIX };
 	struct sockaddr_un sun;
 	socklen_t sl;
@@ -100,17 +105,19 @@ static int clear_stale(const struct tcp_wire *w, const char *path)
 	int e = errno;
 	close(fd);
 	if (!r || e == EAGAIN) /* accepted, or a full backlog: it is live */
-		return w->host->fail(-EADDRINUSE,
-				     "%s: cannot listen on unix:%s: another process listens "
-				     "there",
-				     w->dom, path);
+		return w->host
+			->fail(-EADDRINUSE,
+			       "%s: cannot listen on unix:%s: another process listens "
+			       "there",
+			       w->dom, path);
 	if (e != ECONNREFUSED)
 		return w->host->fail(-e, "%s: cannot listen on unix:%s: probing it: %s",
 				     w->dom, path, strerror(e));
 	if (unlink(path) < 0 && errno != ENOENT)
-		return w->host->fail(-errno,
-				     "%s: cannot listen on unix:%s: removing the stale socket: %s",
-				     w->dom, path, strerror(errno));
+		return w->host->fail(
+			-errno,
+			"%s: cannot listen on unix:%s: removing the stale socket: %s",
+			w->dom, path, strerror(errno));
 	w->host->log(ZAP_LOG_INFO, w->dom, "removed the stale socket unix:%s", path);
 	return 0;
 }
@@ -135,9 +142,10 @@ int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a)
 	if (bind(fd, (struct sockaddr *)&sun, sl) < 0) {
 		r = -errno;
 		close(fd);
-		return w->host->fail(r, "%s: cannot listen on unix:%s: %s%s", w->dom, a->host,
-				     strerror(-r),
-				     r == -EADDRINUSE ? " (the abstract name is taken)" : "");
+		return w->host->fail(r, "%s: cannot listen on unix:%s: %s%s", w->dom,
+				     a->host, strerror(-r),
+				     r == -EADDRINUSE ? " (the abstract name is taken)"
+						      : "");
 	}
 	/* Before listen(): until then a connect is refused, so the mode
 	 * bind() gave under the umask never lets anyone in. */
@@ -154,8 +162,8 @@ int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a)
 		if (path)
 			unlink(a->host);
 		close(fd);
-		return w->host->fail(r, "%s: cannot listen on unix:%s: %s", w->dom, a->host,
-				     strerror(-r));
+		return w->host->fail(r, "%s: cannot listen on unix:%s: %s", w->dom,
+				     a->host, strerror(-r));
 	}
 	/* Fits: a unix address is at most 5 + 108 bytes (zap-addr.h). */
 	_Static_assert(ZADDR_UNIX_MAX + 7 <= sizeof(w->bound), "a unix address fits");
@@ -233,8 +241,8 @@ int tw_unix_connect(struct tcp_wire *w, const char *peer, const struct zaddr *a,
 					     strerror(e),
 					     e == ECONNREFUSED || e == ENOENT
 						     ? " (nothing listens there)"
-						     : e == EAGAIN ? " (its backlog stayed full)"
-								   : "");
+					     : e == EAGAIN ? " (its backlog stayed full)"
+							   : "");
 		}
 		struct pollfd p[2] = {
 			{ .fd = w->stop_fd, .events = POLLIN },
@@ -278,7 +286,8 @@ static int prove(struct tcp_wire *w, const struct tcp_conn *c, const struct tcp_
 	}
 	if (a.host[0] == '/' &&
 	    (lstat(a.host, &st) < 0 || !S_ISSOCK(st.st_mode) || st.st_uid != me.uid)) {
-		snprintf(why, whylen, "HELLO from %s claims %s, which is not a socket owned by uid %u",
+		snprintf(why, whylen,
+			 "HELLO from %s claims %s, which is not a socket owned by uid %u",
 			 c->src, h->addr, (unsigned)me.uid);
 		return -EPROTO;
 	}
@@ -289,15 +298,16 @@ static int prove(struct tcp_wire *w, const struct tcp_conn *c, const struct tcp_
 		int e = fd < 0 ? EMFILE : errno;
 		if (fd >= 0)
 			close(fd);
-		snprintf(why, whylen, "HELLO from %s claims %s, where nothing answers (%s)",
-			 c->src, h->addr, strerror(e));
+		snprintf(why, whylen,
+			 "HELLO from %s claims %s, where nothing answers (%s)", c->src,
+			 h->addr, strerror(e));
 		return -EPROTO;
 	}
 	bool ok = peer_cred(fd, &lis, lid, sizeof(lid));
 	close(fd);
 	if (!ok || lis.uid != me.uid) {
-		snprintf(why, whylen, "HELLO from %s claims %s, whose listener is %s", c->src,
-			 h->addr, ok ? lid : "unknown");
+		snprintf(why, whylen, "HELLO from %s claims %s, whose listener is %s",
+			 c->src, h->addr, ok ? lid : "unknown");
 		return -EPROTO;
 	}
 	return 0;

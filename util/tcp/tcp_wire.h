@@ -167,11 +167,11 @@ int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, sockle
  * becomes loopback with its port ("127.0.0.1:p", "[::1]:p"); a loopback
  * literal is taken as it is; any other TCP address is refused. A unix:
  * address is copied to @out and 1 returned: only the socket can prove it
- * (tw_unix_prove(): its listener's uid must be the peer's).
+ * (tw_unix_hello_peer(), tcp_unix.c: its listener's uid must be the peer's).
  * 0 or 1, or -EPROTO with @why (and @out "").
  */
-int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out, size_t len,
-			 char *why, size_t whylen);
+int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
+			 size_t len, char *why, size_t whylen);
 
 /* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
  * -EINVAL. */

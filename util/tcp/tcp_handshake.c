@@ -646,6 +646,16 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	ssize_t k = tw_io_send(c, &hv, 1);
 	if (k != (ssize_t)hn) {
 		int e = k < 0 ? errno : EPIPE;
+		char why[400];
+		/* A TLS peer that refused us closed after its alert; on a
+		 * Unix socket our write fails before we read it: read it. */
+		if (c->tls && hello_read(w, c, why, sizeof(why)) == -EACCES) {
+			w->host->log(ZAP_LOG_WARN, w->dom, "handshake with %s failed: %s",
+				     peer, why);
+			r = w->host->fail(-EACCES, "%s: handshake with %s failed: %s",
+					  w->dom, peer, why);
+			goto fail;
+		}
 		r = w->host->fail(-e, "%s: send HELLO to %s: %s", w->dom, peer,
 				  k < 0 ? tw_io_err(c, e) : "short write");
 		goto fail;

@@ -45,20 +45,22 @@
 static int unix_mode(const struct tcp_wire *w, mode_t *out)
 {
 	const char *v = getenv(TCP_UNIX_MODE_ENV);
-	unsigned m = 0;
 	size_t n = v ? strlen(v) : 0;
+	unsigned m = 0;
+	bool ok = n <= 4;
 
 	*out = TCP_UNIX_MODE;
 	if (!n)
 		return 0;
-	for (size_t i = 0; i < n; i++) {
-		if (n > 4 || v[i] < '0' || v[i] > '7' ||
-		    (m = m * 8 + (unsigned)(v[i] - '0')) > 0777)
-			return w->host->fail(
-				-EINVAL,
-				"%s: %s=\"%.32s\" is not an octal mode from 0 to 0777",
-				w->dom, TCP_UNIX_MODE_ENV, v);
+	for (size_t i = 0; ok && i < n; i++) {
+		ok = v[i] >= '0' && v[i] <= '7';
+		m = m * 8 + (unsigned)(v[i] - '0');
 	}
+	if (!ok || m > 0777)
+		return w->host
+			->fail(-EINVAL,
+			       "%s: %s=\"%.32s\" is not an octal mode from 0 to 0777",
+			       w->dom, TCP_UNIX_MODE_ENV, v);
 	*out = (mode_t)m;
 	return 0;
 }

@@ -24,6 +24,8 @@
 
 #include <zap/zap.h>
 
+#include "zap-test.h"
+
 static char dir[96];
 static unsigned seq;
 
@@ -156,15 +158,6 @@ static void ping_pong(struct zap_transport *a, const char *ap, struct zap_transp
 	zap_msg_release(m);
 }
 
-static void fill(unsigned char *p, size_t len, uint32_t seed)
-{
-	uint32_t x = seed * 2654435761u + 1;
-	for (size_t i = 0; i < len; i++) {
-		x = x * 1103515245u + 12345u;
-		p[i] = (unsigned char)(x >> 16);
-	}
-}
-
 /* ------------------------------------------------------------------------ */
 /* Addresses                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -241,7 +234,7 @@ static void sizes_between(struct zap_transport *a, const char *ap, struct zap_tr
 			const char *to = dirn ? ap : bp, *from = dirn ? bp : ap;
 			struct rx_job j = { .t = rx };
 			pthread_t th;
-			fill(buf, sizes[i], (uint32_t)(i * 2 + (size_t)dirn));
+			zt_fill(buf, sizes[i], i * 2 + (size_t)dirn);
 			assert_int_equal(pthread_create(&th, NULL, rx_main, &j), 0);
 			send_ok(tx, to, buf, sizes[i]);
 			pthread_join(th, NULL);
@@ -754,11 +747,11 @@ static void test_idle_flood_and_stall(void **state)
 static int setup_dir(void **state)
 {
 	(void)state;
-	const char *t = getenv("TMPDIR");
-	snprintf(dir, sizeof(dir), "%s/zap-unix-XXXXXX", t && *t && strlen(t) < 40 ? t : "/tmp");
-	return mkdtemp(dir) ? 0 : -1;
+	/* Short enough for sun_path with the file names below. */
+	return zt_mkdtemp(dir, sizeof(dir), "zap-unix") ? 0 : -1;
 }
 
+/* Fails if a socket file was left behind: close unlinks its own. */
 static int teardown_dir(void **state)
 {
 	(void)state;

@@ -195,18 +195,27 @@ int zap__host_env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t m
 }
 
 /*
- * Syntax check of a socket address "host:port" or "[v6]:port" (the socket
- * transports resolve it); @what names its origin for the message.
+ * Syntax check of a socket address "host:port", "[v6]:port", "unix:/path"
+ * or "unix:@name" (the socket transports resolve it; one that has no Unix
+ * sockets refuses the unix forms itself); @what names its origin for the
+ * message.
  */
 int zap__check_address(const char *what, const char *addr)
 {
 	struct zaddr a;
 
 	/* The grammar is zap-addr.h's, shared with every transport. */
+	if (addr && !strncmp(addr, "unix:", 5) && zaddr_parse(addr, &a)) {
+		const char *why = "malformed";
+		zaddr_unix_check(addr + 5, strlen(addr + 5), &why);
+		return zap__fail(-EINVAL, "%s='%.160s' is not a Unix socket address: %s",
+				 what, addr, why);
+	}
 	if (zaddr_parse(addr, &a))
 		return zap__fail(
 			-EINVAL,
-			"%s='%s' is not an address of the form host:port or [ipv6]:port",
+			"%s='%s' is not an address of the form host:port, [ipv6]:port, "
+			"unix:/path or unix:@name",
 			what, addr);
 	return 0;
 }

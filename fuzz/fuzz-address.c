@@ -9,12 +9,16 @@
  * what it read (kind, host, port, wildcard); parsing is lossless (joining
  * the parts gives the input back); nothing accepted as a name is an IPv4
  * address to inet_aton(3), and every accepted IPv4 or IPv6 host converts
- * with inet_pton(); a formatted sockaddr parses back to the same address.
+ * with inet_pton(); a formatted sockaddr parses back to the same address;
+ * a unix: address (its oracle reads it by substrings, not components)
+ * becomes the sockaddr_un it names and formats back to itself.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/un.h>
 
 #include "fuzz.h"
 #include "zap-addr.h"
@@ -85,11 +89,37 @@ struct ref {
 	bool wildcard;
 };
 
+/* unix:/path or unix:@name, read a different way: by substrings. */
+static bool ref_unix(const char *u, struct ref *r)
+{
+	size_t n = strlen(u);
+
+	for (size_t i = u[0] == '@' || u[0] == '/'; i < n; i++)
+		if ((unsigned char)u[i] < 0x21 || (unsigned char)u[i] > 0x7e || u[i] == '#')
+			return false;
+	if (u[0] == '@') {
+		if (n < 2 || n > 108)
+			return false;
+	} else {
+		char t[300];
+		if (u[0] != '/' || n < 2 || n > 107 || u[n - 1] == '/' || strstr(u, "//"))
+			return false;
+		snprintf(t, sizeof(t), "%s/", u); /* every component ends in '/' */
+		if (strstr(t, "/./") || strstr(t, "/../"))
+			return false;
+	}
+	r->kind = ZADDR_UNIX;
+	memcpy(r->host, u, n + 1);
+	return true;
+}
+
 static bool ref_parse(const char *a, struct ref *r)
 {
 	const char *port;
 
 	memset(r, 0, sizeof(*r));
+	if (!strncmp(a, "unix:", 5))
+		return strlen(a) < 5 + sizeof(r->host) && ref_unix(a + 5, r);
 	if (a[0] == '[') {
 		const char *close = strchr(a, ']');
 		unsigned char b[16];
@@ -169,6 +199,29 @@ static void check_format(const struct zaddr *z)
 		   !buf[0]);
 }
 
+/* A unix address's socket address formats back to the same text, and
+ * holds exactly the path (with its NUL) or a NUL and the name. */
+static void check_unix(const struct zaddr *z, const char *s)
+{
+	struct sockaddr_un sun;
+	socklen_t sl;
+	char buf[200];
+	size_t n = strlen(z->host), off = offsetof(struct sockaddr_un, sun_path);
+
+	FUZZ_CHECK(z->port_num == 0 && !z->port[0] && !z->wildcard);
+	FUZZ_CHECK(zaddr_unix_sockaddr(z, &sun, &sl) == 0 && sun.sun_family == AF_UNIX);
+	if (z->host[0] == '@')
+		FUZZ_CHECK(sl == off + n && !sun.sun_path[0] &&
+			   !memcmp(sun.sun_path + 1, z->host + 1, n - 1));
+	else
+		FUZZ_CHECK(sl == off + n + 1 && !strcmp(sun.sun_path, z->host));
+	FUZZ_CHECK(zaddr_format((struct sockaddr *)&sun, sl, -1, buf, sizeof(buf)) == 0);
+	FUZZ_CHECK(!strcmp(buf, s));
+	FUZZ_CHECK(zaddr_format((struct sockaddr *)&sun, sl, -1, buf, strlen(s)) == -ENOSPC &&
+		   !buf[0]);
+	FUZZ_CHECK(zaddr_unix_check(z->host, n, NULL) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s = fuzz_strndup(data, size);
@@ -189,7 +242,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(z.port_num == r.port && z.wildcard == r.wildcard);
 		FUZZ_CHECK(zaddr_join(&z, z.port, back, sizeof(back)) == 0);
 		FUZZ_CHECK(!strcmp(back, s));
-		if (z.kind == ZADDR_NAME) {
+		if (z.kind == ZADDR_UNIX) {
+			check_unix(&z, s);
+		} else if (z.kind == ZADDR_NAME) {
 			struct in_addr in;
 			FUZZ_CHECK(inet_aton(z.host, &in) == 0);
 		} else {

@@ -106,6 +106,35 @@ static void do_format(const uint8_t *d, size_t n)
 	FUZZ_CHECK((z.kind == ZADDR_IPV4) == v4);
 }
 
+/* Over a Unix socket (tcp_hello_peer_local()): a unix: claim is handed
+ * back to be proven; a TCP claim becomes a loopback address with its
+ * port, or is refused. */
+static void check_local(const struct tcp_hello *h)
+{
+	char out[ZAP_PEER_MAX], why[200] = "";
+	struct zaddr o;
+	int r = tcp_hello_peer_local(h, "fuzz", out, sizeof(out), why, sizeof(why));
+
+	if (h->unix_addr) {
+		FUZZ_CHECK(r == 1 && !strcmp(out, h->addr));
+		return;
+	}
+	if (r) {
+		FUZZ_CHECK(r == -EPROTO && why[0] && !out[0]);
+		return;
+	}
+	FUZZ_CHECK(zaddr_parse(out, &o) == 0 && o.port_num == h->port_num);
+	unsigned char b[16];
+	if (o.kind == ZADDR_IPV4) {
+		FUZZ_CHECK(inet_pton(AF_INET, o.host, b) == 1 && b[0] == 127);
+	} else {
+		static const unsigned char lo[16] = { [15] = 1 };
+		FUZZ_CHECK(o.kind == ZADDR_IPV6 && inet_pton(AF_INET6, o.host, b) == 1);
+		FUZZ_CHECK(!memcmp(b, lo, 16));
+	}
+	FUZZ_CHECK(!h->wildcard || !strcmp(o.host, "127.0.0.1") || !strcmp(o.host, "::1"));
+}
+
 static void do_hello(const uint8_t *d, size_t n)
 {
 	struct tcp_hello h;
@@ -139,14 +168,23 @@ static void do_hello(const uint8_t *d, size_t n)
 	/* The address is what the shared parser (fuzz-address.c checks it
 	 * against its own oracle) reads, port 0 excluded. */
 	struct zaddr z;
-	FUZZ_CHECK(zaddr_parse(h.addr, &z) == 0 && z.port_num);
+	FUZZ_CHECK(zaddr_parse(h.addr, &z) == 0 && (z.port_num || z.kind == ZADDR_UNIX));
+	FUZZ_CHECK(h.unix_addr == (z.kind == ZADDR_UNIX));
+	check_local(&h);
 	FUZZ_CHECK(!strcmp(z.host, h.host) && !strcmp(z.port, h.port) &&
 		   z.port_num == h.port_num && z.wildcard == h.wildcard);
 	why[0] = '\0';
 	int dport = d[0] & 1 ? (int)h.port_num : -1;
 	r = tcp_hello_peer(&h, (struct sockaddr *)&ss, sl, dport, peer,
 			   sizeof(peer), why, sizeof(why));
-	if (!r) {
+	if (!r && h.unix_addr) {
+		/* Unprovable over TCP: the source as it is, and never on a
+		 * connection we dialed. */
+		char src[ZAP_PEER_MAX];
+		FUZZ_CHECK(dport < 0);
+		FUZZ_CHECK(zaddr_format((struct sockaddr *)&ss, sl, -1, src, sizeof(src)) == 0 &&
+			   !strcmp(src, peer));
+	} else if (!r) {
 		/* A replyable peer: parses, same port, exactly the
 		 * connection's source host; a name never passes. */
 		struct zaddr pz;

@@ -194,7 +194,9 @@ struct zap_attr {
 	const char *listen;       /**< local address, "host:port"; env ZAP_LISTEN,
 	                             default "0.0.0.0:0" (any address, any port;
 	                             see zap_transport_address() for the address
-	                             such a transport reports) */
+	                             such a transport reports). default and uma
+	                             also take a Unix-domain socket,
+	                             "unix:/abs/path" or "unix:@abstract-name" */
 	uint64_t max_msg_size;    /**< env ZAP_MAX_MSG_BYTES, default 64 MiB;
 	                             1 to ZAP_MAX_MSG_LIMIT, else zap_pick()
 	                             fails -EINVAL */
@@ -305,7 +307,11 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  *        default and uma); a peer string from zap_msg_peer() is valid.
  *        With TLS on (ZAP_TLS_CERT), "host:port#sha256:<hex>" reaches
  *        only the peer that proves that key (zap_msg_peer() has that
- *        form), else the send fails with -EACCES.
+ *        form), else the send fails with -EACCES. default and uma also
+ *        reach a Unix-domain socket, "unix:/abs/path" (a socket file) or
+ *        "unix:@name" (a Linux abstract name); a peer that connected
+ *        over one gets a peer string its credentials back (see
+ *        docs/wires.md), so replies work whichever side dialed.
  * @buf, @len: the message; the caller may reuse @buf once this returns.
  * @ctx:  cancellation/deadline, or NULL to block until sent.
  *
@@ -327,7 +333,7 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  *  -EACCES:     TLS: the peer was refused (untrusted key, not the key
  *               the peer string requires) or refused this endpoint;
  *  -EHOSTUNREACH/-ECONNREFUSED/-ECONNRESET/-EPIPE: the peer cannot be
- *               reached or went away;
+ *               reached or went away (-ENOENT: no socket at a unix: path);
  *  -EPROTO:     the far end answered but is not a peer of this transport
  *               (another protocol, or an incompatible libzap wire
  *               version); the reason says what it sent;
@@ -369,9 +375,12 @@ ZAP_EXPORT const char *zap_msg_peer(const struct zap_msg *m);
  * connection (ZAP_TLS_CERT), the SHA-256 of the key it proved, as
  * "sha256:<64 hex digits>" (the form of a ZAP_TLS_PEERS line); the same key
  * ends zap_msg_peer()'s string ("host:port#sha256:<hex>"), so a reply goes
- * to that key only.
- * Return: the fingerprint, valid until zap_msg_release(); NULL for a
- * plaintext connection, a transport without authentication, or NULL @m.
+ * to that key only. On a plaintext Unix-domain connection (the default
+ * transport's unix: peers) the kernel's credentials of the peer process
+ * (SO_PEERCRED), as "uid=<uid> gid=<gid> pid=<pid>".
+ * Return: the fingerprint or credentials, valid until zap_msg_release();
+ * NULL for a plaintext TCP connection, a transport without
+ * authentication, or NULL @m.
  */
 ZAP_EXPORT const char *zap_msg_peer_id(const struct zap_msg *m);
 

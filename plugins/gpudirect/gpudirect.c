@@ -53,7 +53,9 @@ static int gd_split(const char *s, char *host, size_t hl, char *port, size_t pl)
 	struct zaddr a;
 
 	host[0] = port[0] = '\0';
-	if (zaddr_parse(s, &a) || strlen(a.host) >= hl || strlen(a.port) >= pl)
+	/* Unix-domain addresses are the TCP wire's; the bootstrap is TCP. */
+	if (zaddr_parse(s, &a) || a.kind == ZADDR_UNIX || strlen(a.host) >= hl ||
+	    strlen(a.port) >= pl)
 		return -EINVAL;
 	strcpy(host, a.host);
 	strcpy(port, a.port);

@@ -216,6 +216,50 @@ static void test_exchange(void **state)
 	zap_close(b);
 }
 
+/* TLS over Unix-domain sockets: the key is the identity (and in the peer
+ * string) there too; an untrusted key is refused. */
+static void test_unix(void **state)
+{
+	char ap[400], bp[ZAP_PEER_MAX], got[ZAP_PEER_MAX];
+	struct zap_transport *a = NULL, *b = NULL, *c = NULL;
+	static unsigned char buf[1u << 20];
+	(void)state;
+
+	snprintf(ap, sizeof(ap), "unix:%s/a.sock", dir);
+	snprintf(bp, sizeof(bp), "unix:@zap-tls-test-%d", (int)getpid());
+	assert_int_equal(ep_try(&A, pins, ap, &a), 0);
+	assert_int_equal(ep_try(&B, pins, bp, &b), 0);
+	addr_of(a, got);
+	assert_string_equal(got, ap);
+	size_t sizes[] = { 64, sizeof(buf) };
+	for (size_t i = 0; i < 2; i++) {
+		memset(buf, (int)i + 1, sizes[i]);
+		struct sender s = { a, bp, buf, sizes[i], -1 };
+		pthread_t th;
+		pthread_create(&th, NULL, send_main, &s);
+		struct zap_msg *m = recv_ok(b);
+		pthread_join(th, NULL);
+		assert_int_equal(s.r, 0);
+		assert_int_equal(zap_msg_len(m), sizes[i]);
+		assert_memory_equal(zap_msg_data(m), buf, sizes[i]);
+		assert_string_equal(zap_msg_peer_id(m), A.fp);
+		char want[600];
+		snprintf(want, sizeof(want), "%s#%s", ap, A.fp);
+		assert_string_equal(zap_msg_peer(m), want);
+		send_ok(b, zap_msg_peer(m), "r", 1);
+		struct zap_msg *back = recv_ok(a);
+		assert_string_equal(zap_msg_peer_id(back), B.fp);
+		zap_msg_release(back);
+		zap_msg_release(m);
+	}
+	/* C is not in the pin file: refused over the Unix socket too. */
+	assert_int_equal(ep_try(&C, pins, "127.0.0.1:0", &c), 0);
+	assert_int_equal(zap_send(c, bp, "x", 1, NULL), -EACCES);
+	zap_close(c);
+	zap_close(a);
+	zap_close(b);
+}
+
 /* A plain OpenSSL client on TCP: handshake, then read until the server
  * closes or alerts. Returns 1 if the handshake completed locally. */
 static int raw_client(const char *addr, X509 *cert, EVP_PKEY *key)
@@ -581,6 +625,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_exchange),
+		cmocka_unit_test(test_unix),
 		cmocka_unit_test(test_concurrent),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_impostor),

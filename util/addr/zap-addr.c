@@ -8,8 +8,17 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/un.h>
+
+#define UNIX_PREFIX "unix:"
+#define UNIX_PREFIX_LEN 5
+
+_Static_assert(ZADDR_UNIX_MAX + 1 == sizeof(((struct sockaddr_un *)0)->sun_path),
+	       "ZADDR_UNIX_MAX is sun_path less one byte");
+_Static_assert(ZADDR_UNIX_MAX + 2 <= ZADDR_HOST_MAX, "a unix address fits host");
 
 static bool is_digit(char c)
 {
@@ -108,6 +117,128 @@ static bool parse_name(const char *s, size_t n)
 	return !numeric;
 }
 
+/* A byte allowed in a unix path component or an abstract name. */
+static bool unix_byte(char c)
+{
+	return c >= 0x21 && c <= 0x7e && c != '#';
+}
+
+static bool bad(const char **why, const char *reason)
+{
+	if (why)
+		*why = reason;
+	return false;
+}
+
+/* An absolute path in its one spelling (zap-addr.h, upath). */
+static bool unix_path(const char *s, size_t n, const char **why)
+{
+	size_t i = 1;
+
+	if (n < 2)
+		return bad(why, "the path is empty");
+	while (i <= n) {
+		size_t start = i;
+
+		while (i < n && s[i] != '/') {
+			if (!unix_byte(s[i]))
+				return bad(why, "the path holds a byte that is not "
+						"printable ASCII, a space or '#'");
+			i++;
+		}
+		size_t len = i - start;
+		if (!len)
+			return bad(why, "the path has an empty component "
+					"(\"//\" or a trailing \"/\")");
+		if ((len == 1 && s[start] == '.') ||
+		    (len == 2 && s[start] == '.' && s[start + 1] == '.'))
+			return bad(why, "the path has a \".\" or \"..\" component");
+		i++; /* the slash, or past the end */
+	}
+	return true;
+}
+
+int zaddr_unix_check(const char *s, size_t n, const char **why)
+{
+	if (n > ZADDR_UNIX_MAX + 1 || (n > ZADDR_UNIX_MAX && s[0] == '/')) {
+		bad(why, "longer than a Unix socket address holds (107 bytes)");
+		return -EINVAL;
+	}
+	if (n && s[0] == '@') {
+		if (n < 2) {
+			bad(why, "the abstract name is empty");
+			return -EINVAL;
+		}
+		for (size_t i = 1; i < n; i++)
+			if (!unix_byte(s[i])) {
+				bad(why, "the abstract name holds a byte that is not "
+					 "printable ASCII, a space or '#'");
+				return -EINVAL;
+			}
+		return 0;
+	}
+	if (!n || s[0] != '/') {
+		bad(why, "want an absolute path (unix:/path) or an abstract name "
+			 "(unix:@name)");
+		return -EINVAL;
+	}
+	return unix_path(s, n, why) ? 0 : -EINVAL;
+}
+
+int zaddr_unix_sockaddr(const struct zaddr *a, struct sockaddr_un *sun, socklen_t *sl)
+{
+	size_t n = strlen(a->host);
+
+	if (a->kind != ZADDR_UNIX || n > ZADDR_UNIX_MAX + 1 || !n)
+		return -EINVAL;
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	if (a->host[0] == '@') {
+		/* Abstract: a NUL, then the name; the length counts the
+		 * name's bytes only (no padding), as ss(8) shows it. */
+		memcpy(sun->sun_path + 1, a->host + 1, n - 1);
+		*sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+	} else {
+		memcpy(sun->sun_path, a->host, n);
+		*sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+	}
+	return 0;
+}
+
+static int unix_format(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len)
+{
+	const struct sockaddr_un *sun = (const struct sockaddr_un *)sa;
+	size_t off = offsetof(struct sockaddr_un, sun_path);
+	char text[ZADDR_UNIX_MAX + 2];
+	size_t n;
+
+	if (sl <= off || sl > sizeof(*sun))
+		goto unsupported;
+	n = sl - off;
+	if (sun->sun_path[0]) {
+		n = strnlen(sun->sun_path, n); /* a path: up to its NUL */
+		memcpy(text, sun->sun_path, n);
+	} else {
+		text[0] = '@';
+		memcpy(text + 1, sun->sun_path + 1, n - 1);
+	}
+	if (zaddr_unix_check(text, n, NULL))
+		goto unsupported;
+	if (UNIX_PREFIX_LEN + n >= len) {
+		if (len)
+			buf[0] = '\0';
+		return -ENOSPC;
+	}
+	memcpy(buf, UNIX_PREFIX, UNIX_PREFIX_LEN);
+	memcpy(buf + UNIX_PREFIX_LEN, text, n);
+	buf[UNIX_PREFIX_LEN + n] = '\0';
+	return 0;
+unsupported:
+	if (len)
+		buf[0] = '\0';
+	return -EAFNOSUPPORT;
+}
+
 int zaddr_parse(const char *s, struct zaddr *out)
 {
 	const char *host, *colon;
@@ -117,6 +248,15 @@ int zaddr_parse(const char *s, struct zaddr *out)
 
 	if (!s)
 		return -EINVAL;
+	if (!strncmp(s, UNIX_PREFIX, UNIX_PREFIX_LEN)) {
+		size_t n = strlen(s + UNIX_PREFIX_LEN);
+		if (zaddr_unix_check(s + UNIX_PREFIX_LEN, n, NULL))
+			return -EINVAL;
+		a.kind = ZADDR_UNIX;
+		memcpy(a.host, s + UNIX_PREFIX_LEN, n + 1); /* fits: checked */
+		*out = a;
+		return 0;
+	}
 	if (s[0] == '[') {
 		const char *close = strchr(s, ']');
 		struct in6_addr in6;
@@ -158,8 +298,13 @@ int zaddr_parse(const char *s, struct zaddr *out)
 
 int zaddr_join(const struct zaddr *a, const char *port, char *buf, size_t len)
 {
-	int n = snprintf(buf, len, a->kind == ZADDR_IPV6 ? "[%s]:%s" : "%s:%s", a->host,
-			 port);
+	int n;
+
+	if (a->kind == ZADDR_UNIX)
+		n = snprintf(buf, len, UNIX_PREFIX "%s", a->host);
+	else
+		n = snprintf(buf, len, a->kind == ZADDR_IPV6 ? "[%s]:%s" : "%s:%s",
+			     a->host, port);
 
 	if (n < 0 || (size_t)n >= len) {
 		if (len)
@@ -176,6 +321,8 @@ int zaddr_format(const struct sockaddr *sa, socklen_t sl, int port, char *buf, s
 	const void *bytes;
 	unsigned pn;
 
+	if (sa->sa_family == AF_UNIX)
+		return unix_format(sa, sl, buf, len);
 	if (sa->sa_family == AF_INET && sl >= (socklen_t)sizeof(struct sockaddr_in)) {
 		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
 		a.kind = ZADDR_IPV4;

@@ -7,7 +7,7 @@
  *
  * Grammar (plugins/default/WIRE.md, "Addresses", says the same):
  *
- *   address = host ":" port
+ *   address = host ":" port / "unix:" upath / "unix:@" aname
  *   host    = ipv4 / "[" ipv6 "]" / name
  *   ipv4    = four decimal octets 0-255 joined by ".", without leading
  *             zeros ("0" itself is fine): 0177.0.0.1, 127.1, 0x7f.0.0.1
@@ -23,6 +23,22 @@
  *   port    = decimal 0-65535, no sign, no leading zero ("0" itself is
  *             fine): one spelling per port, so that routes keyed by the
  *             peer string cannot name one endpoint twice
+ *
+ *   upath   = an absolute filesystem path of a Unix-domain stream socket:
+ *             "/" and components joined by "/", each a run of bytes
+ *             0x21-0x7e except "/" and "#", not "." or ".."; no empty
+ *             component (no "//", no trailing "/"); at most
+ *             ZADDR_UNIX_MAX bytes, so that it fits sun_path with its
+ *             NUL. One spelling per path, so that routes keyed by the
+ *             peer string cannot name one socket twice (a symbolic
+ *             link still can: the path is not resolved).
+ *   aname   = a Linux abstract socket name: 1 to ZADDR_UNIX_MAX bytes
+ *             0x21-0x7e except "#" (the peer-string key separator);
+ *             on the socket it is sun_path[0] = NUL, then these bytes,
+ *             and the address length counts exactly them (no padding)
+ *
+ * A unix address has kind ZADDR_UNIX; its host holds the text after
+ * "unix:" ("/path" or "@name"), its port is "" and port_num 0.
  *
  * Nothing is empty (":80", "[]:80", "host:" are refused) and nothing else
  * is allowed around or between the parts (no spaces, no trailing dot).
@@ -45,11 +61,15 @@
 #define ZADDR_HOST_MAX 254
 /* Longest port ("65535") plus its NUL. */
 #define ZADDR_PORT_MAX 6
+/* Longest unix path or abstract name: sun_path (108) less its NUL (or
+ * the abstract leading NUL). */
+#define ZADDR_UNIX_MAX 107
 
 enum zaddr_kind {
 	ZADDR_IPV4 = 1,
 	ZADDR_IPV6,
 	ZADDR_NAME,
+	ZADDR_UNIX, /* host: "/path" or "@name"; no port */
 };
 
 /* An address, parsed. */
@@ -71,9 +91,11 @@ int zaddr_parse(const char *s, struct zaddr *out);
  * Format @sa (AF_INET or AF_INET6) as "a.b.c.d:port" or "[v6]:port";
  * a v4-mapped IPv6 address as IPv4; an IPv6 scope id is left out (the
  * grammar has no zone ids). @port >= 0 replaces the sockaddr's port.
+ * AF_UNIX as "unix:/path" or "unix:@name" (@port ignored).
  * The result always parses with zaddr_parse().
- * Return: 0, -EAFNOSUPPORT (another family, or @sl too short), -ENOSPC
- * (@len too small; @buf then holds "").
+ * Return: 0, -EAFNOSUPPORT (another family, @sl too short, an unnamed
+ * or unparsable Unix socket address), -ENOSPC (@len too small; @buf
+ * then holds "").
  */
 int zaddr_format(const struct sockaddr *sa, socklen_t sl, int port, char *buf,
 		 size_t len);
@@ -83,5 +105,22 @@ int zaddr_format(const struct sockaddr *sa, socklen_t sl, int port, char *buf,
  * Return: 0, -ENOSPC (@buf then holds "").
  */
 int zaddr_join(const struct zaddr *a, const char *port, char *buf, size_t len);
+
+/*
+ * Parse the text after "unix:" (@s[0..@n), not NUL-terminated), by the
+ * upath / aname rules above. On failure *@why (if not NULL) says what is
+ * wrong ("relative path", "too long"...), for error messages.
+ * Return: 0, or -EINVAL.
+ */
+int zaddr_unix_check(const char *s, size_t n, const char **why);
+
+struct sockaddr_un;
+/*
+ * The socket address of a ZADDR_UNIX address: sun_path holds the path and
+ * its NUL, or a NUL and the abstract name; *@sl is the length to pass to
+ * bind/connect.
+ * Return: 0, or -EINVAL (@a not ZADDR_UNIX).
+ */
+int zaddr_unix_sockaddr(const struct zaddr *a, struct sockaddr_un *sun, socklen_t *sl);
 
 #endif /* ZAP_ADDR_H */

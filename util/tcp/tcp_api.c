@@ -352,10 +352,13 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	int r, fd = -1, one = 1;
 
 	if (zaddr_parse(listen_addr, &a))
-		return w->host->fail(
-			-EINVAL,
-			"%s: malformed listen address \"%s\" (ZAP_LISTEN; want host:port)",
-			w->dom, listen_addr);
+		return w->host
+			->fail(-EINVAL,
+			       "%s: malformed listen address \"%s\" (ZAP_LISTEN; want "
+			       "host:port, unix:/path or unix:@name)",
+			       w->dom, listen_addr);
+	if (a.kind == ZADDR_UNIX)
+		return tw_unix_listen(w, &a);
 	bool any4 = a.wildcard && a.kind == ZADDR_IPV4;
 	bool any6 = a.wildcard && a.kind == ZADDR_IPV6;
 	r = getaddrinfo(any4 ? NULL : a.host, a.port, &hints, &res);
@@ -617,6 +620,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	}
 	if (w->lfd >= 0)
 		close(w->lfd);
+	tw_unix_unlink(w);
 	tcp_kick_put(w->kick); /* closes kick_fd unless a holder remains */
 	if (w->stop_fd >= 0)
 		close(w->stop_fd);

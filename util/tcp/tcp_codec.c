@@ -86,7 +86,9 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, cha
 		snprintf(why, whylen, "HELLO announces a maximum message size of 0");
 		return -EPROTO;
 	}
-	if (strlen(h->addr) != al || zaddr_parse(h->addr, &a) || !a.port_num) {
+	/* A unix: address has no port; every other form needs one. */
+	if (strlen(h->addr) != al || zaddr_parse(h->addr, &a) ||
+	    (!a.port_num && a.kind != ZADDR_UNIX)) {
 		snprintf(why, whylen, "HELLO carries a malformed address");
 		return -EPROTO;
 	}
@@ -95,6 +97,7 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, cha
 	memcpy(h->port, a.port, strlen(a.port) + 1);
 	h->port_num = a.port_num;
 	h->wildcard = a.wildcard;
+	h->unix_addr = a.kind == ZADDR_UNIX;
 	return 0;
 }
 
@@ -138,6 +141,22 @@ int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, sockle
 	}
 	if (zaddr_format(src, sl, -1, real, sizeof(real)))
 		snprintf(real, sizeof(real), "?");
+	if (h->unix_addr && dialed_port < 0) {
+		/* A Unix socket cannot be proven over TCP: the peer is what
+		 * the connection shows, its source address and port, which
+		 * replies reach while this connection is open (WIRE.md). */
+		if (strlen(real) >= len || real[0] == '?') {
+			snprintf(why, whylen, "unusable source address for %s", h->addr);
+			goto refuse;
+		}
+		memcpy(out, real, strlen(real) + 1);
+		return 0;
+	}
+	if (h->unix_addr) {
+		snprintf(why, whylen, "HELLO from %s claims %s, but we dialed TCP", real,
+			 h->addr);
+		goto refuse;
+	}
 	if (dialed_port >= 0 && h->port_num != (unsigned)dialed_port) {
 		snprintf(why, whylen,
 			 "HELLO from %s claims %s, another port than the one dialed",
@@ -160,6 +179,61 @@ refuse:
 	if (len)
 		out[0] = '\0';
 	return -EPROTO;
+}
+
+/* Whether IPv4/IPv6 literal @host is a loopback address (127/8, ::1, or
+ * a v4-mapped 127/8). */
+static bool host_loopback(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) != 1)
+		return false;
+	if (IN6_IS_ADDR_V4MAPPED(&a6))
+		return a6.s6_addr[12] == 127;
+	return IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
+			 size_t len, char *why, size_t whylen)
+{
+	struct sockaddr_storage cs;
+	socklen_t cl;
+
+	if (len)
+		out[0] = '\0';
+	if (h->unix_addr) {
+		if (strlen(h->addr) >= len) {
+			snprintf(why, whylen, "HELLO from %s: address too long", who);
+			return -EPROTO;
+		}
+		memcpy(out, h->addr, strlen(h->addr) + 1);
+		return 1; /* the caller proves it: tw_unix_hello_peer(), tcp_unix.c */
+	}
+	if (h->wildcard) {
+		/* Listening on every address: loopback reaches it. */
+		snprintf(out, len, strchr(h->host, ':') ? "[::1]:%u" : "127.0.0.1:%u",
+			 (unsigned)h->port_num);
+		return 0;
+	}
+	/* Over a Unix socket a TCP address proves no more than TCP from
+	 * loopback would: a loopback host with any port. Another host (even
+	 * one of ours) or a name is refused. */
+	if (!literal_sockaddr(h->host, h->port_num, &cs, &cl) ||
+	    !host_loopback(h->host) ||
+	    zaddr_format((struct sockaddr *)&cs, cl, -1, out, len)) {
+		if (len)
+			out[0] = '\0';
+		snprintf(why, whylen,
+			 "HELLO from %s claims %s: over a Unix socket only a loopback "
+			 "or wildcard TCP address or a Unix address is believed",
+			 who, h->addr);
+		return -EPROTO;
+	}
+	return 0;
 }
 
 int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)

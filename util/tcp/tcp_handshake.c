@@ -49,6 +49,8 @@ static bool own_address(const struct tcp_wire *w, const struct tcp_conn *c)
 	socklen_t sl = sizeof(ss);
 	char local[ZAP_PEER_MAX];
 
+	if (!strncmp(w->bound, "unix:", 5) || !strncmp(c->raddr, "unix:", 5))
+		return !strcmp(c->raddr, w->bound);
 	if (zaddr_parse(c->raddr, &ra) || zaddr_parse(w->bound, &ba) ||
 	    ra.port_num != ba.port_num)
 		return false;
@@ -123,8 +125,12 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 			return -EPROTO;
 		}
 	}
-	r = tcp_hello_peer(&hl, (struct sockaddr *)&c->sa, c->salen, dport, c->raddr,
-			   sizeof(c->raddr), why, whylen);
+	/* Unix sockets: the credentials back the claim (tcp_unix.c). */
+	if (c->local)
+		r = tw_unix_hello_peer(w, c, &hl, why, whylen);
+	else
+		r = tcp_hello_peer(&hl, (struct sockaddr *)&c->sa, c->salen, dport,
+				   c->raddr, sizeof(c->raddr), why, whylen);
 	if (r)
 		return r;
 	c->rid = hl.id;
@@ -270,9 +276,13 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			continue;
 		}
 		c->fd = fd;
-		tw_conn_set_src(c, (struct sockaddr *)&ss, sl);
+		if (ss.ss_family == AF_UNIX) {
+			tw_unix_accepted(c); /* the peer's credentials */
+		} else {
+			tw_conn_set_src(c, (struct sockaddr *)&ss, sl);
+			tw_tune_socket(fd);
+		}
 		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
-		tw_tune_socket(fd);
 		char why[200];
 		if (w->tls && tw_tls_conn_new(w, c, true, NULL, why, sizeof(why))) {
 			w->host->log(ZAP_LOG_WARN, w->dom,
@@ -510,11 +520,13 @@ static int dial_connect(struct tcp_wire *w, const char *peer, struct zap_ctx *ct
 	struct addrinfo *res = NULL;
 	int r;
 
+	if (!zaddr_parse(peer, &a) && a.kind == ZADDR_UNIX)
+		return tw_unix_connect(w, peer, &a, ctx, fd, sa, salen);
 	if (zaddr_parse(peer, &a) || !a.port_num)
-		return w->host->fail(
-			-EINVAL,
-			"%s: malformed peer address \"%s\" (want host:port or [v6]:port)",
-			w->dom, peer);
+		return w->host->fail(-EINVAL,
+				     "%s: malformed peer address \"%s\" (want host:port, "
+				     "[v6]:port, unix:/path or unix:@name)",
+				     w->dom, peer);
 	r = getaddrinfo(a.host, a.port, &hints, &res);
 	if (r)
 		return w->host->fail(r == EAI_NONAME || r == EAI_AGAIN ? -EHOSTUNREACH
@@ -615,6 +627,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	}
 	c->fd = fd;
 	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
+	c->local = sa.ss_family == AF_UNIX;
 	c->dialed = true;
 	c->nonce = tw_rand64();
 	struct tcp_dial dial = { .nonce = c->nonce };
@@ -635,6 +648,16 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	ssize_t k = tw_io_send(c, &hv, 1);
 	if (k != (ssize_t)hn) {
 		int e = k < 0 ? errno : EPIPE;
+		char why[400];
+		/* A TLS peer that refused us closed after its alert; on a
+		 * Unix socket our write fails before we read it: read it. */
+		if (c->tls && hello_read(w, c, why, sizeof(why)) == -EACCES) {
+			w->host->log(ZAP_LOG_WARN, w->dom, "handshake with %s failed: %s",
+				     peer, why);
+			r = w->host->fail(-EACCES, "%s: handshake with %s failed: %s",
+					  w->dom, peer, why);
+			goto fail;
+		}
 		r = w->host->fail(-e, "%s: send HELLO to %s: %s", w->dom, peer,
 				  k < 0 ? tw_io_err(c, e) : "short write");
 		goto fail;

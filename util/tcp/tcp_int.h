@@ -10,6 +10,8 @@
  *   tcp_api.c        open, close, send, recv
  *   tcp_txq.c        writing frames; coalescing the frames of senders
  *                    queued behind each other (one sendmsg() for many)
+ *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED
+ *                    identity and the checks of a local peer's claims
  *
  * Threads and progress
  * --------------------
@@ -73,6 +75,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <time.h>
 
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
@@ -123,6 +126,11 @@
 #define TCP_TXQ_MAX 256u
 #define TCP_TXQ_BATCH 32u
 #define TCP_TXQ_CHAIN 64u
+/* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
+#define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
+#define TCP_UNIX_MODE 0600u
+_Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
+	       "deliver() copies a key or credentials into peer_id");
 
 struct tcp_peer;
 
@@ -155,7 +163,11 @@ struct tcp_conn {
 	char raddr[ZAP_PEER_MAX];   /* replyable remote address (proven host) */
 	struct sockaddr_storage sa; /* remote address, from accept/connect */
 	socklen_t salen;
-	char src[ZAP_PEER_MAX]; /* the same as text, for logs ("?" if none) */
+	char src[ZAP_PEER_MAX]; /* the same as text, for logs ("?" if none);
+				 * accepted Unix: the peer's credentials */
+	bool local;             /* AF_UNIX (tcp_unix.c) */
+	char ident[72];         /* Unix: "uid=U gid=G pid=P", the identity
+				 * (SO_PEERCRED); "" on TCP */
 	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
 
 	/* mu */
@@ -296,6 +308,12 @@ struct tcp_wire {
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
 	_Atomic uint64_t st_tx_calls, st_tx_frames, st_rx_reads, st_rx_frames;
+
+	/* unix:/path listener (tcp_unix.c): our socket file, unlinked at
+	 * close if it is still this one (device, inode); "" none */
+	char unix_path[ZAP_PEER_MAX];
+	dev_t unix_dev;
+	ino_t unix_ino;
 
 	pthread_t acc;
 	bool acc_started;
@@ -438,6 +456,18 @@ static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
 /* tcp_handshake.c */
 void *tw_accept_main(void *arg);
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
+
+/* tcp_unix.c: Unix-domain listen, dial, credentials and claims */
+struct zaddr;
+int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a);
+void tw_unix_unlink(struct tcp_wire *w);
+void tw_unix_accepted(struct tcp_conn *c);
+int tw_unix_connect(struct tcp_wire *w, const char *peer, const struct zaddr *a,
+		    struct zap_ctx *ctx, int *fd, struct sockaddr_storage *sa,
+		    socklen_t *salen);
+struct tcp_hello;
+int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_hello *h,
+		       char *why, size_t whylen);
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

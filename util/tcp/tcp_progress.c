@@ -62,9 +62,10 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 	m->msg.len = len;
 	memcpy(m->peer, c->raddr, sizeof(m->peer));
 	m->msg.peer = m->peer;
-	/* TLS: the key that proved itself on this connection. */
-	memcpy(m->peer_id, c->fp, sizeof(m->peer_id));
-	m->msg.peer_id = c->tls ? m->peer_id : NULL;
+	/* TLS: the key that proved itself on this connection; plaintext
+	 * Unix socket: the peer's credentials (tcp_unix.c). */
+	memcpy(m->peer_id, c->tls ? c->fp : c->ident, sizeof(m->peer_id));
+	m->msg.peer_id = c->tls || c->ident[0] ? m->peer_id : NULL;
 	m->next = NULL;
 	**tail = m;
 	*tail = &m->next;

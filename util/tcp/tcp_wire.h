@@ -149,11 +149,13 @@ struct tcp_hello {
 	char port[8];            /* its port, digits, not "0" */
 	uint16_t port_num;       /* the same, 1-65535 */
 	bool wildcard;           /* host is 0.0.0.0 or :: */
+	bool unix_addr;          /* "unix:/path" or "unix:@name": host holds
+				  * "/path" or "@name", port "", port_num 0 */
 };
 
 /* Parse the @len payload bytes after a HELLO header. 0, or -EPROTO with
  * @why (too short or long, instance id 0, NUL in the address, an address
- * zaddr_parse() refuses (zap-addr.h), port 0). */
+ * zaddr_parse() refuses (zap-addr.h), port 0 on a TCP address). */
 int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, char *why,
 		    size_t whylen);
 
@@ -166,9 +168,25 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, cha
  * announced port must be that one. 0, or -EPROTO with @why naming @src
  * (@src neither IPv4 nor IPv6, @len too small, or a claim @src does not
  * back).
+ * A unix: address on a connection we accepted over TCP cannot be checked:
+ * the peer string is then @src as it is (source host and port), which
+ * replies reach while the connection is open; on a connection we dialed
+ * it is refused (we dialed a TCP port).
  */
 int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, socklen_t sl,
 		   int dialed_port, char *out, size_t len, char *why, size_t whylen);
+
+/*
+ * The replyable peer string for @h arriving on an accepted Unix-domain
+ * connection (@who names the peer's credentials for @why): a TCP wildcard
+ * becomes loopback with its port ("127.0.0.1:p", "[::1]:p"); a loopback
+ * literal is taken as it is; any other TCP address is refused. A unix:
+ * address is copied to @out and 1 returned: only the socket can prove it
+ * (tw_unix_hello_peer(), tcp_unix.c: its listener's uid must be the peer's).
+ * 0 or 1, or -EPROTO with @why (and @out "").
+ */
+int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
+			 size_t len, char *why, size_t whylen);
 
 /* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
  * -EINVAL. */

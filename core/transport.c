@@ -214,6 +214,23 @@ ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf, s
 	return fn(t->tp, buf, len);
 }
 
+ZAP_EXPORT int zap_peer_path(const struct zap_transport *t, const char *peer, char *buf,
+			     size_t len)
+{
+	int (*fn)(void *, const char *, char *, size_t);
+
+	zap__clear_error();
+	if (!t || !peer || !buf)
+		return zap__fail(-EINVAL, "zap_peer_path: NULL argument");
+	if (inherited(t))
+		return fail_inherited(t);
+	fn = OPTIONAL_OP(t->ops, peer_path);
+	if (!fn)
+		return zap__fail(-EOPNOTSUPP, "transport '%s' has no per-peer paths",
+				 t->plugin->name);
+	return fn(t->tp, peer, buf, len);
+}
+
 ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps)
 {
 	struct zap_caps full;

@@ -105,7 +105,7 @@
  *    host members it knows and the host may lack (ZAP_HOST_HAS()).
  *  - History: 1.0 first release; 1.1 added zap_host.pool_try_alloc,
  *    zap_host.last_error (so plugins need not link libzap.so) and
- *    zap_host.env_get.
+ *    zap_host.env_get; 1.2 added zap_plugin_ops.peer_path.
  *
  * A plugin's probe normally runs in a helper process (zap-probe, under the
  * library's libexec directory), and only the plugin a pick chooses is
@@ -126,7 +126,7 @@ extern "C" {
 #endif
 
 #define ZAP_PLUGIN_ABI_MAJOR 1
-#define ZAP_PLUGIN_ABI_MINOR 1
+#define ZAP_PLUGIN_ABI_MINOR 2
 
 #define ZAP_PLUGIN_CAT_(a, b) a##b
 #define ZAP_PLUGIN_CAT(a, b) ZAP_PLUGIN_CAT_(a, b)
@@ -398,6 +398,9 @@ struct zap_plugin_ops {
 
 	/** See zap_pool_stats(). Absent: ZAP_ENOTAVAIL. */
 	int (*pool_stats)(void *tp, struct zap_pool_stats *stats);
+
+	/** See zap_peer_path() (ABI 1.2). Absent: -EOPNOTSUPP. */
+	int (*peer_path)(void *tp, const char *peer, char *buf, size_t len);
 };
 
 /** The last mandatory op; ops->size must reach past it. */

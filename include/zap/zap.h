@@ -296,6 +296,23 @@ ZAP_EXPORT int zap_transport_address(const struct zap_transport *t, char *buf,
 				     size_t len);
 
 /**
+ * zap_peer_path() - how messages to @peer travel right now.
+ * @peer: a peer string as zap_send() takes it.
+ * @buf, @len: where to write the path's name (16 bytes are enough):
+ *   "shm"  shared-memory rings: a peer on this host that may share memory
+ *          with us (default and uma; see "Same host" in docs/wires.md);
+ *   "unix" a Unix-domain socket; "tcp" a TCP connection.
+ * The path is chosen per peer when the connection is made; with TLS the
+ * upgrade to "shm" happens only after the peer authenticated.
+ *
+ * Return: 0; -ENOTCONN if there is no connection to @peer (none yet, or it
+ * closed); -ENOSPC if @len is too small; -EOPNOTSUPP if the transport has
+ * no per-peer paths; -EINVAL for NULL arguments; -EBADFD in a fork() child.
+ */
+ZAP_EXPORT int zap_peer_path(const struct zap_transport *t, const char *peer, char *buf,
+			     size_t len);
+
+/**
  * zap_caps() - copy @t's capabilities into @caps (caller sets caps->size).
  * Return: 0, or -EINVAL for NULL arguments or a size below the first member.
  */

@@ -170,6 +170,12 @@ static int tcp_address(void *p, char *buf, size_t len)
 	return tcp_wire_address(tp->wire, buf, len);
 }
 
+static int tcp_peer_path(void *p, const char *peer, char *buf, size_t len)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_path(tp->wire, peer, buf, len);
+}
+
 static const struct zap_plugin_ops tcp_ops = {
 	.size = sizeof(struct zap_plugin_ops),
 	.probe = tcp_probe,
@@ -183,6 +189,7 @@ static const struct zap_plugin_ops tcp_ops = {
 	/* No buffer pool: applications use their own memory with default. */
 	.buffer_alloc = NULL,
 	.pool_stats = NULL,
+	.peer_path = tcp_peer_path,
 };
 
 /* Referenced by name from core/loader.c; not exported from libzap. */

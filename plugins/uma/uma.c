@@ -421,6 +421,13 @@ static int uma_pool_stats(void *tp, struct zap_pool_stats *stats)
 	return 0;
 }
 
+static int uma_peer_path(void *tp, const char *peer, char *buf, size_t len)
+{
+	struct uma *u = tp;
+
+	return tcp_wire_path(u->wire, peer, buf, len);
+}
+
 static const struct zap_plugin_ops uma_ops = {
 	.size = sizeof(uma_ops),
 	.probe = uma_probe,
@@ -433,6 +440,7 @@ static const struct zap_plugin_ops uma_ops = {
 	.address = uma_address,
 	.buffer_alloc = uma_buffer_alloc,
 	.pool_stats = uma_pool_stats,
+	.peer_path = uma_peer_path,
 };
 
 ZAP_PLUGIN_EXPORT = {

@@ -67,10 +67,21 @@ static void test_fixed_budget(void **state)
 	assert_int_equal(tw_spin_budget(&s), 0);
 }
 
-static bool never(void *arg)
+static bool never(void *arg, bool sleeping)
 {
 	(void)arg;
+	(void)sleeping;
 	return false;
+}
+
+/* Work found only when about to sleep (a ring filled during the spin):
+ * counts the calls, so the test sees both kinds were asked. */
+static bool at_sleep(void *arg, bool sleeping)
+{
+	unsigned *calls = arg;
+
+	calls[sleeping]++;
+	return sleeping;
 }
 
 static uint64_t t_now(void)
@@ -94,15 +105,27 @@ static void test_spin_poll(void **state)
 
 	/* Ready at once: returns 1 without waiting. */
 	assert_int_equal(write(efd, &one, sizeof(one)), sizeof(one));
-	assert_int_equal(tw_spin_poll(&s, &p, 1, 1000, never, NULL), 1);
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 1000, never, NULL, false), 1);
 	assert_int_equal(read(efd, &one, sizeof(one)), sizeof(one));
 
 	/* Nothing arrives: the timeout is honoured (spin included) and the
 	 * 50 ms wait teaches the budget to drop to zero. */
 	t0 = t_now();
-	assert_int_equal(tw_spin_poll(&s, &p, 1, 50, never, NULL), 0);
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 50, never, NULL, false), 0);
 	assert_true(t_now() - t0 >= 45 * MS);
 	assert_int_equal(tw_spin_budget(&s), 0);
+
+	/* Shared memory: work found just before sleeping ends the wait at
+	 * once, with no descriptor ready, spinning or not. */
+	for (int spin = 0; spin < 2; spin++) {
+		unsigned calls[2] = { 0, 0 };
+		tw_spin_init(&s, true, spin ? 200 : 0); /* 0: never spin */
+		t0 = t_now();
+		assert_int_equal(tw_spin_poll(&s, &p, 1, 5000, at_sleep, calls, true), 0);
+		assert_true(t_now() - t0 < 1000 * MS);
+		assert_int_equal(calls[1], 1);
+		assert_true(spin ? calls[0] > 0 : calls[0] == 0);
+	}
 	close(efd);
 }
 

@@ -17,7 +17,9 @@
 #define OFF_LOG2 12u
 #define OFF_HEAD 64u
 #define OFF_SLEEPING 72u
+#define OFF_CLOSED 76u
 #define OFF_TAIL 128u
+#define OFF_WAITING 136u
 #define REC_HDR 8u
 
 /* Positions and the sleeping flag are accessed as atomics in place. */
@@ -56,6 +58,8 @@ int zshm_tx_init(struct zshm_tx *tx, void *region, unsigned log2)
 	atomic_store(word64(b, OFF_HEAD), 0);
 	atomic_store(word64(b, OFF_TAIL), 0);
 	atomic_store(word32(b, OFF_SLEEPING), 0);
+	atomic_store(word32(b, OFF_WAITING), 0);
+	atomic_store(word32(b, OFF_CLOSED), 0);
 	*tx = (struct zshm_tx){ .base = b, .size = (uint64_t)1 << log2 };
 	return 0;
 }
@@ -289,4 +293,34 @@ bool zshm_rx_prepare_sleep(struct zshm_rx *rx)
 		return true;
 	}
 	return false;
+}
+
+bool zshm_rx_producer_waits(struct zshm_rx *rx)
+{
+	/* Orders our tail stores (release) before the load of the flag, as
+	 * the producer's fence orders its flag before its load of tail. */
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load(word32(rx->ctl, OFF_WAITING)) &&
+	       atomic_exchange(word32(rx->ctl, OFF_WAITING), 0);
+}
+
+void zshm_tx_prepare_wait(struct zshm_tx *tx)
+{
+	atomic_store(word32(tx->base, OFF_WAITING), 1);
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+bool zshm_tx_mid(const struct zshm_tx *tx)
+{
+	return tx->mid || tx->msg_off;
+}
+
+void zshm_rx_close(struct zshm_rx *rx)
+{
+	atomic_store(word32(rx->ctl, OFF_CLOSED), 1);
+}
+
+bool zshm_tx_peer_closed(const struct zshm_tx *tx)
+{
+	return atomic_load_explicit(word32(tx->base, OFF_CLOSED), memory_order_relaxed) != 0;
 }

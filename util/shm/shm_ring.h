@@ -19,7 +19,9 @@
  *   0    magic "ZAPSHMR1" (u64), version (u32), log2 of the data size (u32)
  *   64   head: bytes ever published by the producer (u64, release)
  *   72   sleeping: the consumer is about to sleep (u32, see below)
+ *   76   closed: the consumer is gone for good (u32)
  *   128  tail: bytes ever consumed (u64, release)
+ *   136  waiting: the producer waits for room (u32, see below)
  *   192  data: 2^log2 bytes of records
  *
  * A record is an 8-byte header (payload length u32, flags u32) and the
@@ -32,7 +34,12 @@
  * Waking: a consumer that finds nothing sets "sleeping", checks again, and
  * only then sleeps (on whatever the layer above uses); a producer that
  * publishes and finds "sleeping" set clears it and wakes the consumer.
- * Both sides use sequentially consistent operations for that handshake.
+ * The other way round, a producer that finds the ring full sets
+ * "waiting" and tries once more before it sleeps; a consumer that made
+ * room and finds "waiting" set clears it and wakes the producer. Both
+ * sides use sequentially consistent operations for these handshakes. A
+ * flag is only ever a reason to wake the other side, never trusted for
+ * anything else: a peer that keeps one set costs itself wake-ups.
  */
 #ifndef ZAP_SHM_RING_H
 #define ZAP_SHM_RING_H
@@ -133,5 +140,32 @@ bool zshm_rx_prepare_sleep(struct zshm_rx *rx);
 
 /* Bytes published and not yet consumed, as this consumer can see. */
 uint64_t zshm_rx_pending(const struct zshm_rx *rx);
+
+/*
+ * After zshm_recv() consumed something: whether the producer announced
+ * it waits for room and must be woken (the flag is then cleared).
+ */
+bool zshm_rx_producer_waits(struct zshm_rx *rx);
+
+/*
+ * The producer found the ring full (-EAGAIN) and is about to wait:
+ * announce it. The caller then calls zshm_send() once more, and waits only
+ * if that is -EAGAIN too: room made in between is either seen by that
+ * call or followed by a wake-up.
+ */
+void zshm_tx_prepare_wait(struct zshm_tx *tx);
+
+/*
+ * The consumer stops for good (its endpoint closes the connection): say
+ * so, so that the producer fails its next send at once instead of filling
+ * a ring nobody reads. Advisory, like the other flags: a consumer that
+ * dies without it is noticed by whatever else watches it.
+ */
+void zshm_rx_close(struct zshm_rx *rx);
+bool zshm_tx_peer_closed(const struct zshm_tx *tx);
+
+/* Whether the message zshm_send() was last called with is partly
+ * published (it cannot be taken back: the consumer holds part of it). */
+bool zshm_tx_mid(const struct zshm_tx *tx);
 
 #endif /* ZAP_SHM_RING_H */

@@ -239,7 +239,15 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t 
 			continue; /* nothing written: claim afresh */
 		if (req.state == TXQ_OWNER) {
 			bool partial;
-			err = tw_txq_send(w, c, &req, &me, ctx, &partial);
+			struct tcp_shm *s = atomic_load(&c->shm);
+			/* The acceptor's direction waits for the dialer's
+			 * confirmation, which may be here already. */
+			if (s && !s->tx_ready)
+				tw_shm_side(w, c);
+			if (s && s->tx_ready && !c->retiring)
+				err = tw_shm_send(w, c, &req, &me, ctx, &partial);
+			else
+				err = tw_txq_send(w, c, &req, &me, ctx, &partial);
 			send_release(w, c, req.err, partial);
 		} else if ((err = req.err)) {
 			/* Another sender wrote (or failed to write) our frame and
@@ -506,7 +514,7 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 			  (unsigned long long)w->max_msg);
 	}
 	w->id = tw_rand64();
-	w->lfd = w->kick_fd = w->stop_fd = -1;
+	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = -1;
 	atomic_init(&w->shut, false);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_t ca;
@@ -536,6 +544,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	w->conn_max = conn_limit();
 	if (!r)
 		r = tw_tls_open(w, args);
+	if (!r)
+		r = tw_shm_open(w);
 	if (r)
 		goto fail;
 
@@ -620,6 +630,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	}
 	if (w->lfd >= 0)
 		close(w->lfd);
+	tw_shm_close(w);
 	tw_unix_unlink(w);
 	tcp_kick_put(w->kick); /* closes kick_fd unless a holder remains */
 	if (w->stop_fd >= 0)
@@ -638,6 +649,23 @@ int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len)
 		return -ENOSPC;
 	memcpy(buf, w->addr, strlen(w->addr) + 1);
 	return 0;
+}
+
+int tcp_wire_path(struct tcp_wire *w, const char *peer, char *buf, size_t len)
+{
+	int r = -ENOTCONN;
+
+	pthread_mutex_lock(&w->mu);
+	struct tcp_route *rt = tw_route_find(w, peer);
+	struct tcp_conn *c = rt && rt->peer ? rt->peer->tx : NULL;
+	if (c && !c->dead) {
+		const char *p = tw_conn_path(c);
+		r = strlen(p) < len ? 0 : -ENOSPC;
+		if (!r)
+			memcpy(buf, p, strlen(p) + 1);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return r;
 }
 
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w)

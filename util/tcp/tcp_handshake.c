@@ -328,7 +328,7 @@ void *tw_accept_main(void *arg)
 	bool backoff = false;
 
 	while (!atomic_load(&w->shut)) {
-		size_t n = 0, want = w->npending + 2;
+		size_t n = 0, want = w->npending + w->nshm_pend + 3;
 		if (want > cap) {
 			size_t nc = want * 2;
 			struct pollfd *np = realloc(pfd, nc * sizeof(*np));
@@ -356,6 +356,8 @@ void *tw_accept_main(void *arg)
 								      ? c->hs_events
 								      : POLLIN };
 		}
+		size_t shm_first = n;
+		n += tw_shm_accept_fds(w, pfd + n, &next);
 		int timeout = next > now ? (int)(next - now) : 0;
 		if (backoff && timeout > 100)
 			timeout = 100;
@@ -369,7 +371,7 @@ void *tw_accept_main(void *arg)
 		if (atomic_load(&w->shut))
 			break;
 		now = now_ms();
-		for (size_t i = 2; i < n; i++) {
+		for (size_t i = 2; i < shm_first; i++) {
 			struct tcp_conn *c = pc[i];
 			char why[400];
 			if (pfd[i].revents) {
@@ -390,6 +392,7 @@ void *tw_accept_main(void *arg)
 						: "no HELLO within the handshake timeout");
 			}
 		}
+		tw_shm_accept_ready(w, pfd + shm_first, n - shm_first);
 		if (pfd[1].revents)
 			accept_ready(w, &backoff);
 	}
@@ -691,6 +694,9 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	}
 
 	tw_tls_log_up(w, c); /* before the leader may read c */
+	/* Same host: move to shared memory if the peer may (tcp_shm.c);
+	 * before registering, so that nothing else uses c meanwhile. */
+	tw_shm_dial(w, c, deadline);
 	pthread_mutex_lock(&w->mu);
 	r = tw_conn_register(w, c, peer);
 	dial_done(w, &dial);

@@ -12,6 +12,8 @@
  *                    queued behind each other (one sendmsg() for many)
  *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED
  *                    identity and the checks of a local peer's claims
+ *   tcp_shm.c        the same-host upgrade: shared-memory rings set up over
+ *                    a side channel, sending into them, wake-ups
  *
  * Threads and progress
  * --------------------
@@ -62,10 +64,17 @@
  * tx_busy is set (the owner hands it on, tw_txq_handoff()), so it is not
  * reaped under them; a TAKEN frame's buffer is the owner's until it sets
  * DONE, which is why its sender then waits whatever its ctx says.
+ *
+ * Shared memory (tcp_shm.c): c->shm is set once (an atomic pointer, so the
+ * leader may load it while reading) and freed with the connection. Its
+ * tx ring belongs to the tx owner, its rx ring and rx_on to the leader,
+ * the flags marked "mu" to w->mu; the side channel's descriptor never
+ * changes once set.
  */
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H
 
+#include "shm_ring.h"
 #include "tcp_wire.h"
 #include "zap-tls.h"
 
@@ -84,6 +93,9 @@
 #define TCP_HDR 16
 #define TCP_T_HELLO 1
 #define TCP_T_DATA 2
+/* A zero-length frame: every later frame of this direction goes through
+ * the shared-memory ring (tcp_shm.c, WIRE.md "Same host"). */
+#define TCP_T_SHM 3
 /* HELLO payload: instance id (8), connection nonce (8), largest message
  * accepted (8), address text. */
 #define TCP_HELLO_FIXED 24
@@ -129,10 +141,22 @@
 /* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
 #define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
 #define TCP_UNIX_MODE 0600u
+/* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
+ * ring size per direction, how many connections of a wire may hold rings,
+ * how long the dialer waits for the side channel's answer, how many side
+ * channels may be half set up at once, and how many messages the leader
+ * takes from one ring per round. */
+#define TCP_SHM_ENV "ZAP_SHM"
+#define TCP_SHM_LOG2 21u /* 2 MiB */
+#define TCP_SHM_MAX 64u
+#define TCP_SHM_HS_MS 2000u
+#define TCP_SHM_PENDING 16u
+#define TCP_SHM_BATCH 64
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 	       "deliver() copies a key or credentials into peer_id");
 
 struct tcp_peer;
+struct tcp_shm;
 
 /*
  * A send's frame, on the sending thread's stack (tcp_txq.c). The state is
@@ -169,6 +193,7 @@ struct tcp_conn {
 	char ident[72];         /* Unix: "uid=U gid=G pid=P", the identity
 				 * (SO_PEERCRED); "" on TCP */
 	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
+	struct tcp_shm *_Atomic shm; /* set once, see "Shared memory" above */
 
 	/* mu */
 	bool tx_busy; /* a sender (or the handshake) owns the socket's tx */
@@ -252,7 +277,7 @@ struct tcp_waiter {
 	bool ctx_fired;
 };
 
-enum { SLOT_KICK, SLOT_STOP, SLOT_CTX, SLOT_OUT, SLOT_CONN, SLOT_WCTX, SLOT_WOUT };
+enum { SLOT_KICK, SLOT_STOP, SLOT_CTX, SLOT_OUT, SLOT_CONN, SLOT_WCTX, SLOT_WOUT, SLOT_SHM };
 struct tcp_slot {
 	int kind;
 	void *p;
@@ -308,6 +333,14 @@ struct tcp_wire {
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
 	_Atomic uint64_t st_tx_calls, st_tx_frames, st_rx_reads, st_rx_frames;
+
+	/* Shared memory (tcp_shm.c) */
+	int shm_policy;           /* ZAP_SHM, read at open */
+	int shm_lfd;              /* side-channel listener, -1 if none */
+	atomic_uint nshm;         /* connections holding rings */
+	struct tcp_shm_pend *shm_pend; /* accept thread private */
+	size_t nshm_pend;
+	unsigned lead_rings;      /* leader: rings being read in this round */
 
 	/* unix:/path listener (tcp_unix.c): our socket file, unlinked at
 	 * close if it is still this one (device, inode); "" none */
@@ -400,7 +433,7 @@ void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us);
 uint64_t tw_spin_budget(const struct tcp_spin *s);
 void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns);
 int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
-		 bool (*stop)(void *), void *arg);
+		 bool (*ready)(void *arg, bool sleeping), void *arg, bool rings);
 void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa, socklen_t sl);
 void tw_kick(struct tcp_wire *w);
 void tw_wake_all(struct tcp_wire *w);
@@ -468,6 +501,35 @@ int tw_unix_connect(struct tcp_wire *w, const char *peer, const struct zaddr *a,
 struct tcp_hello;
 int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_hello *h,
 		       char *why, size_t whylen);
+
+/* tcp_shm.c: the same-host upgrade */
+enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
+struct tcp_shm {
+	int sock;           /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
+	void *tx_map, *rx_map;
+	size_t map_len;
+	atomic_uint *count; /* the wire's nshm */
+	struct zshm_tx tx;  /* the tx owner's */
+	struct zshm_rx rx;  /* the leader's */
+	bool tx_ready;      /* mu: the peer maps our ring: sends may switch */
+	bool tx_on;         /* mu: TCP_T_SHM written, frames go to the ring */
+	bool side_gone;     /* mu: the side channel ended */
+	uint64_t live_ms;   /* tx owner: last look at the side channel */
+	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
+	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
+};
+struct tcp_shm_pend;
+int tw_shm_open(struct tcp_wire *w);
+void tw_shm_close(struct tcp_wire *w);
+void tw_shm_free(struct tcp_shm *s);
+void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms);
+size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
+void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
+bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
+void tw_shm_wake(const struct tcp_shm *s);
+int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial);
+const char *tw_conn_path(const struct tcp_conn *c);
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

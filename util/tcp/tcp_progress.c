@@ -164,6 +164,37 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 }
 
 /*
+ * TCP_T_SHM at c->rhead: the peer's frames come from the ring from now on
+ * (tcp_shm.c). Valid once, on a connection with rings, as the last bytes
+ * on the connection. 0 (read the ring next), or -EPROTO.
+ */
+static int rx_switch(struct tcp_conn *c)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+	uint64_t len;
+	int r = tcp_parse_header(c->rbuf + c->rhead, TCP_T_SHM, 0, &len, c->rx_why,
+				 sizeof(c->rx_why));
+
+	if (r)
+		return r == -EMSGSIZE ? -EPROTO : r;
+	if (!s || s->rx_on) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "switch to shared memory that was never set up");
+		return -EPROTO;
+	}
+	c->rhead += TCP_HDR;
+	if (c->rhead != c->rlen) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "data on the connection after the switch to shared memory");
+		return -EPROTO;
+	}
+	c->rhead = c->rlen = 0;
+	s->rx_on = true;
+	c->rx_ready = true;
+	return 0;
+}
+
+/*
  * Turn the complete frames in c->rbuf into messages (counted in *@got); a
  * frame whose payload does not fit the buffer starts c->rx_msg. RX_MORE
  * when the buffer has no complete frame left, else conn_rx()'s result.
@@ -174,6 +205,8 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 	while (c->rlen - c->rhead >= TCP_HDR) {
 		unsigned char *h = c->rbuf + c->rhead;
 		uint64_t len;
+		if (h[5] == TCP_T_SHM)
+			return rx_switch(c);
 		int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len, c->rx_why,
 					 sizeof(c->rx_why));
 		if (r)
@@ -311,13 +344,140 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 	}
 }
 
+/* ------------------------------------------------------------------------ */
+/* Receiving from a shared-memory ring (tcp_shm.c sets it up)                */
+/* ------------------------------------------------------------------------ */
+
+struct ring_rx {
+	struct tcp_wire *w;
+	struct tcp_conn *c;
+	struct tcp_rx_msg ***tail;
+	int got;
+};
+
+/*
+ * One chunk of a message from the ring (zshm_chunk_fn): the first starts
+ * c->rx_msg (allocated whole: the ring checked the length against our
+ * limit, and a message of several chunks takes the partial budget like a
+ * large frame does); the last delivers it. -EAGAIN (paused, as for TCP),
+ * -EINTR (a batch is done: come back without waiting), or an error.
+ */
+static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data,
+		      size_t len, bool last)
+{
+	struct ring_rx *x = user;
+	struct tcp_wire *w = x->w;
+	struct tcp_conn *c = x->c;
+
+	if (!off && !c->rx_msg) {
+		if (x->got >= TCP_SHM_BATCH)
+			return -EINTR;
+		if (!last && !budget_take(w, c, total))
+			return -EAGAIN;
+		struct tcp_rx_msg *m = NULL;
+		int r = w->alloc.alloc(w->alloc.user, (size_t)total, &m);
+		if (r) {
+			budget_put(w, c);
+			if (r == -EAGAIN) {
+				c->alloc_wait = true;
+				return r;
+			}
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "cannot allocate %" PRIu64 " bytes: %s", total, strerror(-r));
+			return r;
+		}
+		m->msg.len = (size_t)total;
+		c->rx_msg = m;
+		c->rx_len = (size_t)total;
+		c->rx_start_ms = now_ms();
+	}
+	if (len)
+		memcpy((char *)c->rx_msg->msg.data + off, data, len);
+	c->rx_off = (size_t)off + len;
+	if (last) {
+		struct tcp_rx_msg *m = c->rx_msg;
+		c->rx_msg = NULL;
+		budget_put(w, c);
+		deliver(c, m, (size_t)total, x->tail);
+		tw_count(&w->st_rx_frames, 1);
+		x->got++;
+	}
+	return 0;
+}
+
+/*
+ * conn_rx() for a connection whose peer switched to its ring: the
+ * connection itself must stay silent until its end (@readable: poll saw
+ * it), which, like the side channel's end, means the peer is gone:
+ * complete messages in the ring are still delivered, a partial one is
+ * dropped. Results as conn_rx_inner().
+ */
+static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
+		   struct tcp_rx_msg ***tail, bool readable)
+{
+	struct ring_rx x = { w, c, tail, 0 };
+
+	c->rx_ready = false;
+	if (readable && !s->rx_gone) {
+		unsigned char b;
+		ssize_t k = tw_io_read(c, &b, 1);
+		if (k > 0) {
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "data on the connection after the switch to shared memory");
+			return -EPROTO;
+		}
+		if (k == 0)
+			s->rx_gone = true;
+		else if (errno != EAGAIN && errno != EINTR) {
+			int e = errno;
+			snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
+			return -e;
+		}
+	}
+	uint64_t before = s->rx.tail;
+	int r = zshm_recv(&s->rx, ring_chunk, &x);
+	c->rx_total += s->rx.tail - before;
+	if (s->rx.tail != before && zshm_rx_producer_waits(&s->rx))
+		tw_shm_wake(s);
+	if (r == -EPROTO && s->rx.corrupt) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "the peer broke the shared-memory ring (a position or a record that cannot be)");
+		return -EPROTO;
+	}
+	if (r == -EINTR) {
+		c->rx_ready = true;
+		return 0;
+	}
+	if (r == -EAGAIN)
+		return 0;
+	if (r < 0)
+		return r;
+	if (!s->rx_gone)
+		return 0;
+	if (zshm_rx_pending(&s->rx)) {
+		c->rx_ready = true; /* more to deliver before the end */
+		return 0;
+	}
+	if (c->rx_msg) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off, c->rx_len);
+		struct tcp_rx_msg *m = c->rx_msg;
+		c->rx_msg = NULL;
+		budget_put(w, c);
+		m->msg.release(&m->msg);
+		return RX_EOF_PARTIAL;
+	}
+	return RX_EOF;
+}
+
 /* conn_rx_inner(), and the clock of a partial frame: it restarts at every
  * byte that arrives and stops when no frame is partly read. */
 static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
-		   uint64_t now)
+		   uint64_t now, bool readable)
 {
 	uint64_t before = c->rx_total;
-	int r = conn_rx_inner(w, c, tail);
+	struct tcp_shm *s = atomic_load(&c->shm);
+	int r = s && s->rx_on ? ring_rx(w, c, s, tail, readable) : conn_rx_inner(w, c, tail);
 
 	if (c->rx_total != before)
 		tw_touch(c, now);
@@ -353,24 +513,48 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***
 struct spin_stop {
 	struct tcp_wire *w;
 	struct zap_ctx *ctx;
+	size_t first, n; /* the connections' slots */
 };
 
-static bool spin_should_stop(void *arg)
+/*
+ * Whether the leader has work without any descriptor being ready (the
+ * spin's and the sleep's check): shutdown or the ctx (tw_wait_check() in
+ * the caller reports either), or a message in a ring. @sleeping: about to
+ * sleep, so announce it on every ring (zshm_rx_prepare_sleep()) and its
+ * producer wakes us through the side channel, which is in the poll set.
+ */
+static bool leader_ready(void *arg, bool sleeping)
 {
 	struct spin_stop *st = arg;
+	struct tcp_wire *w = st->w;
+	bool ready = false;
 
-	/* tw_wait_check() in the caller reports either. */
-	return atomic_load(&st->w->shut) || st->w->host->ctx_err(st->ctx);
+	if (atomic_load(&w->shut) || w->host->ctx_err(st->ctx))
+		return true;
+	if (!w->lead_rings)
+		return false;
+	for (size_t i = st->first; i < st->n && !ready; i++) {
+		if (w->slot[i].kind != SLOT_CONN)
+			continue;
+		struct tcp_shm *s = atomic_load(&((struct tcp_conn *)w->slot[i].p)->shm);
+		if (s && s->rx_on)
+			ready = sleeping ? zshm_rx_prepare_sleep(&s->rx)
+					 : zshm_rx_pending(&s->rx) > 0;
+	}
+	return ready;
 }
 
-static int wire_poll(struct tcp_wire *w, struct pollfd *pfd, size_t n, int timeout,
-		     bool spin, struct zap_ctx *ctx)
+static int wire_poll(struct tcp_wire *w, size_t first, size_t n, int timeout, bool spin,
+		     struct zap_ctx *ctx)
 {
-	struct spin_stop st = { w, ctx };
+	struct spin_stop st = { w, ctx, first, n };
 
-	if (!spin)
-		return poll(pfd, n, timeout);
-	return tw_spin_poll(&w->spin, pfd, n, timeout, spin_should_stop, &st);
+	if (spin)
+		return tw_spin_poll(&w->spin, w->pfd, n, timeout, leader_ready, &st,
+				    w->lead_rings > 0);
+	if (timeout != 0 && w->lead_rings && leader_ready(&st, true))
+		timeout = 0;
+	return poll(w->pfd, n, timeout);
 }
 
 static void pollset_add(struct tcp_wire *w, size_t *n, int fd, short events, int kind,
@@ -458,6 +642,14 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 		w->oldest->budget_paused = false;
 		w->oldest->rx_ready = true;
 	}
+	/* Side channels: wake-ups for our senders too, so also while the
+	 * connection is not read (its end seen, paused, the queue full). */
+	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+		struct tcp_shm *s = atomic_load(&c->shm);
+		if (!c->dead && s && s->sock >= 0 && !s->side_gone)
+			pollset_add(w, &n, s->sock, POLLIN, SLOT_SHM, c);
+	}
+	w->lead_rings = 0;
 	if (w->q_full)
 		return n;
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
@@ -469,6 +661,9 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 			*timeout = 0;
 		c->rx_res = 0;
 		pollset_add(w, &n, c->fd, POLLIN, SLOT_CONN, c);
+		struct tcp_shm *s = atomic_load(&c->shm);
+		if (s && s->rx_on)
+			w->lead_rings++;
 	}
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
 		if (!c->rx_ready || c->rx_eof || c->dead || c->alloc_wait ||
@@ -476,7 +671,7 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 			continue;
 		bool listed = false;
 		for (size_t i = first; i < n; i++)
-			if (w->slot[i].p == c)
+			if (w->slot[i].kind == SLOT_CONN && w->slot[i].p == c)
 				listed = true;
 		if (!listed) {
 			c->rx_res = 0;
@@ -572,6 +767,18 @@ static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 		case SLOT_CONN:
 			changed |= conn_rx_result(w, s->p);
 			break;
+		case SLOT_SHM:
+			if (re) {
+				struct tcp_conn *c = s->p;
+				struct tcp_shm *sh = atomic_load(&c->shm);
+				changed |= tw_shm_side(w, c);
+				/* The peer is gone: drain its ring, then end. */
+				if (sh->side_gone && sh->rx_on) {
+					sh->rx_gone = true;
+					c->rx_ready = true;
+				}
+			}
+			break;
 		default:
 			break;
 		}
@@ -609,7 +816,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 
 	tw_reap(w);
 	for (struct tcp_conn *c = w->conns; c; c = c->next)
-		want++;
+		want += 2; /* the connection, and its side channel if any */
 	want += 2u * w->nwaiters;
 	if (pollset_reserve(w, want))
 		return -ENOMEM;
@@ -617,13 +824,17 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 	n = pollset_conns(w, first_conn, &timeout);
 
 	pthread_mutex_unlock(&w->mu);
-	if (wire_poll(w, w->pfd, n, timeout, me->out_fd < 0, ctx) < 0 && errno != EINTR)
+	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 && errno != EINTR)
 		err = -errno;
 	uint64_t now = now_ms();
 	for (size_t i = first_conn; i < n; i++) {
+		if (w->slot[i].kind != SLOT_CONN)
+			continue;
 		struct tcp_conn *c = w->slot[i].p;
-		if (w->pfd[i].revents || c->rx_ready) {
-			c->rx_res = conn_rx(w, c, &mtail, now);
+		struct tcp_shm *s = atomic_load(&c->shm);
+		/* A ring is read every round: a load tells it is empty. */
+		if (w->pfd[i].revents || c->rx_ready || (s && s->rx_on)) {
+			c->rx_res = conn_rx(w, c, &mtail, now, w->pfd[i].revents != 0);
 			/* TLS may hold decrypted bytes poll() cannot see. */
 			if (!c->rx_res && c->tls && !c->rx_ready && tw_io_pending(c))
 				c->rx_ready = true;

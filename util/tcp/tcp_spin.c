@@ -87,24 +87,32 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
 		s->mean_ns -= (s->mean_ns - waited_ns) / 4;
 }
 
-/* Busy-poll @pfd until @end_ns, yielding each round; > 0 as poll(), or 0
- * at @end_ns (or when @stop says so). */
+/*
+ * Busy-poll @pfd until @end_ns, yielding each round; > 0 as poll(), or 0
+ * at @end_ns or when @ready says there is work. With @rings, @ready reads
+ * shared memory (tcp_shm.c), which costs a few loads against the 0.4 us
+ * of a poll() round: it is asked every round, and the descriptors (and
+ * the yield) only every SPIN_RING_ROUNDS rounds.
+ */
+#define SPIN_RING_ROUNDS 32u
 static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
-		       bool (*stop)(void *), void *arg)
+		       bool (*ready)(void *, bool), void *arg, bool rings)
 {
-	for (;;) {
-		int r = poll(pfd, n, 0);
+	for (unsigned i = 0;; i++) {
+		if (!rings || i % SPIN_RING_ROUNDS == 0) {
+			int r = poll(pfd, n, 0);
 
-		if (r)
-			return r;
-		if (stop(arg) || now_ns() >= end_ns)
+			if (r)
+				return r;
+			sched_yield();
+		}
+		if (ready(arg, false) || now_ns() >= end_ns)
 			return 0;
-		sched_yield();
 	}
 }
 
 int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
-		 bool (*stop)(void *), void *arg)
+		 bool (*ready)(void *arg, bool sleeping), void *arg, bool rings)
 {
 	uint64_t t0 = now_ns(), budget = tw_spin_budget(s), end;
 	int r = 0;
@@ -115,12 +123,14 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		end = t0 + budget;
 		if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)
 			end = t0 + (uint64_t)timeout * 1000000u;
-		r = spin_rounds(pfd, n, end, stop, arg);
+		r = spin_rounds(pfd, n, end, ready, arg, rings);
 		atomic_fetch_sub(&spinners, 1);
 	} else if (budget) {
 		atomic_fetch_sub(&spinners, 1);
 	}
-	if (!r) {
+	/* No descriptor is ready: unless @ready has work (or is about to
+	 * sleep on shared memory and found some), sleep in poll(). */
+	if (!r && !ready(arg, true)) {
 		if (timeout > 0) {
 			uint64_t spent_ms = (now_ns() - t0) / 1000000u;
 

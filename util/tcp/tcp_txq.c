@@ -60,8 +60,10 @@ static size_t frame_bytes(const struct tcp_txreq *r)
  */
 bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r)
 {
+	/* A connection with rings takes no new queued frames: its owner
+	 * writes into the ring, one frame each (tcp_shm.c). */
 	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
-	    c->tx_chain >= TCP_TXQ_CHAIN)
+	    c->tx_chain >= TCP_TXQ_CHAIN || atomic_load(&c->shm))
 		return false;
 	r->state = TXQ_QUEUED;
 	r->next = NULL;
@@ -289,7 +291,10 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 {
 	struct txbatch b = { .n = 1, .req = { own }, .total = frame_bytes(own) };
 
-	batch_take(c, &b);
+	/* With rings, frames queued before they were set up wait for their
+	 * own turn (tw_txq_handoff()): none may follow TCP_T_SHM. */
+	if (!atomic_load(&c->shm))
+		batch_take(c, &b);
 	pthread_mutex_unlock(&w->mu);
 	int err = batch_write(w, c, &b, me, ctx);
 	batch_finish(w, &b, err);

@@ -104,6 +104,14 @@ int tcp_wire_address(const struct tcp_wire *w, char *buf, size_t len);
 uint64_t tcp_wire_max_msg(const struct tcp_wire *w);
 
 /*
+ * The path our messages to @peer (a peer string as zap_send() takes it)
+ * take now: "shm" (shared-memory rings, WIRE.md "Same host"), "unix" or
+ * "tcp". 0, -ENOTCONN when there is no connection to @peer, -ENOSPC when
+ * @len is too small. Thread-safe.
+ */
+int tcp_wire_path(struct tcp_wire *w, const char *peer, char *buf, size_t len);
+
+/*
  * Counters since open, for tests and benchmarks (relaxed reads, any
  * thread): send and read system calls on connections, and whole DATA
  * frames written and received. Frames per call is what coalescing and

@@ -1,0 +1,761 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The same-host upgrade (WIRE.md, "Same host"): two endpoints whose
+ * connection (TCP or Unix socket) turns out to join processes of one host
+ * that may share memory move its messages onto a pair of shared-memory
+ * rings (util/shm/shm_ring.h), one per direction. The connection stays:
+ * it carries everything before the switch, its end is the peer's end, and
+ * if anything here fails the messages simply keep using it.
+ *
+ * Setting up, the dialer D and the acceptor A, after the HELLOs:
+ *  - Every wire listens on an abstract SOCK_SEQPACKET socket named after
+ *    its instance id, "@zap-shm-<id hex>". Abstract names belong to the
+ *    network namespace, so only a process of this host (and namespace)
+ *    reaches it, and the listener's credentials say who it is.
+ *  - D connects to the name of the id in A's HELLO, checks the listener's
+ *    SO_PEERCRED against the policy (ZAP_SHM), and sends a request: its
+ *    connection nonce, which binds the request to this connection (only
+ *    D and A know it; under TLS it travelled encrypted), the ring size,
+ *    and a sealed memfd holding D's tx ring.
+ *  - A's handshake thread checks the side channel's credentials, the
+ *    memfd (a regular file, sealed against shrinking and growing, exactly
+ *    the agreed size), maps it as its rx ring, finds the accepted
+ *    connection by the nonce, installs the rings there and answers with
+ *    its own sealed memfd. D checks and maps that the same way, installs,
+ *    and confirms. The side channel then stays open, for wake-ups (one
+ *    byte, sent with MSG_DONTWAIT: the peer's socket buffer is never ours
+ *    to block on) and as a second signal of the peer's end.
+ *  - Each direction switches on its own: the side that may send into its
+ *    ring (D at once, A once the confirmation says D mapped it) writes a
+ *    TCP_T_SHM frame on the connection and then puts every frame into the
+ *    ring. The receiver reads the ring only after that frame, so the
+ *    messages before it (on the connection) come first: order holds.
+ *
+ * The peer is hostile: the ring engine checks everything it reads from
+ * the region; a memfd that could shrink under us (SIGBUS) is refused;
+ * descriptors arrive with MSG_CMSG_CLOEXEC and any we did not ask for are
+ * closed; at most TCP_SHM_MAX connections of a wire hold rings (memory:
+ * two 2 MiB rings each) and TCP_SHM_PENDING side channels wait to be set
+ * up, each with the handshake's deadline.
+ *
+ * Shared state: see "Shared memory" in tcp_int.h; w->shm_pend belongs to
+ * the accept thread.
+ */
+#include "tcp_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define SHM_REQ 0x5a535131u  /* "ZSQ1": D's request, with its memfd */
+#define SHM_ANS 0x5a534131u  /* "ZSA1": A's answer, with its memfd */
+#define SHM_DONE 0x5a534331u /* "ZSC1": D mapped A's ring */
+#define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/* The side channel's messages: one datagram each. */
+struct shm_msg {
+	uint32_t magic;
+	uint32_t log2; /* ring size, both directions */
+	uint64_t nonce;
+};
+
+/* A side channel accepted, waiting for its request (accept thread). */
+struct tcp_shm_pend {
+	struct tcp_shm_pend *next;
+	int fd;
+	uint64_t deadline_ms;
+};
+
+/* ---- policy ------------------------------------------------------------- */
+
+/* Whether the process behind @fd may share memory with us. */
+static bool peer_allowed(const struct tcp_wire *w, int fd, char *why, size_t whylen)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cl != sizeof(cr)) {
+		snprintf(why, whylen, "no peer credentials: %s", strerror(errno));
+		return false;
+	}
+	if (cr.uid == geteuid() || (w->shm_policy == TW_SHM_GROUP && cr.gid == getegid()))
+		return true;
+	snprintf(why, whylen, "its process (uid %u gid %u) is not ours to share memory with (%s=%s)",
+		 (unsigned)cr.uid, (unsigned)cr.gid, TCP_SHM_ENV,
+		 w->shm_policy == TW_SHM_GROUP ? "group" : "user");
+	return false;
+}
+
+static socklen_t side_name(uint64_t id, struct sockaddr_un *sun)
+{
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	/* Abstract: sun_path[0] is NUL; the name is not NUL-terminated. */
+	int k = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "zap-shm-%016" PRIx64,
+			 id);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)k);
+}
+
+int tw_shm_open(struct tcp_wire *w)
+{
+	const char *v = getenv(TCP_SHM_ENV);
+	struct sockaddr_un sun;
+
+	w->shm_lfd = -1;
+	atomic_init(&w->nshm, 0);
+	if (!v || !*v || !strcmp(v, "user") || !strcmp(v, "1"))
+		w->shm_policy = TW_SHM_USER;
+	else if (!strcmp(v, "group"))
+		w->shm_policy = TW_SHM_GROUP;
+	else if (!strcmp(v, "off") || !strcmp(v, "0"))
+		w->shm_policy = TW_SHM_OFF;
+	else
+		return w->host->fail(-EINVAL,
+				     "%s: %s=\"%.32s\" is not one of user, group, off", w->dom,
+				     TCP_SHM_ENV, v);
+	if (w->shm_policy == TW_SHM_OFF)
+		return 0;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sun, side_name(w->id, &sun)) < 0 ||
+	    listen(fd, 64) < 0) {
+		/* Not fatal: this endpoint just never upgrades. */
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "no shared-memory upgrades: side channel: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	w->shm_lfd = fd;
+	return 0;
+}
+
+void tw_shm_close(struct tcp_wire *w)
+{
+	while (w->shm_pend) {
+		struct tcp_shm_pend *p = w->shm_pend;
+		w->shm_pend = p->next;
+		close(p->fd);
+		free(p);
+	}
+	if (w->shm_lfd >= 0)
+		close(w->shm_lfd);
+	w->shm_lfd = -1;
+}
+
+/* ---- regions ------------------------------------------------------------ */
+
+/* A new sealed memfd of @len bytes, mapped at *@map; the fd, or -errno. */
+static int region_new(size_t len, void **map)
+{
+	int fd = memfd_create("zap-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0 || fcntl(fd, F_ADD_SEALS, SHM_SEALS) < 0)
+		goto fail;
+	*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (*map == MAP_FAILED)
+		goto fail;
+	return fd;
+fail:;
+	int e = errno;
+	close(fd);
+	return -e;
+}
+
+/* Map the peer's region @fd, after checking it cannot change size. */
+static int region_map(int fd, size_t len, void **map, char *why, size_t whylen)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "the peer's region is not a memory file");
+		return -EPROTO;
+	}
+	if (seals < 0 || (seals & SHM_SEALS) != SHM_SEALS) {
+		snprintf(why, whylen, "the peer's region is not sealed against resizing");
+		return -EPROTO;
+	}
+	if ((uint64_t)st.st_size != len) {
+		snprintf(why, whylen, "the peer's region has %jd bytes, not %zu",
+			 (intmax_t)st.st_size, len);
+		return -EPROTO;
+	}
+	*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (*map == MAP_FAILED) {
+		snprintf(why, whylen, "mmap: %s", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+void tw_shm_free(struct tcp_shm *s)
+{
+	if (!s)
+		return;
+	if (s->tx_map)
+		munmap(s->tx_map, s->map_len);
+	if (s->rx_map) {
+		zshm_rx_close(&s->rx); /* the peer's sends fail from now on */
+		munmap(s->rx_map, s->map_len);
+	}
+	if (s->sock >= 0)
+		close(s->sock);
+	if (s->count)
+		atomic_fetch_sub(s->count, 1);
+	free(s);
+}
+
+/*
+ * Our half of a pair: the peer's region @pfd mapped as our rx ring, and
+ * our tx ring: @given (laid out and announced already; the pair owns its
+ * mapping once this succeeds), or else a new one, whose memfd *@our_fd is
+ * then the caller's to pass on and close. Counts against TCP_SHM_MAX.
+ * NULL with @why.
+ */
+static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx *given,
+			       int *our_fd, char *why, size_t whylen)
+{
+	struct tcp_shm *s = calloc(1, sizeof(*s));
+	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
+
+	if (our_fd)
+		*our_fd = -1;
+	if (!s) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	s->sock = -1;
+	s->map_len = len;
+	if (atomic_fetch_add(&w->nshm, 1) >= TCP_SHM_MAX) {
+		atomic_fetch_sub(&w->nshm, 1);
+		snprintf(why, whylen, "%u connections already use shared memory", TCP_SHM_MAX);
+		free(s);
+		return NULL;
+	}
+	s->count = &w->nshm;
+	if (region_map(pfd, len, &s->rx_map, why, whylen)) {
+		s->rx_map = NULL;
+		goto fail;
+	}
+	if (zshm_rx_attach(&s->rx, s->rx_map, TCP_SHM_LOG2, w->max_msg)) {
+		snprintf(why, whylen, "the peer's ring has a bad header");
+		goto fail;
+	}
+	if (given) {
+		s->tx = *given;
+		s->tx_map = given->base;
+		return s;
+	}
+	*our_fd = region_new(len, &s->tx_map);
+	if (*our_fd < 0) {
+		snprintf(why, whylen, "memfd: %s", strerror(-*our_fd));
+		*our_fd = -1;
+		s->tx_map = NULL;
+		goto fail;
+	}
+	zshm_tx_init(&s->tx, s->tx_map, TCP_SHM_LOG2);
+	return s;
+fail:
+	tw_shm_free(s);
+	return NULL;
+}
+
+/* ---- the side channel's messages ---------------------------------------- */
+
+static int side_send(int fd, uint32_t magic, uint64_t nonce, int pass_fd)
+{
+	struct shm_msg m = { .magic = magic, .log2 = TCP_SHM_LOG2, .nonce = nonce };
+	struct iovec iov = { &m, sizeof(m) };
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (pass_fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.b;
+		mh.msg_controllen = sizeof(u.b);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	ssize_t k = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	return k == (ssize_t)sizeof(m) ? 0 : k < 0 ? -errno : -EPIPE;
+}
+
+/*
+ * Read one message of @magic with exactly one descriptor (*@got), or none
+ * when @got is NULL. Any other descriptor that came is closed. 0, -EAGAIN,
+ * or -EPROTO / -errno with @why.
+ */
+static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *why,
+		     size_t whylen)
+{
+	struct iovec iov = { m, sizeof(*m) };
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} u;
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = u.b,
+			     .msg_controllen = sizeof(u.b) };
+	int fds[8], nfd = 0;
+
+	if (got)
+		*got = -1;
+	ssize_t k = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (k < 0 && (errno == EAGAIN || errno == EINTR))
+		return -EAGAIN;
+	if (k < 0) {
+		snprintf(why, whylen, "side channel: %s", strerror(errno));
+		return -errno;
+	}
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n && nfd < 8; i++)
+			memcpy(&fds[nfd++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+	}
+	int rc = 0;
+	if (k == 0)
+		snprintf(why, whylen, "the peer closed the side channel"), rc = -EPIPE;
+	else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		snprintf(why, whylen, "oversized side-channel message"), rc = -EPROTO;
+	else if (k != (ssize_t)sizeof(*m) || m->magic != magic)
+		snprintf(why, whylen, "malformed side-channel message"), rc = -EPROTO;
+	else if (m->log2 != TCP_SHM_LOG2)
+		snprintf(why, whylen, "ring size 2^%" PRIu32 " offered, we use 2^%u",
+			 m->log2, TCP_SHM_LOG2),
+			rc = -EPROTO;
+	else if (nfd != (got ? 1 : 0))
+		snprintf(why, whylen, "%d descriptors with a side-channel message", nfd),
+			rc = -EPROTO;
+	for (int i = 0; i < nfd; i++) {
+		if (!rc && got)
+			*got = fds[i];
+		else
+			close(fds[i]);
+	}
+	return rc;
+}
+
+static int side_wait(int fd, int stop_fd, uint64_t deadline_ms)
+{
+	for (;;) {
+		uint64_t now = now_ms();
+		if (now >= deadline_ms)
+			return -ETIMEDOUT;
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
+				       { .fd = stop_fd, .events = POLLIN } };
+		int r = poll(p, 2, (int)(deadline_ms - now));
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (p[1].revents)
+			return -ESHUTDOWN;
+		if (p[0].revents)
+			return 0;
+	}
+}
+
+/* ---- the dialer --------------------------------------------------------- */
+
+/*
+ * Try the upgrade on @c, which we dialed and whose HELLO exchange is done
+ * (not yet registered: nothing else sees it). Best effort: on any failure
+ * @c stays as it is, and the reason is logged at DEBUG.
+ */
+void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms)
+{
+	struct sockaddr_un sun;
+	struct tcp_shm *s = NULL;
+	struct shm_msg m;
+	struct zshm_tx tx;
+	char why[200] = "";
+	void *tx_map = NULL;
+	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
+	int fd = -1, txfd = -1, pfd = -1, r;
+
+	if (w->shm_policy == TW_SHM_OFF)
+		return;
+	if (deadline_ms > now_ms() + TCP_SHM_HS_MS)
+		deadline_ms = now_ms() + TCP_SHM_HS_MS;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, side_name(c->rid, &sun)) < 0) {
+		/* The usual case for a peer on another host or namespace. */
+		snprintf(why, sizeof(why), "no side channel (%s): not on this host",
+			 strerror(errno));
+		goto out;
+	}
+	if (!peer_allowed(w, fd, why, sizeof(why)))
+		goto out;
+	txfd = region_new(len, &tx_map);
+	if (txfd < 0) {
+		snprintf(why, sizeof(why), "memfd: %s", strerror(-txfd));
+		tx_map = NULL;
+		goto out;
+	}
+	/* Laid out before the peer can see it. */
+	zshm_tx_init(&tx, tx_map, TCP_SHM_LOG2);
+	r = side_send(fd, SHM_REQ, c->nonce, txfd);
+	if (r) {
+		snprintf(why, sizeof(why), "side channel: %s", strerror(-r));
+		goto out;
+	}
+	for (;;) {
+		r = side_wait(fd, w->stop_fd, deadline_ms);
+		if (r) {
+			snprintf(why, sizeof(why), "no answer on the side channel: %s",
+				 strerror(-r));
+			goto out;
+		}
+		r = side_recv(fd, SHM_ANS, &m, &pfd, why, sizeof(why));
+		if (r != -EAGAIN)
+			break;
+	}
+	if (r)
+		goto out;
+	if (m.nonce != c->nonce) {
+		snprintf(why, sizeof(why), "the answer is for another connection");
+		goto out;
+	}
+	s = shm_new(w, pfd, &tx, NULL, why, sizeof(why));
+	if (!s)
+		goto out;
+	tx_map = NULL; /* the pair's now */
+	r = side_send(fd, SHM_DONE, c->nonce, -1);
+	if (r) {
+		snprintf(why, sizeof(why), "side channel: %s", strerror(-r));
+		goto out;
+	}
+	s->sock = fd;
+	fd = -1;
+	s->tx_ready = true; /* the peer mapped our ring before it answered */
+	atomic_store(&c->shm, s);
+	s = NULL;
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: messages go through shared memory",
+		     c->src);
+out:
+	if (why[0])
+		w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: staying on the connection: %s",
+			     c->src, why);
+	tw_shm_free(s);
+	if (tx_map)
+		munmap(tx_map, len);
+	if (txfd >= 0)
+		close(txfd);
+	if (pfd >= 0)
+		close(pfd);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* ---- the acceptor (the handshake thread) -------------------------------- */
+
+static void pend_drop(struct tcp_wire *w, struct tcp_shm_pend *p, bool close_fd)
+{
+	for (struct tcp_shm_pend **pp = &w->shm_pend; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	w->nshm_pend--;
+	if (close_fd)
+		close(p->fd);
+	free(p);
+}
+
+size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms)
+{
+	size_t n = 0;
+
+	if (w->shm_lfd < 0)
+		return 0;
+	pfd[n++] = (struct pollfd){ .fd = w->shm_lfd, .events = POLLIN };
+	for (struct tcp_shm_pend *p = w->shm_pend; p; p = p->next) {
+		if (p->deadline_ms < *next_ms)
+			*next_ms = p->deadline_ms;
+		pfd[n++] = (struct pollfd){ .fd = p->fd, .events = POLLIN };
+	}
+	return n;
+}
+
+/* The accepted connection a request's nonce names, if it may take rings
+ * (mu held). */
+static struct tcp_conn *conn_by_nonce(struct tcp_wire *w, uint64_t nonce)
+{
+	for (struct tcp_conn *c = w->conns; c; c = c->next)
+		if (!c->dialed && c->nonce == nonce && !c->dead && !c->rx_eof &&
+		    !c->retiring && !atomic_load(&c->shm))
+			return c;
+	return NULL;
+}
+
+/* A request arrived on @p: set up, install, answer. Logs why not. */
+static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
+{
+	struct shm_msg m;
+	char why[200] = "";
+	int pfd = -1, ours = -1;
+	struct tcp_shm *s = NULL;
+
+	int r = side_recv(p->fd, SHM_REQ, &m, &pfd, why, sizeof(why));
+	if (r == -EAGAIN)
+		return;
+	if (r)
+		goto out;
+	/* Everything that can fail before the connection is touched, so
+	 * that installing is a pointer store under mu. */
+	s = shm_new(w, pfd, NULL, &ours, why, sizeof(why));
+	if (!s)
+		goto out;
+	s->sock = p->fd;
+	pthread_mutex_lock(&w->mu);
+	struct tcp_conn *c = conn_by_nonce(w, m.nonce);
+	if (c)
+		atomic_store(&c->shm, s);
+	pthread_mutex_unlock(&w->mu);
+	if (!c) {
+		s->sock = -1;
+		snprintf(why, sizeof(why), "no connection of ours has that nonce");
+		goto out;
+	}
+	/* The descriptor is the connection's now; tx_ready waits for the
+	 * peer's SHM_DONE, which the leader reads (tw_shm_side()). */
+	r = side_send(p->fd, SHM_ANS, m.nonce, ours);
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: %s", c->raddr,
+		     r ? "cannot answer on the side channel"
+		       : "shared memory offered; switching when confirmed");
+	s = NULL;
+	pend_drop(w, p, false);
+	p = NULL;
+out:
+	if (why[0])
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "refusing a shared-memory request: %s", why);
+	tw_shm_free(s);
+	if (ours >= 0)
+		close(ours);
+	if (pfd >= 0)
+		close(pfd);
+	if (p)
+		pend_drop(w, p, true);
+}
+
+void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
+{
+	uint64_t now = now_ms();
+	size_t i = 1;
+
+	if (!n)
+		return;
+	/* The pending side channels, in the order they were polled; a
+	 * request handled or refused removes its entry. */
+	for (struct tcp_shm_pend *p = w->shm_pend, *next; p && i < n; p = next, i++) {
+		next = p->next;
+		if (pfd[i].revents)
+			pend_request(w, p);
+		else if (p->deadline_ms <= now)
+			pend_drop(w, p, true);
+	}
+	if (!pfd[0].revents)
+		return;
+	for (;;) {
+		int fd = accept4(w->shm_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		char why[200];
+		if (fd < 0)
+			return;
+		if (!peer_allowed(w, fd, why, sizeof(why))) {
+			w->host->log(ZAP_LOG_DEBUG, w->dom,
+				     "refusing a shared-memory request: %s", why);
+			close(fd);
+			continue;
+		}
+		if (w->nshm_pend >= TCP_SHM_PENDING) {
+			struct tcp_shm_pend *old = w->shm_pend;
+			while (old->next)
+				old = old->next;
+			pend_drop(w, old, true);
+		}
+		struct tcp_shm_pend *p = calloc(1, sizeof(*p));
+		if (!p) {
+			close(fd);
+			continue;
+		}
+		p->fd = fd;
+		p->deadline_ms = now + w->hs_timeout_ms;
+		p->next = w->shm_pend;
+		w->shm_pend = p;
+		w->nshm_pend++;
+	}
+}
+
+/* ---- after the set-up --------------------------------------------------- */
+
+/*
+ * Read what came on @c's side channel (mu held): wake-ups, the dialer's
+ * confirmation (our direction may switch), or its end. Whether anything a
+ * waiter may wait for changed.
+ */
+bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+	bool changed = false;
+
+	if (!s || s->sock < 0 || s->side_gone)
+		return false;
+	/* Bounded: a peer that floods wake-ups gets them read a batch a
+	 * round, like any other input. */
+	for (int i = 0; i < 64; i++) {
+		struct shm_msg m;
+		ssize_t k = recv(s->sock, &m, sizeof(m), MSG_DONTWAIT);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN)
+			break;
+		changed = true; /* room in our ring, perhaps: senders retry */
+		if (k <= 0) {
+			s->side_gone = true;
+			w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: side channel closed",
+				     c->raddr);
+			break;
+		}
+		if (k == (ssize_t)sizeof(m) && m.magic == SHM_DONE && !c->dialed &&
+		    m.nonce == c->nonce && !s->tx_ready) {
+			s->tx_ready = true;
+			w->host->log(ZAP_LOG_DEBUG, w->dom,
+				     "%s: messages go through shared memory", c->raddr);
+		}
+	}
+	return changed;
+}
+
+void tw_shm_wake(const struct tcp_shm *s)
+{
+	static const char b = 'w';
+
+	/* Never blocks: a full socket already holds wake-ups. */
+	ssize_t k = send(s->sock, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	(void)k;
+}
+
+/*
+ * Whether the peer is known to be gone, as a send on a closed TCP
+ * connection fails: it said so in the ring (it closed), or, looked at
+ * once a millisecond at most, its side channel ended (it died).
+ */
+static bool peer_gone(struct tcp_shm *s)
+{
+	if (zshm_tx_peer_closed(&s->tx))
+		return true;
+	uint64_t now = now_ms();
+	if (now == s->live_ms)
+		return false;
+	s->live_ms = now;
+	char b;
+	ssize_t k = recv(s->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+/* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. */
+static int ring_put(struct tcp_shm *s, const struct tcp_txreq *own)
+{
+	bool wake;
+	int r = zshm_send(&s->tx, own->buf, own->len, &wake);
+
+	if (wake)
+		tw_shm_wake(s);
+	return r;
+}
+
+/*
+ * Send @own on @c, whose tx side we own and whose ring is ready (mu held;
+ * dropped while writing and waiting). The first frame of this direction
+ * writes TCP_T_SHM on the connection first. As tw_txq_send() returns.
+ */
+int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+	int err = 0;
+
+	if (!s->tx_on) {
+		struct tcp_txreq sw = { 0 };
+		tw_hdr_put(sw.hdr, TCP_T_SHM, 0);
+		err = tw_txq_send(w, c, &sw, me, ctx, partial);
+		if (err) {
+			own->err = sw.err;
+			own->done = sw.done;
+			return err;
+		}
+		s->tx_on = true;
+	}
+	*partial = false;
+	pthread_mutex_unlock(&w->mu);
+	if (peer_gone(s)) {
+		/* Nothing written: the caller retries on a new connection. */
+		pthread_mutex_lock(&w->mu);
+		own->done = 0;
+		own->err = w->host->fail(-EPIPE, "%s: send to %s: the peer closed", w->dom,
+					 c->raddr);
+		return own->err;
+	}
+	for (;;) {
+		int r = ring_put(s, own);
+		if (r == -EAGAIN) {
+			/* Full: announce that we wait, look once more. */
+			zshm_tx_prepare_wait(&s->tx);
+			r = ring_put(s, own);
+		}
+		if (!r)
+			break;
+		if (r != -EAGAIN) {
+			err = w->host->fail(-EPROTO,
+					    "%s: send to %s: the peer broke the shared-memory ring",
+					    w->dom, c->raddr);
+			break;
+		}
+		/* The consumer wakes us through the side channel, which the
+		 * leader polls: any change, then try again. */
+		pthread_mutex_lock(&w->mu);
+		err = tw_wait_step(w, me, ctx);
+		if (!err && (c->dead || s->side_gone))
+			err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
+					    w->dom, c->raddr);
+		pthread_mutex_unlock(&w->mu);
+		if (err)
+			break;
+	}
+	pthread_mutex_lock(&w->mu);
+	*partial = err && zshm_tx_mid(&s->tx);
+	own->done = err ? *partial : TCP_HDR + own->len;
+	own->err = err;
+	if (!err)
+		tw_count(&w->st_tx_frames, 1);
+	return err;
+}
+
+const char *tw_conn_path(const struct tcp_conn *c)
+{
+	const struct tcp_shm *s = atomic_load(&((struct tcp_conn *)c)->shm);
+
+	if (s && s->tx_ready)
+		return "shm";
+	return c->local ? "unix" : "tcp";
+}

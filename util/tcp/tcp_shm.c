@@ -207,7 +207,8 @@ void tw_shm_free(struct tcp_shm *s)
 	if (s->tx_map)
 		munmap(s->tx_map, s->map_len);
 	if (s->rx_map) {
-		zshm_rx_close(&s->rx); /* the peer's sends fail from now on */
+		if (s->rx.ctl) /* attached: the peer's sends fail from now on */
+			zshm_rx_close(&s->rx);
 		munmap(s->rx_map, s->map_len);
 	}
 	if (s->sock >= 0)

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 #
 # The best-of-REPS zap-perf runner that bench/unix.sh and bench/tls.sh
 # share. Sourced, not run, after the script has set $build (its build
@@ -15,6 +16,7 @@
 # of its own with perf_lat or perf_bw; then it keeps the best of each
 # file (the lowest latency, the highest bandwidth).
 
+: "${build:?set build before sourcing bench/lib.sh}"
 REPS=${REPS:-5}
 ITERS=${ITERS:-20000}
 BYTES=${BYTES:-2G}

@@ -18,6 +18,7 @@
 # env:   REPS (5) ITERS (20000) BYTES (2G) CPUS ("0,1") CONNS (300)
 set -u
 build=${1:-build}
+# shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # REPS ITERS BYTES CPUS, perf_lat, perf_bw
 CONNS=${CONNS:-300}
 hs=$build/bench/tls_handshake

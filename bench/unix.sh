@@ -16,6 +16,7 @@
 # env:   REPS (5) ITERS (20000) BYTES (2G) CPUS ("0,1")
 set -u
 build=${1:-build}
+# shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # REPS ITERS BYTES CPUS, perf_lat, perf_bw
 need_built "$perf"
 tmp=$(mktemp -d)

@@ -18,18 +18,12 @@
 # env:   REPS (5) ITERS (20000) BYTES (2G) CPUS ("0,1") CONNS (300)
 set -u
 build=${1:-build}
-REPS=${REPS:-5}
-ITERS=${ITERS:-20000}
-BYTES=${BYTES:-2G}
-CPUS=${CPUS:-0,1}
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # REPS ITERS BYTES CPUS, perf_lat, perf_bw
 CONNS=${CONNS:-300}
-export ZAP_TRANSPORT_QUIET=1 ZAP_PLUGIN_PATH=
-perf=$build/tools/zap-perf
 hs=$build/bench/tls_handshake
 rec=$build/bench/tls_record
-for x in "$perf" "$hs" "$rec"; do
-	[ -x "$x" ] || { echo "no $x: build first (meson compile -C $build)" >&2; exit 1; }
-done
+need_built "$perf" "$hs" "$rec"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && umask 077 &&
@@ -40,25 +34,13 @@ trap 'rm -rf "$tmp"' EXIT
 	{ echo "openssl failed" >&2; exit 1; }
 tls_env=(ZAP_TLS_CERT="$tmp/node.crt" ZAP_TLS_KEY="$tmp/node.key" ZAP_TLS_PEERS="$tmp/peers")
 
-json_get() { # FILE TEST SIZE FIELD
-	python3 - "$@" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-for r in doc["results"]:
-    if r["test"] == sys.argv[2] and r["size"] == int(sys.argv[3]):
-        print(r[sys.argv[4]])
-        break
-PY
-}
-lat_args=(--loopback --cpus "$CPUS" -t =default -s 64 -T lat -n "$ITERS" --json)
-bw_args=(--loopback --cpus "$CPUS" -t =default -s 1M -T bw -b "$BYTES" --json)
 : > "$tmp/p_lat"; : > "$tmp/t_lat"; : > "$tmp/p_bw"; : > "$tmp/t_bw"
 echo "running: $REPS runs each, 64 B x $ITERS round trips, 1 MiB x $BYTES, cores $CPUS, $CONNS connections" >&2
 for rep in $(seq "$REPS"); do
-	"$perf" "${lat_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" latency 64 median_us >> "$tmp/p_lat"
-	env "${tls_env[@]}" "$perf" "${lat_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" latency 64 median_us >> "$tmp/t_lat"
-	"$perf" "${bw_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/p_bw"
-	env "${tls_env[@]}" "$perf" "${bw_args[@]}" > "$tmp/z.json" && json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/t_bw"
+	perf_lat "$tmp/p_lat"
+	perf_lat "$tmp/t_lat" "${tls_env[@]}"
+	perf_bw "$tmp/p_bw"
+	perf_bw "$tmp/t_bw" "${tls_env[@]}"
 done
 "$hs" "$CONNS" > "$tmp/p_hs" || exit 1
 env "${tls_env[@]}" "$hs" "$CONNS" > "$tmp/t_hs" || exit 1

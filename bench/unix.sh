@@ -16,36 +16,18 @@
 # env:   REPS (5) ITERS (20000) BYTES (2G) CPUS ("0,1")
 set -u
 build=${1:-build}
-REPS=${REPS:-5}
-ITERS=${ITERS:-20000}
-BYTES=${BYTES:-2G}
-CPUS=${CPUS:-0,1}
-export ZAP_TRANSPORT_QUIET=1 ZAP_PLUGIN_PATH=
-perf=$build/tools/zap-perf
-[ -x "$perf" ] || { echo "no $perf: build first (meson compile -C $build)" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # REPS ITERS BYTES CPUS, perf_lat, perf_bw
+need_built "$perf"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-json_get() { # FILE TEST SIZE FIELD
-	python3 - "$@" <<'PY'
-import json, sys
-doc = json.load(open(sys.argv[1]))
-for r in doc["results"]:
-    if r["test"] == sys.argv[2] and r["size"] == int(sys.argv[3]):
-        print(r[sys.argv[4]])
-        break
-PY
-}
 declare -A where=([tcp]=127.0.0.1:0 [path]="unix:$tmp/zap-perf.sock" [abstract]="unix:@zap-bench-$$")
 for k in tcp path abstract; do : > "$tmp/${k}_lat"; : > "$tmp/${k}_bw"; done
 echo "running: $REPS runs each, 64 B x $ITERS round trips, 1 MiB x $BYTES, cores $CPUS" >&2
 for rep in $(seq "$REPS"); do
 	for k in tcp path abstract; do # interleaved: drift hits all alike
-		"$perf" --loopback --cpus "$CPUS" -t =default --listen "${where[$k]}" \
-			-s 64 -T lat -n "$ITERS" --json > "$tmp/z.json" &&
-			json_get "$tmp/z.json" latency 64 median_us >> "$tmp/${k}_lat"
-		"$perf" --loopback --cpus "$CPUS" -t =default --listen "${where[$k]}" \
-			-s 1M -T bw -b "$BYTES" --json > "$tmp/z.json" &&
-			json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/${k}_bw"
+		perf_lat "$tmp/${k}_lat" -- --listen "${where[$k]}"
+		perf_bw "$tmp/${k}_bw" -- --listen "${where[$k]}"
 	done
 done
 python3 - "$tmp" <<'PY'

@@ -29,53 +29,16 @@
 
 #include <zap/zap.h>
 
+#include "log-capture.h"
+
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char log_buf[1 << 16];
-static size_t log_len;
-
-/* Keep WARN and worse in a buffer the tests search; drop the rest. */
-static void log_capture(enum zap_log_level level, const char *domain,
-			const char *msg, void *user)
-{
-	(void)user;
-	if (level > ZAP_LOG_INFO)
-		return;
-	pthread_mutex_lock(&log_mu);
-	int n = snprintf(log_buf + log_len, sizeof(log_buf) - log_len, "%s: %s\n",
-			 domain, msg);
-	if (n > 0 && log_len + (size_t)n < sizeof(log_buf))
-		log_len += (size_t)n;
-	else
-		log_len = 0; /* full: start over, tests look at recent lines */
-	pthread_mutex_unlock(&log_mu);
-}
-
-static void log_clear(void)
-{
-	pthread_mutex_lock(&log_mu);
-	log_len = 0;
-	log_buf[0] = '\0';
-	pthread_mutex_unlock(&log_mu);
-}
-
 /* Wait up to 3 s for a captured line containing @s. */
 static bool log_wait(const char *s)
 {
-	for (int i = 0; i < 300; i++) {
-		pthread_mutex_lock(&log_mu);
-		log_buf[log_len] = '\0';
-		bool found = strstr(log_buf, s) != NULL;
-		pthread_mutex_unlock(&log_mu);
-		if (found)
-			return true;
-		usleep(10000);
-	}
-	fprintf(stderr, "log lacks \"%s\"; captured:\n%s", s, log_buf);
-	return false;
+	return zt_log_wait(s, 3000);
 }
 
 static uint64_t now_ns(void)
@@ -796,7 +759,7 @@ static void test_send_abandoned_mid_frame(void **state)
 
 	ep_addr(a, aa);
 	ep_addr(b, ab);
-	log_clear();
+	zt_log_clear();
 	/* B -> A first (B dials), then A's complete messages on it. */
 	for (unsigned i = 0; i < nb / 2; i++)
 		send_tagged(b, aa, 'B', i, 0);
@@ -1218,7 +1181,7 @@ static void test_hostile(void **state)
 
 	assert_non_null(p);
 	ep_addr(b, ab);
-	log_clear();
+	zt_log_clear();
 	int fd = raw_connect_from(ab, hc->from);
 	write_all(fd, p, hc->bytes(p));
 	if (hc->end == END_FIN) {
@@ -1379,7 +1342,7 @@ static void test_hijack_from_other_host(void **state)
 	ep_addr(b, ab);
 	link_up(v, b, av, ab);
 	uint64_t vid = instance_id(av);
-	log_clear();
+	zt_log_clear();
 	int fd = raw_connect_from(ab, "127.0.0.2");
 	write_all(fd, p, hello_full(p, vid, 0, av));
 	pump(b, 100);
@@ -1437,13 +1400,13 @@ static void test_hello_claims_us(void **state)
 	(void)state;
 
 	ep_addr(b, ab);
-	log_clear();
+	zt_log_clear();
 	int fd = raw_connect(ab);
 	write_all(fd, p, hello_addr(p, ab));
 	expect_dropped(b, fd, false, "claims our own listen address");
 
 	uint64_t bid = instance_id(ab);
-	log_clear();
+	zt_log_clear();
 	fd = raw_connect_from(ab, "127.0.0.3");
 	write_all(fd, p, hello_full(p, bid, 7, "127.0.0.3:9"));
 	expect_dropped(b, fd, false, "claims our own instance id");
@@ -1525,7 +1488,7 @@ static void test_dialer_checks_answer(void **state)
 		snprintf(f.addr, sizeof(f.addr), "127.0.0.4:%u", ntohs(sa.sin_port));
 		pthread_t th;
 		pthread_create(&th, NULL, fake_accept, &f);
-		log_clear();
+		zt_log_clear();
 		struct zap_ctx *ctx;
 		assert_int_equal(zap_ctx_new(&ctx), 0);
 		zap_ctx_set_timeout(ctx, 3000000000ull);
@@ -1617,7 +1580,7 @@ static void test_partial_budget_and_stall(void **state)
 	ep_addr(b, ab);
 	served(b, ab);
 	long rss0 = vm_rss_kib();
-	log_clear();
+	zt_log_clear();
 	for (int i = 0; i < NS; i++) {
 		st[i] = (struct staller){.send = 16u << 20, .fd = -1};
 		snprintf(st[i].addr, sizeof(st[i].addr), "%s", ab);
@@ -1769,7 +1732,7 @@ static void test_partial_header_stall(void **state)
 	struct zap_transport *b = ep_open();
 	unsetenv("ZAP_TCP_STALL_MS");
 	ep_addr(b, ab);
-	log_clear();
+	zt_log_clear();
 	int fd = raw_connect_from(ab, "127.0.0.6");
 	size_t n = hello_addr(p, "127.0.0.6:9");
 	n += hdr(p + n, 2, 100) - 8;
@@ -1811,7 +1774,7 @@ static void test_idle_flood_low_nofile(void **state)
 		struct rlimit low = {256, 256};
 		struct zap_transport *t;
 		/* Forked from a threaded process: another thread may have
-		 * held log_mu at the fork. The echo server logs nothing. */
+		 * held zt_log_mu at the fork. The echo server logs nothing. */
 		zap_set_log_handler(NULL, NULL);
 		zap_set_log_level(ZAP_LOG_ERROR);
 		close(pfd[0]);
@@ -1935,7 +1898,7 @@ static void test_retired_mid_frame(void **state)
 		struct zap_transport *f = a_first ? a : b, *s = a_first ? b : a;
 		const char *af = a_first ? aa : ab, *as = a_first ? ab : aa;
 
-		log_clear();
+		zt_log_clear();
 		struct late_arg la = {.t = f, .peer = as, .len = 48u << 20};
 		pthread_t th;
 		pthread_create(&th, NULL, huge_then_small, &la);
@@ -1955,7 +1918,7 @@ static void test_retired_mid_frame(void **state)
 		int r = zap_recv(s, ctx, &m);
 		if (r)
 			fprintf(stderr, "round %d: recv: %s\nlog:\n%s", round,
-				zap_strerror(r), log_buf);
+				zap_strerror(r), zt_log_buf);
 		assert_int_equal(r, 0);
 		assert_int_equal(zap_msg_len(m), la.len);
 		assert_string_equal(zap_msg_peer(m), af);
@@ -1984,13 +1947,13 @@ static void test_retired_mid_frame(void **state)
 			links = tcp_links(port_of(aa), port_of(ab));
 		}
 		assert_int_equal(links, 1);
-		pthread_mutex_lock(&log_mu);
-		log_buf[log_len] = '\0';
-		bool clean = log_len == 0;
+		pthread_mutex_lock(&zt_log_mu);
+		zt_log_buf[zt_log_len] = '\0';
+		bool clean = zt_log_len == 0;
 		if (!clean)
 			fprintf(stderr, "round %d: unexpected warnings:\n%s", round,
-				log_buf);
-		pthread_mutex_unlock(&log_mu);
+				zt_log_buf);
+		pthread_mutex_unlock(&zt_log_mu);
 		assert_true(clean);
 		zap_close(a);
 		zap_close(b);
@@ -2004,7 +1967,7 @@ static void test_retired_mid_frame(void **state)
 static int child_main(const char *var)
 {
 	struct zap_transport *t = NULL;
-	zap_set_log_handler(log_capture, NULL);
+	zap_set_log_handler(zt_log_capture, NULL);
 	int r = zap_pick("=default", 0, NULL, &t);
 	if (r == -EINVAL && strstr(zap_strerror(r), var))
 		return 0;
@@ -2293,7 +2256,7 @@ int main(int argc, char **argv)
 	if (getenv("TEST_FILTER"))
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	setenv("ZAP_TRANSPORT_QUIET", "1", 1);
-	zap_set_log_handler(log_capture, NULL);
+	zap_set_log_handler(zt_log_capture, NULL);
 	/* The cases read what the wire logs about a peer, INFO included (a
 	 * peer's FIN mid-message is INFO: an ordinary event). */
 	zap_set_log_level(ZAP_LOG_INFO);

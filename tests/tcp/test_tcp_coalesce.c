@@ -132,23 +132,19 @@ static void test_lone_sender_one_call_per_frame(void **state)
 
 /* ---- concurrent senders ------------------------------------------------ */
 
-/* A sending thread: sender @id, @ok sends returned 0, then @rc. */
+/* A sending thread: sender @id sends @msgs messages of @len bytes (0: a
+ * mix, see sender_main()) with a deadline of @ms each and stops at the
+ * first that fails; @ok sends returned 0, then @rc. */
 struct sjob {
 	struct tcp_wire *w;
 	const char *addr;
 	uint32_t id;
+	uint32_t msgs;
+	size_t len;
+	unsigned ms;
 	uint32_t ok;
 	int rc;
 };
-
-static void start_senders(struct sjob *j, pthread_t *t, struct tcp_wire *b,
-			  const char *addr, void *(*fn)(void *))
-{
-	for (uint32_t i = 0; i < SENDERS; i++) {
-		j[i] = (struct sjob){ .w = b, .addr = addr, .id = i };
-		assert_int_equal(pthread_create(&t[i], NULL, fn, &j[i]), 0);
-	}
-}
 
 /* @m is intact and the next of its sender's messages (next[] counts). */
 static void check_next(struct zap_msg *m, uint32_t *next)
@@ -165,56 +161,99 @@ static void check_next(struct zap_msg *m, uint32_t *next)
 static void *sender_main(void *arg)
 {
 	struct sjob *j = arg;
-	unsigned char *buf = malloc(BIG);
+	unsigned char *buf = malloc(j->len ? j->len : BIG);
 	struct tctx c;
 
 	assert_non_null(buf);
-	for (uint32_t i = 0; i < PER_SENDER && !j->rc; i++) {
-		/* Sender 0 sends a large message now and then. */
-		size_t len = j->id == 0 && i % 100 == 0 ? BIG
-							: 16 + (i * 13u + j->id) % 200;
+	for (uint32_t i = 0; i < j->msgs; i++) {
+		size_t len = j->len;
+		if (!len) /* the mix: sender 0 sends a large message now and then */
+			len = j->id == 0 && i % 100 == 0 ? BIG : 16 + (i * 13u + j->id) % 200;
 		make_msg(buf, j->id, i, len);
-		j->rc = tcp_wire_send(j->w, j->addr, buf, len, within_ms(&c, 20000));
+		j->rc = tcp_wire_send(j->w, j->addr, buf, len, within_ms(&c, j->ms));
+		if (j->rc)
+			break;
+		j->ok++;
 	}
 	free(buf);
 	return NULL;
 }
 
-static void test_eight_senders_coalesce_in_order(void **state)
+/*
+ * One scenario with SENDERS threads sending from wire b to wire a, each
+ * as @tmpl says (msgs, len, ms). a receives @during messages (20 s each)
+ * while they send; then, once every sender has returned, b's counters
+ * are read into @sb and a receives until @after_ms pass with nothing
+ * (@after counts those messages, @after_rc is the receive that ended
+ * it). Every message a receives is intact (@tmpl->len long when that is
+ * set) and the next of its sender's (@next counts them).
+ */
+struct crowd {
+	struct sjob tmpl;
+	uint32_t during;
+	unsigned after_ms;
+	struct sjob j[SENDERS];
+	uint32_t next[SENDERS];
+	struct tcp_wire_stats sb;
+	uint32_t after;
+	int after_rc;
+};
+
+static void crowd_run(struct crowd *k)
 {
 	struct tcp_wire *a = open_wire("a"), *b = open_wire("b");
 	char addr[ZAP_PEER_MAX];
-	struct sjob j[SENDERS];
 	pthread_t t[SENDERS];
-	uint32_t next[SENDERS] = { 0 };
-	struct tcp_wire_stats sb;
+	struct zap_msg *m;
 	struct tctx c;
 
-	(void)state;
 	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
-	start_senders(j, t, b, addr, sender_main);
-	for (int k = 0; k < SENDERS * PER_SENDER; k++) {
-		struct zap_msg *m;
+	for (uint32_t i = 0; i < SENDERS; i++) {
+		k->j[i] = k->tmpl;
+		k->j[i].w = b;
+		k->j[i].addr = addr;
+		k->j[i].id = i;
+		k->next[i] = 0;
+		assert_int_equal(pthread_create(&t[i], NULL, sender_main, &k->j[i]), 0);
+	}
+	for (uint32_t n = 0; n < k->during; n++) {
 		assert_int_equal(tcp_wire_recv(a, within_ms(&c, 20000), &m), 0);
-		check_next(m, next);
+		check_next(m, k->next);
 	}
-	for (int i = 0; i < SENDERS; i++) {
+	for (int i = 0; i < SENDERS; i++)
 		pthread_join(t[i], NULL);
-		assert_int_equal(j[i].rc, 0);
+	tcp_wire_stats(b, &k->sb);
+	k->after = 0;
+	while ((k->after_rc = tcp_wire_recv(a, within_ms(&c, k->after_ms), &m)) == 0) {
+		if (k->tmpl.len)
+			assert_int_equal(m->len, k->tmpl.len);
+		check_next(m, k->next);
+		k->after++;
 	}
-	/* Nothing more, in particular no duplicate. */
-	struct zap_msg *m;
-	assert_int_equal(tcp_wire_recv(a, within_ms(&c, 200), &m), -ETIMEDOUT);
-	tcp_wire_stats(b, &sb);
-	fprintf(stderr, "# %d senders: %llu frames in %llu send calls (%.2f per call)\n",
-		SENDERS, (unsigned long long)sb.tx_frames,
-		(unsigned long long)sb.tx_calls,
-		(double)sb.tx_frames / (double)sb.tx_calls);
-	assert_int_equal(sb.tx_frames, SENDERS * PER_SENDER);
-	/* Coalesced: the large messages alone keep the others queueing. */
-	assert_true(sb.tx_calls < sb.tx_frames);
 	tcp_wire_destroy(b);
 	tcp_wire_destroy(a);
+}
+
+static void test_eight_senders_coalesce_in_order(void **state)
+{
+	struct crowd k = { .tmpl = { .msgs = PER_SENDER, .ms = 20000 },
+			   .during = SENDERS * PER_SENDER,
+			   .after_ms = 200 };
+
+	(void)state;
+	crowd_run(&k);
+	for (int i = 0; i < SENDERS; i++)
+		assert_int_equal(k.j[i].rc, 0);
+	/* Nothing more, in particular no duplicate. */
+	assert_int_equal(k.after_rc, -ETIMEDOUT);
+	assert_int_equal(k.after, 0);
+	fprintf(stderr, "# %d senders: %llu frames in %llu send calls (%.2f per call)\n",
+		SENDERS, (unsigned long long)k.sb.tx_frames,
+		(unsigned long long)k.sb.tx_calls,
+		(double)k.sb.tx_frames / (double)k.sb.tx_calls);
+	assert_int_equal(k.sb.tx_frames, SENDERS * PER_SENDER);
+	/* Coalesced: the large messages alone keep the others queueing. */
+	assert_true(k.sb.tx_calls < k.sb.tx_frames);
 }
 
 /* ---- a deadline while queued -------------------------------------------- */
@@ -339,24 +378,6 @@ static void test_conn_dies_with_queue(void **state)
 #define FULL_MSGS 20000
 #define FULL_LEN (8u << 10) /* queueable: at most TCP_TXQ_FRAME_MAX */
 
-static void *full_main(void *arg)
-{
-	struct sjob *j = arg;
-	unsigned char *buf = malloc(FULL_LEN);
-	struct tctx c;
-
-	assert_non_null(buf);
-	for (uint32_t i = 0; i < FULL_MSGS; i++) {
-		make_msg(buf, j->id, i, FULL_LEN);
-		j->rc = tcp_wire_send(j->w, j->addr, buf, FULL_LEN, within_ms(&c, 500));
-		if (j->rc)
-			break;
-		j->ok++;
-	}
-	free(buf);
-	return NULL;
-}
-
 /*
  * 8 senders of 8 KiB frames to a peer that does not read: the socket
  * fills with frames written together, owners give back what they had not
@@ -367,35 +388,21 @@ static void *full_main(void *arg)
  */
 static void test_deadlines_on_full_socket(void **state)
 {
-	struct tcp_wire *a = open_wire("a"), *b = open_wire("b");
-	char addr[ZAP_PEER_MAX];
-	struct sjob j[SENDERS];
-	pthread_t t[SENDERS];
-	uint32_t next[SENDERS] = { 0 };
-	struct tcp_wire_stats sb;
-	struct tctx c;
+	struct crowd k = { .tmpl = { .msgs = FULL_MSGS, .len = FULL_LEN, .ms = 500 },
+			   .after_ms = 1000 };
 
 	(void)state;
-	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
-	start_senders(j, t, b, addr, full_main);
+	crowd_run(&k);
 	for (int i = 0; i < SENDERS; i++) {
-		pthread_join(t[i], NULL);
-		fprintf(stderr, "# sender %d: %u sent, then %d\n", i, j[i].ok, j[i].rc);
-		assert_true(j[i].ok < FULL_MSGS); /* the socket filled */
-		assert_true(j[i].rc == -ETIMEDOUT || j[i].rc == -ECONNABORTED);
+		fprintf(stderr, "# sender %d: %u sent, then %d\n", i, k.j[i].ok,
+			k.j[i].rc);
+		assert_true(k.j[i].ok < FULL_MSGS); /* the socket filled */
+		assert_true(k.j[i].rc == -ETIMEDOUT || k.j[i].rc == -ECONNABORTED);
 	}
-	tcp_wire_stats(b, &sb);
 	fprintf(stderr, "# %llu frames in %llu send calls\n",
-		(unsigned long long)sb.tx_frames, (unsigned long long)sb.tx_calls);
-	struct zap_msg *m;
-	while (tcp_wire_recv(a, within_ms(&c, 1000), &m) == 0) {
-		assert_int_equal(m->len, FULL_LEN);
-		check_next(m, next);
-	}
+		(unsigned long long)k.sb.tx_frames, (unsigned long long)k.sb.tx_calls);
 	for (int i = 0; i < SENDERS; i++)
-		assert_int_equal(next[i], j[i].ok); /* all told 0, no other */
-	tcp_wire_destroy(b);
-	tcp_wire_destroy(a);
+		assert_int_equal(k.next[i], k.j[i].ok); /* all told 0, no other */
 }
 
 int main(void)

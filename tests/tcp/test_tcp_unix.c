@@ -25,60 +25,15 @@
 #include <zap/zap.h>
 
 #include "zap-test.h"
+#include "log-capture.h"
 
 static char dir[96];
 static unsigned seq;
 
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char log_buf[1 << 16];
-static size_t log_len;
-
-static void log_capture(enum zap_log_level level, const char *domain, const char *msg,
-			void *user)
-{
-	(void)user;
-	if (level > ZAP_LOG_INFO)
-		return;
-	pthread_mutex_lock(&log_mu);
-	int n = snprintf(log_buf + log_len, sizeof(log_buf) - log_len, "%s: %s\n", domain,
-			 msg);
-	if (n > 0 && log_len + (size_t)n < sizeof(log_buf))
-		log_len += (size_t)n;
-	else
-		log_len = 0;
-	pthread_mutex_unlock(&log_mu);
-}
-
-static void log_clear(void)
-{
-	pthread_mutex_lock(&log_mu);
-	log_len = 0;
-	log_buf[0] = '\0';
-	pthread_mutex_unlock(&log_mu);
-}
-
 /* Wait up to 3 s for a captured line containing all of @a and @b. */
 static bool log_wait2(const char *a, const char *b)
 {
-	for (int i = 0; i < 300; i++) {
-		pthread_mutex_lock(&log_mu);
-		log_buf[log_len] = '\0';
-		bool found = false;
-		for (char *l = log_buf; l && *l && !found;) {
-			char *e = strchr(l, '\n');
-			size_t n = e ? (size_t)(e - l) : strlen(l);
-			char line[1024];
-			snprintf(line, sizeof(line), "%.*s", (int)n, l);
-			found = strstr(line, a) && (!b || strstr(line, b));
-			l = e ? e + 1 : NULL;
-		}
-		pthread_mutex_unlock(&log_mu);
-		if (found)
-			return true;
-		usleep(10000);
-	}
-	fprintf(stderr, "log lacks \"%s\"+\"%s\"; captured:\n%s", a, b ? b : "", log_buf);
-	return false;
+	return zt_log_wait_line(a, b, 3000);
 }
 
 /* A fresh socket path in the test directory. */
@@ -473,7 +428,7 @@ static void test_socket_file(void **state)
 	close(lfd);
 
 	/* Closed, it is stale: reused, with a logged reason. */
-	log_clear();
+	zt_log_clear();
 	t = ep_listen(p);
 	assert_true(log_wait2("removed the stale socket", p + 5));
 	assert_int_equal(zap_transport_address(t, got, sizeof(got)), 0);
@@ -631,7 +586,7 @@ static void test_hostile_claims(void **state)
 		{ "*:9", "malformed address" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		log_clear();
+		zt_log_clear();
 		int fd = raw_connect(bp);
 		write_all(fd, p, hello(p, 0x1111000000000000ull + i, cases[i].addr));
 		assert_true(dropped(fd));
@@ -639,7 +594,7 @@ static void test_hostile_claims(void **state)
 		assert_true(log_wait2(cases[i].why, strstr(cases[i].why, "malformed") ? NULL : pid));
 	}
 	/* Garbage instead of a HELLO, and an id of 0. */
-	log_clear();
+	zt_log_clear();
 	int fd = raw_connect(bp);
 	write_all(fd, "GET / HTTP/1.0\r\n\r\n", 18);
 	assert_true(dropped(fd));
@@ -660,7 +615,7 @@ static void test_hostile_claims(void **state)
 		path_new(other, sizeof(other), "other-user");
 		int ofd = raw_listen(other + 5);
 		assert_int_equal(chown(other + 5, 65534, 65534), 0);
-		log_clear();
+		zt_log_clear();
 		fd = raw_connect(bp);
 		write_all(fd, p, hello(p, 0x3333, other));
 		assert_true(dropped(fd));
@@ -719,7 +674,7 @@ static void test_idle_flood_and_stall(void **state)
 	struct zap_transport *b = ep_unix(bp, "b");
 	unsetenv("ZAP_TCP_HANDSHAKE_MS");
 	unsetenv("ZAP_TCP_STALL_MS");
-	log_clear();
+	zt_log_clear();
 	for (int i = 0; i < N; i++)
 		fds[i] = raw_connect(bp);
 	served(b, bp);
@@ -734,7 +689,7 @@ static void test_idle_flood_and_stall(void **state)
 	size_t n = hello(p, 0x5555, ap);
 	n += hdr(p + n, 2, 1000);
 	write_all(fd, p, n + 10);
-	log_clear();
+	zt_log_clear();
 	pump(b, 500);
 	assert_true(dropped(fd));
 	close(fd);
@@ -777,7 +732,7 @@ int main(void)
 	if (getenv("TEST_FILTER"))
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	setenv("ZAP_TRANSPORT_QUIET", "1", 1);
-	zap_set_log_handler(log_capture, NULL);
+	zap_set_log_handler(zt_log_capture, NULL);
 	zap_set_log_level(ZAP_LOG_INFO);
 	return cmocka_run_group_tests_name("plugin-default-unix", tests, setup_dir,
 					   teardown_dir);

@@ -31,11 +31,9 @@
 
 #include <zap/zap.h>
 
-#include "tls-test-certs.h"
+#include "log-capture.h"
 
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char log_buf[1 << 16];
-static size_t log_len;
+#include "tls-test-certs.h"
 
 static void log_capture(enum zap_log_level level, const char *domain,
 			const char *msg, void *user)
@@ -44,37 +42,13 @@ static void log_capture(enum zap_log_level level, const char *domain,
 		fprintf(stderr, "[%d] %s: %s\n", (int)level, domain, msg);
 	if (level > ZAP_LOG_WARN && !strstr(msg, "dropping connection"))
 		return;
-	pthread_mutex_lock(&log_mu);
-	int n = snprintf(log_buf + log_len, sizeof(log_buf) - log_len, "%s: %s\n",
-			 domain, msg);
-	if (n > 0 && log_len + (size_t)n < sizeof(log_buf))
-		log_len += (size_t)n;
-	else
-		log_len = 0;
-	pthread_mutex_unlock(&log_mu);
+	zt_log_add(domain, msg);
 }
 
-static void log_clear(void)
-{
-	pthread_mutex_lock(&log_mu);
-	log_len = 0;
-	log_buf[0] = '\0';
-	pthread_mutex_unlock(&log_mu);
-}
-
+/* Wait up to 5 s for @s in the captured log. */
 static bool log_wait(const char *s)
 {
-	for (int i = 0; i < 500; i++) {
-		pthread_mutex_lock(&log_mu);
-		log_buf[log_len] = '\0';
-		bool found = strstr(log_buf, s) != NULL;
-		pthread_mutex_unlock(&log_mu);
-		if (found)
-			return true;
-		usleep(10000);
-	}
-	fprintf(stderr, "log lacks \"%s\"; captured:\n%s", s, log_buf);
-	return false;
+	return zt_log_wait(s, 5000);
 }
 
 static char dir[256], pins[600];
@@ -315,7 +289,7 @@ static void test_refused(void **state)
 	addr_of(s, sa);
 
 	/* A plaintext peer. */
-	log_clear();
+	zt_log_clear();
 	struct zap_transport *p = ep(NULL, NULL);
 	assert_int_not_equal(zap_send(p, sa, "x", 1, NULL), 0);
 	assert_true(log_wait("plaintext zap HELLO"));
@@ -327,7 +301,7 @@ static void test_refused(void **state)
 	snprintf(cpins, sizeof(cpins), "%s/c.pins", dir);
 	const struct tid *ca[] = {&A};
 	tid_pins(cpins, ca, 1);
-	log_clear();
+	zt_log_clear();
 	struct zap_transport *c = ep(&C, cpins);
 	int r = zap_send(c, sa, "x", 1, NULL);
 	assert_int_equal(r, -EACCES);
@@ -336,7 +310,7 @@ static void test_refused(void **state)
 	served(s, sa);
 
 	/* Certificates outside their validity (pinned all the same). */
-	log_clear();
+	zt_log_clear();
 	raw_client(sa, Old.cert, Old.key);
 	assert_true(log_wait("certificate has expired"));
 	raw_client(sa, New.cert, New.key);
@@ -352,7 +326,7 @@ static void test_refused(void **state)
 	served(s, sa);
 
 	/* A handshake that stalls: closed after ZAP_TCP_HANDSHAKE_MS. */
-	log_clear();
+	zt_log_clear();
 	char host[64];
 	int port;
 	sscanf(sa, "%63[^:]:%d", host, &port);
@@ -397,7 +371,7 @@ static void test_impostor(void **state)
 	}
 	if (r)
 		fail_msg("listen at %s: %s", ba, zap_last_error());
-	log_clear();
+	zt_log_clear();
 	/* The reply meant for B's key: refused by its TLS handshake. */
 	/* (The first may still go out on B's old connection before its
 	 * close is seen, and be lost with it: never to M.) */
@@ -496,7 +470,7 @@ static void test_s_client(void **state)
 	char sa[ZAP_PEER_MAX], cmd[2048], out[8192];
 	addr_of(s, sa);
 	for (int with = 1; with >= 0; with--) {
-		log_clear();
+		zt_log_clear();
 		snprintf(cmd, sizeof(cmd),
 			 "openssl s_client -connect %s -tls1_3 -alpn zap/1 -ign_eof %s%s%s%s </dev/null 2>&1",
 			 sa, with ? "-cert " : "", with ? B.cert_path : "",

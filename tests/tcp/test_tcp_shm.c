@@ -34,51 +34,10 @@
 
 #include <zap/zap.h>
 
+#include "log-capture.h"
 #include "zap-test.h"
 
 #define BIG (64u << 20)
-
-/* ---- log capture (INFO and up) ------------------------------------------ */
-
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char log_buf[1 << 16];
-static size_t log_len;
-
-static void log_capture(enum zap_log_level level, const char *domain, const char *msg,
-			void *user)
-{
-	(void)user;
-	if (level > ZAP_LOG_INFO)
-		return;
-	pthread_mutex_lock(&log_mu);
-	int n = snprintf(log_buf + log_len, sizeof(log_buf) - log_len, "%s: %s\n", domain,
-			 msg);
-	if (n > 0 && log_len + (size_t)n < sizeof(log_buf))
-		log_len += (size_t)n;
-	pthread_mutex_unlock(&log_mu);
-}
-
-static bool log_wait(const char *s)
-{
-	for (int i = 0; i < 500; i++) {
-		pthread_mutex_lock(&log_mu);
-		bool found = strstr(log_buf, s) != NULL;
-		pthread_mutex_unlock(&log_mu);
-		if (found)
-			return true;
-		zt_sleep_ms(10);
-	}
-	fprintf(stderr, "log lacks \"%s\"; captured:\n%s", s, log_buf);
-	return false;
-}
-
-static void log_clear(void)
-{
-	pthread_mutex_lock(&log_mu);
-	log_len = 0;
-	log_buf[0] = '\0';
-	pthread_mutex_unlock(&log_mu);
-}
 
 /* ---- endpoints ---------------------------------------------------------- */
 
@@ -389,7 +348,7 @@ static void test_sigkill_mid_message(void **state)
 	char sa[ZAP_PEER_MAX];
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	log_clear();
+	zt_log_clear();
 	assert_int_equal(pipe(started), 0);
 	pid_t pid = peer_start(child_dies_mid_message, sa);
 	char b;
@@ -415,7 +374,7 @@ static void test_sigkill_mid_message(void **state)
 	struct zap_msg *m = recv_in(s, 500, &r);
 	assert_null(m);
 	assert_int_equal(r, -ETIMEDOUT);
-	assert_true(log_wait("closed mid-message"));
+	assert_true(zt_log_wait("closed mid-message", 5000));
 	served(s, sa);
 	zap_close(s);
 }
@@ -460,7 +419,7 @@ static void test_scribbler(void **state)
 	char sa[ZAP_PEER_MAX];
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	log_clear();
+	zt_log_clear();
 	pid_t pid = peer_start(child_scribbles, sa);
 	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 3);
@@ -472,7 +431,7 @@ static void test_scribbler(void **state)
 	int r;
 	m = recv_in(s, 1000, &r);
 	assert_null(m);
-	assert_true(log_wait("broke the shared-memory ring"));
+	assert_true(zt_log_wait("broke the shared-memory ring", 5000));
 	peer_wait(pid);
 	served(s, sa);
 	zap_close(s);
@@ -815,7 +774,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_requests),
 	};
 	signal(SIGPIPE, SIG_IGN);
-	zap_set_log_handler(log_capture, NULL);
+	zap_set_log_handler(zt_log_capture, NULL);
 	zap_set_log_level(ZAP_LOG_INFO);
 	if (getenv("ZT_TEST_FILTER")) /* one test, when debugging */
 		cmocka_set_test_filter(getenv("ZT_TEST_FILTER"));

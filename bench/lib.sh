@@ -21,7 +21,8 @@ REPS=${REPS:-5}
 ITERS=${ITERS:-20000}
 BYTES=${BYTES:-2G}
 CPUS=${CPUS:-0,1}
-export ZAP_TRANSPORT_QUIET=1 ZAP_PLUGIN_PATH=
+# The sockets: bench/shm.sh measures the same-host upgrade (it unsets this).
+export ZAP_TRANSPORT_QUIET=1 ZAP_PLUGIN_PATH= ZAP_SHM=off
 perf=$build/tools/zap-perf
 
 # need_built FILE...: exit unless every FILE is an executable of the build.

@@ -39,7 +39,7 @@ CPUS=${CPUS:-0,1}
 SPIN_US=${SPIN_US:-200}
 cs=${CPUS%,*}
 cc=${CPUS#*,}
-export ZAP_TRANSPORT_QUIET=1
+export ZAP_TRANSPORT_QUIET=1 ZAP_SHM=off # TCP, not the same-host upgrade (bench/shm.sh)
 
 perf=$build/tools/zap-perf
 [ -x "$perf" ] || { echo "no $perf: build first (meson compile -C $build)" >&2; exit 1; }

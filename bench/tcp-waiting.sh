@@ -31,7 +31,7 @@ MSGS=${MSGS:-200000}
 BYTES=${BYTES:-2G}
 ONLY=${ONLY:-}
 CPUS=${CPUS:-0,1}
-export ZAP_TRANSPORT_QUIET=1
+export ZAP_TRANSPORT_QUIET=1 ZAP_SHM=off # TCP, not the same-host upgrade (bench/shm.sh)
 perf=$build/tools/zap-perf
 idle=$build/bench/idle_cpu
 for b in "$perf" "$idle"; do

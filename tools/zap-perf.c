@@ -370,11 +370,16 @@ static int client(const struct opts *o, struct zap_transport *t,
 	return 0;
 }
 
-static void print_results(const char *transport, const char *peer, bool json)
+static void print_results(struct zap_transport *t, const char *peer, bool json)
 {
+	const char *transport = zap_transport_name(t);
+	/* How the messages went (per peer: shm, unix or tcp), if it says. */
+	char path[16];
+	if (zap_peer_path(t, peer, path, sizeof(path)))
+		snprintf(path, sizeof(path), "-");
 	if (json) {
-		printf("{\"transport\":\"%s\",\"peer\":\"%s\",\"version\":\"%s\",\"results\":[",
-		       transport, peer, zap_version());
+		printf("{\"transport\":\"%s\",\"peer\":\"%s\",\"path\":\"%s\",\"version\":\"%s\",\"results\":[",
+		       transport, peer, path, zap_version());
 		for (int i = 0; i < nresults; i++) {
 			const struct result *r = &results[i];
 			printf("%s{\"test\":\"%s\",\"size\":%zu,\"count\":%ld", i ? "," : "",
@@ -390,8 +395,8 @@ static void print_results(const char *transport, const char *peer, bool json)
 		printf("]}\n");
 		return;
 	}
-	printf("transport %s, peer %s (latency is one-way: RTT/2; MB = 10^6 bytes)\n",
-	       transport, peer);
+	printf("transport %s, peer %s, path %s (latency is one-way: RTT/2; MB = 10^6 bytes)\n",
+	       transport, peer, path);
 	printf("%-10s %10s %9s %10s %10s %10s %13s %11s\n", "test", "size", "count",
 	       "min(us)", "median(us)", "p99(us)", "rate(msg/s)", "bw(MB/s)");
 	for (int i = 0; i < nresults; i++) {
@@ -569,7 +574,7 @@ static int run_loopback(const struct opts *o)
 	if (!r && (!WIFEXITED(st) || WEXITSTATUS(st)))
 		r = 1;
 	if (!r)
-		print_results(zap_transport_name(t), addr, o->json);
+		print_results(t, addr, o->json);
 	zap_close(t);
 	return r;
 }
@@ -592,7 +597,7 @@ static int run_client(const struct opts *o, const char *peer)
 	struct zap_transport *t = open_transport(o, o->listen);
 	int r = client(o, t, peer, false);
 	if (!r)
-		print_results(zap_transport_name(t), peer, o->json);
+		print_results(t, peer, o->json);
 	zap_close(t);
 	return r;
 }

@@ -13,6 +13,8 @@ out = subprocess.run(cmd, stdout=subprocess.PIPE, timeout=50, check=True)
 doc = json.loads(out.stdout)
 assert doc["transport"] == "default", doc
 assert doc["peer"].startswith("127.0.0.1:"), doc
+# Two processes of one user on this host: the same-host upgrade.
+assert doc["path"] == "shm", doc
 rows = doc["results"]
 assert len(rows) == 9, rows
 seen = set()

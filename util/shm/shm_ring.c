@@ -150,9 +150,16 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len)
 	return 0;
 }
 
+/* Publish what tx_chunk() wrote; whether the consumer must be woken. */
+static bool tx_publish(struct zshm_tx *tx)
+{
+	atomic_store_explicit(word64(tx->base, OFF_HEAD), tx->head, memory_order_seq_cst);
+	return atomic_load(word32(tx->base, OFF_SLEEPING)) &&
+	       atomic_exchange(word32(tx->base, OFF_SLEEPING), 0);
+}
+
 int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 {
-	uint64_t start = tx->head;
 	int rc = 0;
 
 	*wake = false;
@@ -160,19 +167,16 @@ int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 		return -EPROTO;
 	if ((uint64_t)len > (UINT64_MAX >> 1))
 		return -EMSGSIZE;
-	do
+	/* Each chunk is published as soon as it is written, so that the
+	 * consumer copies one out while we copy the next in. */
+	do {
 		rc = tx_chunk(tx, msg, len);
-	while (!rc && tx->mid);
+		if (!rc && tx_publish(tx))
+			*wake = true;
+	} while (!rc && tx->mid);
 	if (rc == -EPROTO) {
 		tx->corrupt = true;
 		return rc;
-	}
-	if (tx->head != start) {
-		atomic_store_explicit(word64(tx->base, OFF_HEAD), tx->head,
-				      memory_order_seq_cst);
-		if (atomic_load(word32(tx->base, OFF_SLEEPING)) &&
-		    atomic_exchange(word32(tx->base, OFF_SLEEPING), 0))
-			*wake = true;
 	}
 	if (!rc)
 		tx->msg_off = 0;
@@ -308,6 +312,13 @@ void zshm_tx_prepare_wait(struct zshm_tx *tx)
 {
 	atomic_store(word32(tx->base, OFF_WAITING), 1);
 	atomic_thread_fence(memory_order_seq_cst);
+}
+
+uint64_t zshm_tx_room(const struct zshm_tx *tx)
+{
+	int64_t r = tx_room((struct zshm_tx *)tx);
+
+	return r < 0 ? 0 : (uint64_t)r;
 }
 
 bool zshm_tx_mid(const struct zshm_tx *tx)

@@ -155,6 +155,10 @@ bool zshm_rx_producer_waits(struct zshm_rx *rx);
  */
 void zshm_tx_prepare_wait(struct zshm_tx *tx);
 
+/* Bytes the consumer left free, as this producer can see (0 when its
+ * position cannot be). */
+uint64_t zshm_tx_room(const struct zshm_tx *tx);
+
 /*
  * The consumer stops for good (its endpoint closes the connection): say
  * so, so that the producer fails its next send at once instead of filling

@@ -148,7 +148,7 @@
  * takes from one ring per round. */
 #define TCP_SHM_ENV "ZAP_SHM"
 #define TCP_SHM_LOG2 21u /* 2 MiB */
-#define TCP_SHM_MAX 64u
+#define TCP_SHM_MAX 16u
 #define TCP_SHM_HS_MS 2000u
 #define TCP_SHM_PENDING 16u
 #define TCP_SHM_BATCH 64
@@ -275,6 +275,9 @@ struct tcp_waiter {
 	int out_fd; /* waiting for POLLOUT, -1 if not */
 	bool out_ready;
 	bool ctx_fired;
+	/* tcp_shm.c: waiting for room in this ring (and the room it had) */
+	struct tcp_shm *room;
+	uint64_t room_had;
 };
 
 enum { SLOT_KICK, SLOT_STOP, SLOT_CTX, SLOT_OUT, SLOT_CONN, SLOT_WCTX, SLOT_WOUT, SLOT_SHM };

@@ -353,6 +353,7 @@ struct ring_rx {
 	struct tcp_conn *c;
 	struct tcp_rx_msg ***tail;
 	int got;
+	int recs; /* chunks taken in this zshm_recv() call */
 };
 
 /*
@@ -369,6 +370,9 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	struct tcp_wire *w = x->w;
 	struct tcp_conn *c = x->c;
 
+	/* One chunk per zshm_recv(): ring_rx() frees its room at once. */
+	if (x->recs++)
+		return -EINTR;
 	if (!off && !c->rx_msg) {
 		if (x->got >= TCP_SHM_BATCH)
 			return -EINTR;
@@ -415,7 +419,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		   struct tcp_rx_msg ***tail, bool readable)
 {
-	struct ring_rx x = { w, c, tail, 0 };
+	struct ring_rx x = { w, c, tail, 0, 0 };
 
 	c->rx_ready = false;
 	if (readable && !s->rx_gone) {
@@ -434,11 +438,19 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 			return -e;
 		}
 	}
-	uint64_t before = s->rx.tail;
-	int r = zshm_recv(&s->rx, ring_chunk, &x);
-	c->rx_total += s->rx.tail - before;
-	if (s->rx.tail != before && zshm_rx_producer_waits(&s->rx))
-		tw_shm_wake(s);
+	/* A chunk at a time: a producer waiting for room is woken as soon
+	 * as there is some, and copies in while we copy out. */
+	int r;
+	for (;;) {
+		uint64_t before = s->rx.tail;
+		x.recs = 0;
+		r = zshm_recv(&s->rx, ring_chunk, &x);
+		c->rx_total += s->rx.tail - before;
+		if (s->rx.tail != before && zshm_rx_producer_waits(&s->rx))
+			tw_shm_wake(s);
+		if (r != -EINTR || x.recs < 2 || x.got >= TCP_SHM_BATCH)
+			break;
+	}
 	if (r == -EPROTO && s->rx.corrupt) {
 		snprintf(c->rx_why, sizeof(c->rx_why),
 			 "the peer broke the shared-memory ring (a position or a record that cannot be)");
@@ -531,6 +543,10 @@ static bool leader_ready(void *arg, bool sleeping)
 
 	if (atomic_load(&w->shut) || w->host->ctx_err(st->ctx))
 		return true;
+	/* A sender leading while it waits for room in its ring. */
+	struct tcp_waiter *me = w->lead;
+	if (me && me->room && zshm_tx_room(&me->room->tx) > me->room_had)
+		return true;
 	if (!w->lead_rings)
 		return false;
 	for (size_t i = st->first; i < st->n && !ready; i++) {
@@ -551,7 +567,7 @@ static int wire_poll(struct tcp_wire *w, size_t first, size_t n, int timeout, bo
 
 	if (spin)
 		return tw_spin_poll(&w->spin, w->pfd, n, timeout, leader_ready, &st,
-				    w->lead_rings > 0);
+				    w->lead_rings > 0 || (w->lead && w->lead->room));
 	if (timeout != 0 && w->lead_rings && leader_ready(&st, true))
 		timeout = 0;
 	return poll(w->pfd, n, timeout);

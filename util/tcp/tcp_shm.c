@@ -735,7 +735,10 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		/* The consumer wakes us through the side channel, which the
 		 * leader polls: any change, then try again. */
 		pthread_mutex_lock(&w->mu);
+		me->room = s; /* a leading waiter also watches the ring itself */
+		me->room_had = zshm_tx_room(&s->tx);
 		err = tw_wait_step(w, me, ctx);
+		me->room = NULL;
 		if (!err && (c->dead || s->side_gone))
 			err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
 					    w->dom, c->raddr);

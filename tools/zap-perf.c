@@ -301,6 +301,9 @@ static void run_lat(const struct opts *o, struct zap_transport *t,
 	free(rtt);
 }
 
+/* The path the run's messages took (zap_peer_path()), "-" if unknown. */
+static char run_path[16] = "-";
+
 static void run_stream(const struct opts *o, struct zap_transport *t,
 		       const char *peer, size_t size, unsigned char *buf,
 		       bool bw)
@@ -364,6 +367,9 @@ static int client(const struct opts *o, struct zap_transport *t,
 		if (o->do_bw)
 			run_stream(o, t, peer, o->sizes[i], buf, true);
 	}
+	/* The path, while the connection is sure to be up (print_results()). */
+	if (zap_peer_path(t, peer, run_path, sizeof(run_path)))
+		snprintf(run_path, sizeof(run_path), "-");
 	if (quit)
 		control(t, peer, "quit", 0, 0, 0);
 	free(buf);
@@ -374,9 +380,7 @@ static void print_results(struct zap_transport *t, const char *peer, bool json)
 {
 	const char *transport = zap_transport_name(t);
 	/* How the messages went (per peer: shm, unix or tcp), if it says. */
-	char path[16];
-	if (zap_peer_path(t, peer, path, sizeof(path)))
-		snprintf(path, sizeof(path), "-");
+	const char *path = run_path;
 	if (json) {
 		printf("{\"transport\":\"%s\",\"peer\":\"%s\",\"path\":\"%s\",\"version\":\"%s\",\"results\":[",
 		       transport, peer, path, zap_version());

@@ -277,6 +277,15 @@ static void served(struct zap_transport *s, const char *saddr)
 	send_ok(s, zap_msg_peer(m), "ok", 2);
 	struct zap_msg *r = recv_ok(b);
 	assert_int_equal(zap_msg_len(r), 2);
+	/* One host, one user: after TLS, the messages took shared memory,
+	 * and still carry the key that authenticated. */
+	char path[16];
+	assert_int_equal(zap_peer_path(s, zap_msg_peer(m), path, sizeof(path)), 0);
+	assert_string_equal(path, "shm");
+	send_ok(b, saddr, "again", 5);
+	struct zap_msg *m2 = recv_ok(s);
+	assert_string_equal(zap_msg_peer_id(m2), B.fp);
+	zap_msg_release(m2);
 	zap_msg_release(m);
 	zap_msg_release(r);
 	zap_close(b);

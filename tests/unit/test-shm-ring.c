@@ -254,12 +254,47 @@ static void test_attach_checks(void **state)
 	free(p.region);
 }
 
+/* The other direction's flags: a producer that waits for room is told
+ * when there is some, a consumer that closed makes sends fail, and the
+ * room the producer sees follows the consumer. */
+static void test_producer_wait_and_close(void **state)
+{
+	struct pair p;
+	struct sink s = { 0 };
+	bool wake;
+	unsigned char *big = calloc(1, (size_t)1 << LOG2);
+	(void)state;
+	pair_init(&p, 1u << 30);
+	uint64_t room0 = zshm_tx_room(&p.tx);
+	assert_int_equal(room0, (uint64_t)1 << LOG2);
+	assert_int_equal(zshm_send(&p.tx, big, (size_t)1 << LOG2, &wake), -EAGAIN);
+	assert_true(zshm_tx_mid(&p.tx));
+	assert_true(zshm_tx_room(&p.tx) < room0);
+	/* Nobody waits yet: consuming says nothing. */
+	assert_true(zshm_recv(&p.rx, collect, &s) >= 0);
+	assert_false(zshm_rx_producer_waits(&p.rx));
+	zshm_tx_prepare_wait(&p.tx);
+	assert_true(zshm_recv(&p.rx, collect, &s) >= 0);
+	assert_true(zshm_rx_producer_waits(&p.rx));
+	assert_false(zshm_rx_producer_waits(&p.rx)); /* cleared */
+	while (zshm_send(&p.tx, big, (size_t)1 << LOG2, &wake) == -EAGAIN)
+		assert_true(zshm_recv(&p.rx, collect, &s) >= 0);
+	assert_false(zshm_tx_mid(&p.tx));
+	assert_false(zshm_tx_peer_closed(&p.tx));
+	zshm_rx_close(&p.rx);
+	assert_true(zshm_tx_peer_closed(&p.tx));
+	free(s.buf);
+	free(big);
+	free(p.region);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sizes_in_order),  cmocka_unit_test(test_full_then_resume),
 		cmocka_unit_test(test_wake_handshake),  cmocka_unit_test(test_hostile_region),
 		cmocka_unit_test(test_hostile_consumer), cmocka_unit_test(test_attach_checks),
+		cmocka_unit_test(test_producer_wait_and_close),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -333,5 +333,6 @@ void zshm_rx_close(struct zshm_rx *rx)
 
 bool zshm_tx_peer_closed(const struct zshm_tx *tx)
 {
-	return atomic_load_explicit(word32(tx->base, OFF_CLOSED), memory_order_relaxed) != 0;
+	return atomic_load_explicit(word32(tx->base, OFF_CLOSED), memory_order_relaxed) !=
+	       0;
 }

@@ -280,7 +280,16 @@ struct tcp_waiter {
 	uint64_t room_had;
 };
 
-enum { SLOT_KICK, SLOT_STOP, SLOT_CTX, SLOT_OUT, SLOT_CONN, SLOT_WCTX, SLOT_WOUT, SLOT_SHM };
+enum {
+	SLOT_KICK,
+	SLOT_STOP,
+	SLOT_CTX,
+	SLOT_OUT,
+	SLOT_CONN,
+	SLOT_WCTX,
+	SLOT_WOUT,
+	SLOT_SHM
+};
 struct tcp_slot {
 	int kind;
 	void *p;
@@ -338,12 +347,12 @@ struct tcp_wire {
 	_Atomic uint64_t st_tx_calls, st_tx_frames, st_rx_reads, st_rx_frames;
 
 	/* Shared memory (tcp_shm.c) */
-	int shm_policy;           /* ZAP_SHM, read at open */
-	int shm_lfd;              /* side-channel listener, -1 if none */
-	atomic_uint nshm;         /* connections holding rings */
+	int shm_policy;                /* ZAP_SHM, read at open */
+	int shm_lfd;                   /* side-channel listener, -1 if none */
+	atomic_uint nshm;              /* connections holding rings */
 	struct tcp_shm_pend *shm_pend; /* accept thread private */
 	size_t nshm_pend;
-	unsigned lead_rings;      /* leader: rings being read in this round */
+	unsigned lead_rings; /* leader: rings being read in this round */
 
 	/* unix:/path listener (tcp_unix.c): our socket file, unlinked at
 	 * close if it is still this one (device, inode); "" none */
@@ -508,7 +517,7 @@ int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_
 /* tcp_shm.c: the same-host upgrade */
 enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
 struct tcp_shm {
-	int sock;           /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
+	int sock; /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
 	void *tx_map, *rx_map;
 	size_t map_len;
 	atomic_uint *count; /* the wire's nshm */

@@ -387,7 +387,8 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 				return r;
 			}
 			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %" PRIu64 " bytes: %s", total, strerror(-r));
+				 "cannot allocate %" PRIu64 " bytes: %s", total,
+				 strerror(-r));
 			return r;
 		}
 		m->msg.len = (size_t)total;
@@ -426,15 +427,17 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		unsigned char b;
 		ssize_t k = tw_io_read(c, &b, 1);
 		if (k > 0) {
-			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "data on the connection after the switch to shared memory");
+			snprintf(
+				c->rx_why, sizeof(c->rx_why),
+				"data on the connection after the switch to shared memory");
 			return -EPROTO;
 		}
 		if (k == 0)
 			s->rx_gone = true;
 		else if (errno != EAGAIN && errno != EINTR) {
 			int e = errno;
-			snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
+			snprintf(c->rx_why, sizeof(c->rx_why), "read: %s",
+				 tw_io_err(c, e));
 			return -e;
 		}
 	}
@@ -452,8 +455,9 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 			break;
 	}
 	if (r == -EPROTO && s->rx.corrupt) {
-		snprintf(c->rx_why, sizeof(c->rx_why),
-			 "the peer broke the shared-memory ring (a position or a record that cannot be)");
+		snprintf(
+			c->rx_why, sizeof(c->rx_why),
+			"the peer broke the shared-memory ring (a position or a record that cannot be)");
 		return -EPROTO;
 	}
 	if (r == -EINTR) {
@@ -472,7 +476,8 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 	}
 	if (c->rx_msg) {
 		snprintf(c->rx_why, sizeof(c->rx_why),
-			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off, c->rx_len);
+			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off,
+			 c->rx_len);
 		struct tcp_rx_msg *m = c->rx_msg;
 		c->rx_msg = NULL;
 		budget_put(w, c);
@@ -489,7 +494,8 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***
 {
 	uint64_t before = c->rx_total;
 	struct tcp_shm *s = atomic_load(&c->shm);
-	int r = s && s->rx_on ? ring_rx(w, c, s, tail, readable) : conn_rx_inner(w, c, tail);
+	int r = s && s->rx_on ? ring_rx(w, c, s, tail, readable)
+			      : conn_rx_inner(w, c, tail);
 
 	if (c->rx_total != before)
 		tw_touch(c, now);
@@ -840,7 +846,8 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 	n = pollset_conns(w, first_conn, &timeout);
 
 	pthread_mutex_unlock(&w->mu);
-	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 && errno != EINTR)
+	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 &&
+	    errno != EINTR)
 		err = -errno;
 	uint64_t now = now_ms();
 	for (size_t i = first_conn; i < n; i++) {

@@ -90,7 +90,8 @@ static bool peer_allowed(const struct tcp_wire *w, int fd, char *why, size_t why
 	}
 	if (cr.uid == geteuid() || (w->shm_policy == TW_SHM_GROUP && cr.gid == getegid()))
 		return true;
-	snprintf(why, whylen, "its process (uid %u gid %u) is not ours to share memory with (%s=%s)",
+	snprintf(why, whylen,
+		 "its process (uid %u gid %u) is not ours to share memory with (%s=%s)",
 		 (unsigned)cr.uid, (unsigned)cr.gid, TCP_SHM_ENV,
 		 w->shm_policy == TW_SHM_GROUP ? "group" : "user");
 	return false;
@@ -101,8 +102,8 @@ static socklen_t side_name(uint64_t id, struct sockaddr_un *sun)
 	memset(sun, 0, sizeof(*sun));
 	sun->sun_family = AF_UNIX;
 	/* Abstract: sun_path[0] is NUL; the name is not NUL-terminated. */
-	int k = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1, "zap-shm-%016" PRIx64,
-			 id);
+	int k = snprintf(sun->sun_path + 1, sizeof(sun->sun_path) - 1,
+			 "zap-shm-%016" PRIx64, id);
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)k);
 }
 
@@ -121,8 +122,8 @@ int tw_shm_open(struct tcp_wire *w)
 		w->shm_policy = TW_SHM_OFF;
 	else
 		return w->host->fail(-EINVAL,
-				     "%s: %s=\"%.32s\" is not one of user, group, off", w->dom,
-				     TCP_SHM_ENV, v);
+				     "%s: %s=\"%.32s\" is not one of user, group, off",
+				     w->dom, TCP_SHM_ENV, v);
 	if (w->shm_policy == TW_SHM_OFF)
 		return 0;
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -130,7 +131,8 @@ int tw_shm_open(struct tcp_wire *w)
 	    listen(fd, 64) < 0) {
 		/* Not fatal: this endpoint just never upgrades. */
 		w->host->log(ZAP_LOG_DEBUG, w->dom,
-			     "no shared-memory upgrades: side channel: %s", strerror(errno));
+			     "no shared-memory upgrades: side channel: %s",
+			     strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return 0;
@@ -241,7 +243,8 @@ static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx
 	s->map_len = len;
 	if (atomic_fetch_add(&w->nshm, 1) >= TCP_SHM_MAX) {
 		atomic_fetch_sub(&w->nshm, 1);
-		snprintf(why, whylen, "%u connections already use shared memory", TCP_SHM_MAX);
+		snprintf(why, whylen, "%u connections already use shared memory",
+			 TCP_SHM_MAX);
 		free(s);
 		return NULL;
 	}
@@ -713,8 +716,8 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		/* Nothing written: the caller retries on a new connection. */
 		pthread_mutex_lock(&w->mu);
 		own->done = 0;
-		own->err = w->host->fail(-EPIPE, "%s: send to %s: the peer closed", w->dom,
-					 c->raddr);
+		own->err = w->host->fail(-EPIPE, "%s: send to %s: the peer closed",
+					 w->dom, c->raddr);
 		return own->err;
 	}
 	for (;;) {
@@ -727,9 +730,10 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		if (!r)
 			break;
 		if (r != -EAGAIN) {
-			err = w->host->fail(-EPROTO,
-					    "%s: send to %s: the peer broke the shared-memory ring",
-					    w->dom, c->raddr);
+			err = w->host->fail(
+				-EPROTO,
+				"%s: send to %s: the peer broke the shared-memory ring",
+				w->dom, c->raddr);
 			break;
 		}
 		/* The consumer wakes us through the side channel, which the

@@ -696,7 +696,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	tw_tls_log_up(w, c); /* before the leader may read c */
 	/* Same host: move to shared memory if the peer may (tcp_shm.c);
 	 * before registering, so that nothing else uses c meanwhile. */
-	tw_shm_dial(w, c, deadline);
+	tw_shm_dial(w, c, deadline, ctx);
 	pthread_mutex_lock(&w->mu);
 	r = tw_conn_register(w, c, peer);
 	dial_done(w, &dial);

@@ -534,7 +534,8 @@ struct tcp_shm_pend;
 int tw_shm_open(struct tcp_wire *w);
 void tw_shm_close(struct tcp_wire *w);
 void tw_shm_free(struct tcp_shm *s);
-void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms);
+void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
+		 struct zap_ctx *ctx);
 size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
 void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);

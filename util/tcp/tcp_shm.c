@@ -360,19 +360,25 @@ static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *
 	return rc;
 }
 
-static int side_wait(int fd, int stop_fd, uint64_t deadline_ms)
+/* Wait for an answer on @fd until @deadline_ms, shutdown or the ctx. */
+static int side_wait(struct tcp_wire *w, int fd, uint64_t deadline_ms, struct zap_ctx *ctx)
 {
 	for (;;) {
 		uint64_t now = now_ms();
 		if (now >= deadline_ms)
 			return -ETIMEDOUT;
-		struct pollfd p[2] = { { .fd = fd, .events = POLLIN },
-				       { .fd = stop_fd, .events = POLLIN } };
-		int r = poll(p, 2, (int)(deadline_ms - now));
+		struct pollfd p[3] = { { .fd = fd, .events = POLLIN },
+				       { .fd = w->stop_fd, .events = POLLIN },
+				       { .fd = w->host->ctx_fd(ctx), .events = POLLIN } };
+		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), (int)(deadline_ms - now));
+		int r = poll(p, 3, tmo);
 		if (r < 0 && errno != EINTR)
 			return -errno;
 		if (p[1].revents)
 			return -ESHUTDOWN;
+		int e = w->host->ctx_err(ctx);
+		if (e)
+			return e;
 		if (p[0].revents)
 			return 0;
 	}
@@ -383,9 +389,11 @@ static int side_wait(int fd, int stop_fd, uint64_t deadline_ms)
 /*
  * Try the upgrade on @c, which we dialed and whose HELLO exchange is done
  * (not yet registered: nothing else sees it). Best effort: on any failure
- * @c stays as it is, and the reason is logged at DEBUG.
+ * @c stays as it is, and the reason is logged at DEBUG. Waits for the
+ * answer at most TCP_SHM_HS_MS, and never past the ctx.
  */
-void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms)
+void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
+		 struct zap_ctx *ctx)
 {
 	struct sockaddr_un sun;
 	struct tcp_shm *s = NULL;
@@ -423,7 +431,7 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms)
 		goto out;
 	}
 	for (;;) {
-		r = side_wait(fd, w->stop_fd, deadline_ms);
+		r = side_wait(w, fd, deadline_ms, ctx);
 		if (r) {
 			snprintf(why, sizeof(why), "no answer on the side channel: %s",
 				 strerror(-r));

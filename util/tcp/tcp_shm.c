@@ -361,7 +361,8 @@ static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *
 }
 
 /* Wait for an answer on @fd until @deadline_ms, shutdown or the ctx. */
-static int side_wait(struct tcp_wire *w, int fd, uint64_t deadline_ms, struct zap_ctx *ctx)
+static int side_wait(struct tcp_wire *w, int fd, uint64_t deadline_ms,
+		     struct zap_ctx *ctx)
 {
 	for (;;) {
 		uint64_t now = now_ms();

@@ -405,9 +405,10 @@ void *tw_accept_main(void *arg)
 /* Dial                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Wait for @events on @fd, the ctx or shutdown. 0, or a negative errno. */
-static int wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
-		   int limit_ms)
+/* Wait for @events on @fd, the ctx or shutdown, at most @limit_ms (-1: no
+ * limit). 0, or a negative errno (-ETIMEDOUT at the limit). */
+int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
+	       int limit_ms)
 {
 	for (;;) {
 		struct pollfd p[3] = {
@@ -488,7 +489,7 @@ static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo 
 						     ? " (nothing listens there)"
 						     : "");
 		}
-		int r = wait_fd(w, fd, POLLOUT, ctx, -1);
+		int r = tw_wait_fd(w, fd, POLLOUT, ctx, -1);
 		if (r) {
 			close(fd);
 			return r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN
@@ -589,7 +590,7 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 				-ETIMEDOUT,
 				"%s: %s did not complete the TLS handshake in time",
 				w->dom, peer);
-		r = wait_fd(w, c->fd, c->hs_events, ctx, (int)(deadline_ms - now));
+		r = tw_wait_fd(w, c->fd, c->hs_events, ctx, (int)(deadline_ms - now));
 		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
 			continue;
 		if (r)
@@ -686,7 +687,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 					  peer);
 			goto fail;
 		}
-		r = wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));
+		r = tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));
 		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
 			continue; /* our own handshake limit; checked above */
 		if (r)

@@ -501,6 +501,8 @@ static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
 /* tcp_handshake.c */
 void *tw_accept_main(void *arg);
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
+int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
+	       int limit_ms);
 
 /* tcp_unix.c: Unix-domain listen, dial, credentials and claims */
 struct zaddr;

@@ -360,31 +360,6 @@ static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *
 	return rc;
 }
 
-/* Wait for an answer on @fd until @deadline_ms, shutdown or the ctx. */
-static int side_wait(struct tcp_wire *w, int fd, uint64_t deadline_ms,
-		     struct zap_ctx *ctx)
-{
-	for (;;) {
-		uint64_t now = now_ms();
-		if (now >= deadline_ms)
-			return -ETIMEDOUT;
-		struct pollfd p[3] = { { .fd = fd, .events = POLLIN },
-				       { .fd = w->stop_fd, .events = POLLIN },
-				       { .fd = w->host->ctx_fd(ctx), .events = POLLIN } };
-		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), (int)(deadline_ms - now));
-		int r = poll(p, 3, tmo);
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (p[1].revents)
-			return -ESHUTDOWN;
-		int e = w->host->ctx_err(ctx);
-		if (e)
-			return e;
-		if (p[0].revents)
-			return 0;
-	}
-}
-
 /* ---- the dialer --------------------------------------------------------- */
 
 /*
@@ -432,7 +407,10 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 		goto out;
 	}
 	for (;;) {
-		r = side_wait(w, fd, deadline_ms, ctx);
+		uint64_t now = now_ms();
+		r = now < deadline_ms
+			    ? tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline_ms - now))
+			    : -ETIMEDOUT;
 		if (r) {
 			snprintf(why, sizeof(why), "no answer on the side channel: %s",
 				 strerror(-r));

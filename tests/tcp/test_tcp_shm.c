@@ -121,15 +121,20 @@ static struct zap_msg *child_recv(struct zap_transport *t)
 	return m;
 }
 
-static pid_t peer_start(void (*fn)(const char *arg), const char *arg)
+/*
+ * Start the peer @name (a child_* function, see peers[] by main()) with
+ * @arg in a new process: fork and exec this program, so that the peer
+ * starts with no thread and no endpoint of ours (ThreadSanitizer cannot
+ * follow a fork of a threaded process, and the peer should be a stranger).
+ */
+static pid_t peer_start(const char *name, const char *arg)
 {
 	fflush(NULL);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		zap_set_log_handler(NULL, NULL);
-		fn(arg);
-		_exit(0);
+		execl("/proc/self/exe", "test-tcp-shm", "--peer", name, arg, (char *)NULL);
+		_exit(127);
 	}
 	return pid;
 }
@@ -191,7 +196,7 @@ static void test_sizes_tcp(void **state)
 	char sa[ZAP_PEER_MAX];
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	pid_t pid = peer_start(child_sizes, sa);
+	pid_t pid = peer_start("sizes", sa);
 	serve_sizes(s);
 	peer_wait(pid);
 	zap_close(s);
@@ -207,7 +212,7 @@ static void test_sizes_unix(void **state)
 	const char *addrs[] = { path, "unix:@zap-shm-test-abstract" };
 	for (int k = 0; k < 2; k++) {
 		struct zap_transport *s = ep(addrs[k], sa);
-		pid_t pid = peer_start(child_sizes, sa);
+		pid_t pid = peer_start("sizes", sa);
 		serve_sizes(s);
 		peer_wait(pid);
 		zap_close(s);
@@ -235,7 +240,7 @@ static void test_order_100k(void **state)
 	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX];
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	pid_t pid = peer_start(child_order, sa);
+	pid_t pid = peer_start("order", sa);
 	for (uint32_t i = 0; i < NORDER; i++) {
 		struct zap_msg *m = recv_ok(s);
 		uint32_t v;
@@ -294,7 +299,7 @@ static void test_eight_senders(void **state)
 	uint32_t next[NTHREADS] = { 0 };
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	pid_t pid = peer_start(child_senders, sa);
+	pid_t pid = peer_start("senders", sa);
 	for (unsigned n = 0; n < NTHREADS * PER_THREAD; n++) {
 		struct zap_msg *m = recv_ok(s);
 		const unsigned char *d = zap_msg_data(m);
@@ -330,7 +335,7 @@ static void child_dies_mid_message(const char *server)
 	CK(buf);
 	for (uint32_t i = 0; i < 3; i++)
 		CK(zap_send(t, server, &i, sizeof(i), NULL) == 0);
-	CK(write(started[1], "s", 1) == 1);
+	CK(write(atoi(getenv("ZT_STARTED_FD")), "s", 1) == 1);
 	zap_send(t, server, buf, 48u << 20, NULL);
 	_exit(4); /* not reached: killed */
 }
@@ -338,7 +343,7 @@ static void child_dies_mid_message(const char *server)
 /* After a peer's end, a new peer is served at once, over shm. */
 static void served(struct zap_transport *s, const char *sa)
 {
-	pid_t pid = peer_start(child_sizes, sa);
+	pid_t pid = peer_start("sizes", sa);
 	serve_sizes(s);
 	peer_wait(pid);
 }
@@ -350,7 +355,10 @@ static void test_sigkill_mid_message(void **state)
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
 	zt_log_clear();
 	assert_int_equal(pipe(started), 0);
-	pid_t pid = peer_start(child_dies_mid_message, sa);
+	char fdtext[16];
+	snprintf(fdtext, sizeof(fdtext), "%d", started[1]);
+	setenv("ZT_STARTED_FD", fdtext, 1);
+	pid_t pid = peer_start("dies", sa);
 	char b;
 	assert_int_equal(read(started[0], &b, 1), 1);
 	close(started[0]);
@@ -420,7 +428,7 @@ static void test_scribbler(void **state)
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
 	zt_log_clear();
-	pid_t pid = peer_start(child_scribbles, sa);
+	pid_t pid = peer_start("scribbles", sa);
 	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 3);
 	char peer[ZAP_PEER_MAX];
@@ -459,7 +467,7 @@ static void test_two_users(void **state)
 	if (geteuid() != 0)
 		skip(); /* needs root to become another user */
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	pid_t pid = peer_start(child_other_user, sa);
+	pid_t pid = peer_start("other-user", sa);
 	struct zap_msg *m = recv_ok(s);
 	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
 	zap_msg_release(m);
@@ -500,7 +508,7 @@ static char ns_name[32];
 static void child_in_netns(const char *server)
 {
 	char path[64];
-	snprintf(path, sizeof(path), "/run/netns/%s", ns_name);
+	snprintf(path, sizeof(path), "/run/netns/%s", getenv("ZT_NETNS"));
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
 	struct zap_transport *t = child_ep("10.201.0.2:0");
@@ -528,6 +536,7 @@ static void test_other_netns(void **state)
 	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX];
 	(void)state;
 	snprintf(ns_name, sizeof(ns_name), "zapshm%d", (int)getpid());
+	setenv("ZT_NETNS", ns_name, 1);
 	if (geteuid() != 0 ||
 	    sh("ip netns add %s 2>/dev/null && ip link add zs%da type veth peer name zs%db "
 	       "2>/dev/null",
@@ -543,7 +552,7 @@ static void test_other_netns(void **state)
 			    id, ns_name, id, id, ns_name, id, ns_name, id, ns_name),
 			 0);
 	struct zap_transport *s = ep("10.201.0.1:0", sa);
-	pid_t pid = peer_start(child_in_netns, sa);
+	pid_t pid = peer_start("netns", sa);
 	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 9);
 	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
@@ -759,8 +768,26 @@ static void test_hostile_requests(void **state)
 	zap_close(s);
 }
 
-int main(void)
+static const struct {
+	const char *name;
+	void (*fn)(const char *arg);
+} peers[] = {
+	{ "sizes", child_sizes },	    { "order", child_order },
+	{ "senders", child_senders },	    { "dies", child_dies_mid_message },
+	{ "scribbles", child_scribbles },   { "other-user", child_other_user },
+	{ "netns", child_in_netns },
+};
+
+int main(int argc, char **argv)
 {
+	if (argc == 4 && !strcmp(argv[1], "--peer")) {
+		for (size_t i = 0; i < sizeof(peers) / sizeof(peers[0]); i++)
+			if (!strcmp(argv[2], peers[i].name)) {
+				peers[i].fn(argv[3]);
+				return 0;
+			}
+		return 2;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sizes_tcp),
 		cmocka_unit_test(test_sizes_unix),

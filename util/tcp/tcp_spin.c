@@ -98,7 +98,9 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
 static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 		       bool (*ready)(void *, bool), void *arg, bool rings)
 {
-	for (unsigned i = 0;; i++) {
+	for (unsigned i = 1;; i++) {
+		/* With rings, the first look is at them: a message there is
+		 * the common case, and a poll() round would delay it. */
 		if (!rings || i % SPIN_RING_ROUNDS == 0) {
 			int r = poll(pfd, n, 0);
 

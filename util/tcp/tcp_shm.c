@@ -387,7 +387,8 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, side_name(c->rid, &sun)) < 0) {
 		/* The usual case for a peer on another host or namespace. */
-		snprintf(why, sizeof(why), "no side channel (%s): not on this host",
+		snprintf(why, sizeof(why),
+			 "no side channel (%s): another host or namespace, or ZAP_SHM=off there",
 			 strerror(errno));
 		goto out;
 	}

@@ -211,8 +211,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	reference(s, n, &e);
 
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int one = 1;
-	if (fd < 0 || connect(fd, (struct sockaddr *)&ep_sa, sizeof(ep_sa))) {
+	int one = 1, cr = fd < 0 ? -1 : connect(fd, (struct sockaddr *)&ep_sa, sizeof(ep_sa));
+	if (cr && errno == EINTR) {
+		/* libFuzzer's timer signal: the connect goes on regardless. */
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int err = 0;
+		socklen_t el = sizeof(err);
+		while ((cr = poll(&p, 1, 5000)) < 0 && errno == EINTR)
+			;
+		cr = cr == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && !err ? 0 : -1;
+	}
+	if (cr) {
 		perror("fuzz-tcp-stream: connect");
 		abort();
 	}

@@ -665,6 +665,13 @@ static bool peer_gone(struct tcp_shm *s)
 	return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
 }
 
+/* Where the consumer is (its tail, offset by the ring size): grows with
+ * its progress only, whatever we write meanwhile. */
+static uint64_t consumer_pos(const struct tcp_shm *s)
+{
+	return zshm_tx_room(&s->tx) + s->tx.head;
+}
+
 /* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. */
 static int ring_put(struct tcp_shm *s, const struct tcp_txreq *own)
 {
@@ -710,9 +717,11 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	}
 	for (;;) {
 		int r = ring_put(s, own);
+		uint64_t seen = 0;
 		if (r == -EAGAIN) {
 			/* Full: announce that we wait, look once more. */
 			zshm_tx_prepare_wait(&s->tx);
+			seen = consumer_pos(s);
 			r = ring_put(s, own);
 		}
 		if (!r)
@@ -724,13 +733,21 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 				w->dom, c->raddr);
 			break;
 		}
-		/* The consumer wakes us through the side channel, which the
-		 * leader polls: any change, then try again. */
+		/*
+		 * The consumer wakes us through the side channel, which the
+		 * leader polls: any change, then try again. Room made since
+		 * the last look, whose wake-up the leader may have handled
+		 * before we wait, shows as consumer progress under mu: the
+		 * leader's broadcast needs mu too, so it either comes after
+		 * we sleep or its progress is visible here.
+		 */
 		pthread_mutex_lock(&w->mu);
-		me->room = s; /* a leading waiter also watches the ring itself */
-		me->room_had = zshm_tx_room(&s->tx);
-		err = tw_wait_step(w, me, ctx);
-		me->room = NULL;
+		if (consumer_pos(s) == seen) {
+			me->room = s; /* a leading waiter also watches the ring */
+			me->room_had = zshm_tx_room(&s->tx);
+			err = tw_wait_step(w, me, ctx);
+			me->room = NULL;
+		}
 		if (!err && (c->dead || s->side_gone))
 			err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
 					    w->dom, c->raddr);

@@ -151,6 +151,11 @@ static int gozap_address(struct zap_transport *t, char *buf, size_t len)
 	return zap_transport_address(t, buf, len);
 }
 
+static int gozap_peer_path(struct zap_transport *t, const char *peer, char *buf, size_t len)
+{
+	return zap_peer_path(t, peer, buf, len);
+}
+
 static int gozap_caps(const struct zap_transport *t, struct zap_caps *caps)
 {
 	caps->size = sizeof(*caps);
@@ -268,6 +273,16 @@ func addressOf(t *C.struct_zap_transport) (string, error) {
 	var buf [C.ZAP_PEER_MAX]C.char
 	if rc := C.gozap_address(t, &buf[0], C.size_t(len(buf))); rc != 0 {
 		return "", &zapError{op: "address", code: errnoOf(rc), text: errnoOf(rc).Error()}
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+func peerPathOf(t *C.struct_zap_transport, peer string) (string, error) {
+	var buf [16]C.char
+	cp := C.CString(peer)
+	defer C.free(unsafe.Pointer(cp))
+	if rc := C.gozap_peer_path(t, cp, &buf[0], C.size_t(len(buf))); rc != 0 {
+		return "", &zapError{op: "path " + peer, code: errnoOf(rc), text: errnoOf(rc).Error()}
 	}
 	return C.GoString(&buf[0]), nil
 }

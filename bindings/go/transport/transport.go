@@ -167,6 +167,24 @@ func LocalAddr(t Transport) (string, error) {
 	return addressOf(tr.t)
 }
 
+// PeerPath says how t's messages to peer travel now: "shm" (shared-memory
+// rings: a peer process on this host that may share memory with us),
+// "unix" or "tcp" (zap_peer_path()). An error wrapping syscall.ENOTCONN
+// means t has no connection to peer (none yet, or it closed). t must come
+// from Pick.
+func PeerPath(t Transport, peer string) (string, error) {
+	tr, ok := t.(*zapTransport)
+	if !ok {
+		return "", fmt.Errorf("zap/transport: PeerPath: %T is not from Pick", t)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.closing {
+		return "", closedErr("path")
+	}
+	return peerPathOf(tr.t, peer)
+}
+
 // zapError is a failed libzap call: errors.Is matches its errno (say
 // syscall.EMSGSIZE) and, for ZAP_ENOTAVAIL, ErrNotAvailable.
 type zapError struct {

@@ -35,6 +35,27 @@ func TestPickDefault(t *testing.T) {
 	tr2.Close()
 }
 
+// Two endpoints of one process (one user, one host) move to shared
+// memory; before any message there is no path.
+func TestPeerPath(t *testing.T) {
+	a, b := pickDefault(t), pickDefault(t)
+	ba := addrOf(t, b)
+	if _, err := PeerPath(a, ba); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("PeerPath before any message = %v, want ENOTCONN", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Send(ctx, ba, []byte("x")); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if _, _, err := b.Recv(ctx); err != nil {
+		t.Fatalf("Recv: %v", err)
+	}
+	if p, err := PeerPath(a, ba); err != nil || p != "shm" {
+		t.Fatalf("PeerPath = %q, %v; want shm", p, err)
+	}
+}
+
 func TestRegistered(t *testing.T) {
 	names := Registered()
 	found := false

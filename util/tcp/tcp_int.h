@@ -509,6 +509,8 @@ struct zaddr;
 int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a);
 void tw_unix_unlink(struct tcp_wire *w);
 void tw_unix_accepted(struct tcp_conn *c);
+struct ucred;
+bool tw_peer_cred(int fd, struct ucred *cr, char *buf, size_t len);
 int tw_unix_connect(struct tcp_wire *w, const char *peer, const struct zaddr *a,
 		    struct zap_ctx *ctx, int *fd, struct sockaddr_storage *sa,
 		    socklen_t *salen);

@@ -105,6 +105,41 @@ static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
 	}
 }
 
+/*
+ * A message record of @len bytes from the allocator, for a frame or a
+ * ring message. On failure the budget taken for it is returned: -EAGAIN
+ * pauses @c until a kick; any other error has its reason in c->rx_why.
+ */
+static int rx_alloc(struct tcp_wire *w, struct tcp_conn *c, size_t len,
+		    struct tcp_rx_msg **m)
+{
+	int r = w->alloc.alloc(w->alloc.user, len, m);
+
+	if (!r)
+		return 0;
+	budget_put(w, c);
+	if (r == -EAGAIN)
+		c->alloc_wait = true;
+	else
+		snprintf(c->rx_why, sizeof(c->rx_why), "cannot allocate %zu bytes: %s",
+			 len, strerror(-r));
+	return r;
+}
+
+/* The peer ended in the middle of c->rx_msg: everything before it was
+ * delivered (WIRE.md, "Closing"); drop it, and only it. */
+static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
+{
+	struct tcp_rx_msg *m = c->rx_msg;
+
+	snprintf(c->rx_why, sizeof(c->rx_why),
+		 "peer closed mid-message (%zu of %zu bytes)", c->rx_off, c->rx_len);
+	c->rx_msg = NULL;
+	budget_put(w, c);
+	m->msg.release(&m->msg);
+	return RX_EOF_PARTIAL;
+}
+
 /* Read more of the payload being read straight into place (c->rx_msg). */
 static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail)
 {
@@ -146,13 +181,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		/* Everything before this frame was delivered; the peer
 		 * abandoned this one (WIRE.md, "Closing"). Drop it, and only
 		 * it. */
-		snprintf(c->rx_why, sizeof(c->rx_why),
-			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off,
-			 c->rx_len);
-		c->rx_msg = NULL;
-		budget_put(w, c);
-		m->msg.release(&m->msg);
-		return RX_EOF_PARTIAL;
+		return rx_drop_partial(w, c);
 	}
 	if (errno == EINTR)
 		return RX_MORE;
@@ -227,18 +256,11 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		if (part && !budget_take(w, c, first))
 			return 0;
 		struct tcp_rx_msg *m = NULL;
-		r = w->alloc.alloc(w->alloc.user, first, &m);
-		if (r == -EAGAIN) {
-			budget_put(w, c);
-			c->alloc_wait = true;
+		r = rx_alloc(w, c, first, &m);
+		if (r == -EAGAIN)
 			return 0;
-		}
-		if (r) {
-			budget_put(w, c);
-			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %zu bytes: %s", first, strerror(-r));
+		if (r)
 			return r;
-		}
 		m->msg.len = (size_t)len;
 		size_t take = avail < len ? avail : (size_t)len;
 		if (take)
@@ -379,18 +401,9 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		if (!last && !budget_take(w, c, total))
 			return -EAGAIN;
 		struct tcp_rx_msg *m = NULL;
-		int r = w->alloc.alloc(w->alloc.user, (size_t)total, &m);
-		if (r) {
-			budget_put(w, c);
-			if (r == -EAGAIN) {
-				c->alloc_wait = true;
-				return r;
-			}
-			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %" PRIu64 " bytes: %s", total,
-				 strerror(-r));
+		int r = rx_alloc(w, c, (size_t)total, &m);
+		if (r)
 			return r;
-		}
 		m->msg.len = (size_t)total;
 		c->rx_msg = m;
 		c->rx_len = (size_t)total;
@@ -474,17 +487,7 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		c->rx_ready = true; /* more to deliver before the end */
 		return 0;
 	}
-	if (c->rx_msg) {
-		snprintf(c->rx_why, sizeof(c->rx_why),
-			 "peer closed mid-message (%zu of %zu bytes)", c->rx_off,
-			 c->rx_len);
-		struct tcp_rx_msg *m = c->rx_msg;
-		c->rx_msg = NULL;
-		budget_put(w, c);
-		m->msg.release(&m->msg);
-		return RX_EOF_PARTIAL;
-	}
-	return RX_EOF;
+	return c->rx_msg ? rx_drop_partial(w, c) : RX_EOF;
 }
 
 /* conn_rx_inner(), and the clock of a partial frame: it restarts at every

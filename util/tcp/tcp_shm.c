@@ -82,18 +82,16 @@ struct tcp_shm_pend {
 static bool peer_allowed(const struct tcp_wire *w, int fd, char *why, size_t whylen)
 {
 	struct ucred cr;
-	socklen_t cl = sizeof(cr);
+	char who[72];
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cl != sizeof(cr)) {
+	if (!tw_peer_cred(fd, &cr, who, sizeof(who))) {
 		snprintf(why, whylen, "no peer credentials: %s", strerror(errno));
 		return false;
 	}
 	if (cr.uid == geteuid() || (w->shm_policy == TW_SHM_GROUP && cr.gid == getegid()))
 		return true;
-	snprintf(why, whylen,
-		 "its process (uid %u gid %u) is not ours to share memory with (%s=%s)",
-		 (unsigned)cr.uid, (unsigned)cr.gid, TCP_SHM_ENV,
-		 w->shm_policy == TW_SHM_GROUP ? "group" : "user");
+	snprintf(why, whylen, "its process (%s) is not ours to share memory with (%s=%s)",
+		 who, TCP_SHM_ENV, w->shm_policy == TW_SHM_GROUP ? "group" : "user");
 	return false;
 }
 

@@ -192,7 +192,7 @@ void tw_unix_unlink(struct tcp_wire *w)
 }
 
 /* SO_PEERCRED of @fd as "uid=U gid=G pid=P"; false if unavailable. */
-static bool peer_cred(int fd, struct ucred *cr, char *buf, size_t len)
+bool tw_peer_cred(int fd, struct ucred *cr, char *buf, size_t len)
 {
 	socklen_t cl = sizeof(*cr);
 
@@ -211,7 +211,7 @@ void tw_unix_accepted(struct tcp_conn *c)
 	struct ucred cr;
 
 	c->local = true;
-	if (peer_cred(c->fd, &cr, c->ident, sizeof(c->ident)))
+	if (tw_peer_cred(c->fd, &cr, c->ident, sizeof(c->ident)))
 		snprintf(c->src, sizeof(c->src), "unix peer %s", c->ident);
 	else
 		snprintf(c->src, sizeof(c->src), "unix peer (no credentials)");
@@ -305,7 +305,7 @@ static int prove(struct tcp_wire *w, const struct tcp_conn *c, const struct tcp_
 			 h->addr, strerror(e));
 		return -EPROTO;
 	}
-	bool ok = peer_cred(fd, &lis, lid, sizeof(lid));
+	bool ok = tw_peer_cred(fd, &lis, lid, sizeof(lid));
 	close(fd);
 	if (!ok || lis.uid != me.uid) {
 		snprintf(why, whylen, "HELLO from %s claims %s, whose listener is %s",
@@ -322,7 +322,7 @@ int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_
 
 	if (c->dialed) {
 		/* We dialed that socket: its listener answers for it. */
-		peer_cred(c->fd, &cr, c->ident, sizeof(c->ident));
+		tw_peer_cred(c->fd, &cr, c->ident, sizeof(c->ident));
 		if (strcmp(h->addr, c->src)) {
 			snprintf(why, whylen, "HELLO from %s (%s) claims %.100s", c->src,
 				 c->ident[0] ? c->ident : "no credentials", h->addr);

@@ -477,6 +477,25 @@ static void test_two_users(void **state)
 	zap_close(s);
 }
 
+/* At most 16 connections of an endpoint hold rings (two 2 MiB regions
+ * each): the 17th peer stays on TCP, and is served all the same. */
+static void test_ring_cap(void **state)
+{
+	char sa[ZAP_PEER_MAX];
+	struct zap_transport *c[17];
+	(void)state;
+	struct zap_transport *s = ep("127.0.0.1:0", sa);
+	for (int i = 0; i < 17; i++) {
+		c[i] = ep("127.0.0.1:0", NULL);
+		assert_int_equal(zap_send(c[i], sa, "x", 1, NULL), 0);
+		zap_msg_release(recv_ok(s));
+		path_is(c[i], sa, i < 16 ? "shm" : "tcp");
+	}
+	for (int i = 0; i < 17; i++)
+		zap_close(c[i]);
+	zap_close(s);
+}
+
 static void test_env(void **state)
 {
 	char aa[ZAP_PEER_MAX], ba[ZAP_PEER_MAX];
@@ -796,6 +815,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sigkill_mid_message),
 		cmocka_unit_test(test_scribbler),
 		cmocka_unit_test(test_two_users),
+		cmocka_unit_test(test_ring_cap),
 		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_other_netns),
 		cmocka_unit_test(test_hostile_requests),

@@ -102,6 +102,8 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 			}
 			if (c && req->len > c->peer_max)
 				return send_too_big(w, c, req->len);
+			if (c && !c->tx_busy && tw_conn_peer_shut(w, c))
+				continue;
 			if (c && !c->tx_busy) {
 				c->tx_busy = true;
 				req->state = TXQ_OWNER;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,6 +316,32 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * Whether the peer shut its side of @c, seen before a new frame starts on
+ * it (mu held, @c's tx free). The leader notices a FIN only when it reads
+ * the connection, which it may not do for a while (a full receive queue,
+ * a starved thread), and a frame written after the peer's FIN is taken by
+ * the kernel and lost if the peer went away: a peer restarted at the same
+ * address would silently miss it. A connection idle for a millisecond or
+ * more is checked (one poll; a busy one is not); a shut one is retired as
+ * its FIN would retire it, and the sender picks another or dials.
+ */
+bool tw_conn_peer_shut(struct tcp_wire *w, struct tcp_conn *c)
+{
+	struct pollfd pfd = { .fd = c->fd, .events = POLLRDHUP };
+
+	if (now_ms() - atomic_load_explicit(&c->last_ms, memory_order_relaxed) < 1 ||
+	    poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		return false;
+	w->host->log(ZAP_LOG_DEBUG, w->dom,
+		     "%s (from %s) shut its side of the connection: no new frame on it",
+		     c->raddr, c->src);
+	tw_retire(c);
+	if (c->peer && c->peer->tx == c)
+		tw_peer_pick_tx(w, c->peer);
+	return true;
 }
 
 /*

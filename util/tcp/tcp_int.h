@@ -466,6 +466,7 @@ void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr);
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
 bool tw_evict_idle(struct tcp_wire *w, const char *why);
+bool tw_conn_peer_shut(struct tcp_wire *w, struct tcp_conn *c);
 static inline void tw_touch(struct tcp_conn *c, uint64_t now)
 {
 	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);

@@ -115,6 +115,11 @@ static int tcp_msg_grow(void *user, size_t len, struct tcp_rx_msg **mp)
 	(void)user;
 	if (len > SIZE_MAX - sizeof(*m))
 		return -ENOMEM;
+	/* A cached block is often larger than the first part asked for:
+	 * growing within it moves nothing (realloc() would hand the rest
+	 * back, and the next step would fault it in again). */
+	if (malloc_usable_size(*mp) >= sizeof(*m) + len)
+		return 0;
 	m = realloc(*mp, sizeof(*m) + len);
 	if (!m)
 		return -ENOMEM;

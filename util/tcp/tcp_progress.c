@@ -375,8 +375,15 @@ struct ring_rx {
 	struct tcp_conn *c;
 	struct tcp_rx_msg ***tail;
 	int got;
-	int recs; /* chunks taken in this zshm_recv() call */
+	int recs;       /* chunks taken in this zshm_recv() call */
+	uint64_t bytes; /* delivered this round */
 };
+
+/* Whether this round delivered enough (see TCP_SHM_BATCH_BYTES). */
+static bool ring_batch_done(const struct ring_rx *x)
+{
+	return x->got >= TCP_SHM_BATCH || x->bytes >= TCP_SHM_BATCH_BYTES;
+}
 
 /*
  * One chunk of a message from the ring (zshm_chunk_fn): the first starts
@@ -396,7 +403,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	if (x->recs++)
 		return -EINTR;
 	if (!off && !c->rx_msg) {
-		if (x->got >= TCP_SHM_BATCH)
+		if (ring_batch_done(x))
 			return -EINTR;
 		if (!last && !budget_take(w, c, total))
 			return -EAGAIN;
@@ -419,6 +426,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		deliver(c, m, (size_t)total, x->tail);
 		tw_count(&w->st_rx_frames, 1);
 		x->got++;
+		x->bytes += total;
 	}
 	return 0;
 }
@@ -433,7 +441,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		   struct tcp_rx_msg ***tail, bool readable)
 {
-	struct ring_rx x = { w, c, tail, 0, 0 };
+	struct ring_rx x = { w, c, tail, 0, 0, 0 };
 
 	c->rx_ready = false;
 	if (readable && !s->rx_gone) {
@@ -464,7 +472,7 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		c->rx_total += s->rx.tail - before;
 		if (s->rx.tail != before && zshm_rx_producer_waits(&s->rx))
 			tw_shm_wake(s);
-		if (r != -EINTR || x.recs < 2 || x.got >= TCP_SHM_BATCH)
+		if (r != -EINTR || x.recs < 2 || ring_batch_done(&x))
 			break;
 	}
 	if (r == -EPROTO && s->rx.corrupt) {

@@ -3,9 +3,14 @@
  * The leader's spin budget (util/tcp/tcp_spin.c): learned from how long
  * waits last, dropped at once when they grow long, regained after a few
  * short ones, fixed (and never learned) when ZAP_TCP_SPIN_US is set; and
- * tw_spin_poll() returns what poll() would, spinning only within budget.
+ * tw_spin_poll() returns what poll() would, spinning only within budget;
+ * a spin that finds its CPU contended (a yield that ran another thread)
+ * yields every round for the next waits.
  */
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -129,12 +134,80 @@ static void test_spin_poll(void **state)
 	close(efd);
 }
 
+static atomic_bool hog_stop;
+
+static void *hog(void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&hog_stop, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+/* Pin the calling thread to @cpu; whether it worked. */
+static bool pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return !pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+static void *hog_pinned(void *arg)
+{
+	pin(*(int *)arg);
+	return hog(NULL);
+}
+
+static void test_contended(void **state)
+{
+	struct tcp_spin s;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), cpu = sched_getcpu();
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	cpu_set_t old;
+	pthread_t th;
+
+	(void)state;
+	assert_true(efd >= 0 && cpu >= 0);
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	assert_true(pin(cpu));
+
+	/* Alone on the CPU: a 2 ms spin yields, gets it back at once, and
+	 * stays lazy (a host that preempted us for 20 us could say
+	 * otherwise, so this is not asserted). */
+	tw_spin_init(&s, true, 2000);
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);
+
+	/* A busy thread on the same CPU: the first yield hands it the CPU
+	 * for a time slice, far beyond 20 us: contended. */
+	atomic_store(&hog_stop, false);
+	assert_int_equal(pthread_create(&th, NULL, hog_pinned, &cpu), 0);
+	usleep(20000); /* it runs */
+	tw_spin_init(&s, true, 20000);
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);
+	atomic_store(&hog_stop, true);
+	pthread_join(th, NULL);
+	assert_true(s.cool > 0);
+
+	/* Each later wait uses one up. */
+	unsigned left = s.cool;
+	tw_spin_init(&s, true, 0);
+	s.cool = left;
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 1, never, NULL, false), 0);
+	assert_int_equal(s.cool, left - 1);
+
+	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+	close(efd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_learned_budget),
 		cmocka_unit_test(test_fixed_budget),
 		cmocka_unit_test(test_spin_poll),
+		cmocka_unit_test(test_contended),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -317,6 +317,7 @@ struct tcp_spin {
 	bool fixed; /* ZAP_TCP_SPIN_US given: fixed_ns, nothing learned */
 	uint64_t fixed_ns;
 	uint64_t mean_ns; /* learned: weighted mean of recent wait times */
+	unsigned cool;    /* waits left without spinning (the CPU is contended) */
 };
 
 struct tcp_wire {

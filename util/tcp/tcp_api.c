@@ -141,7 +141,7 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t
 		done = 1;
 	c->tx_busy = false;
 	c->tx_used = true;
-	tw_touch(c, now_ms());
+	tw_touch(c, now_coarse_ms());
 	if (err && done && stopped && !c->dead) {
 		/*
 		 * A partial frame cannot be taken back, so no new frame may

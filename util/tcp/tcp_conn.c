@@ -324,15 +324,17 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
  * the connection, which it may not do for a while (a full receive queue,
  * a starved thread), and a frame written after the peer's FIN is taken by
  * the kernel and lost if the peer went away: a peer restarted at the same
- * address would silently miss it. A connection idle for a millisecond or
- * more is checked (one poll; a busy one is not); a shut one is retired as
- * its FIN would retire it, and the sender picks another or dials.
+ * address would silently miss it. A connection not used since the last
+ * clock tick (now_coarse_ms(): 1-4 ms) is checked (one poll; a busy one is
+ * not); a shut one is retired as its FIN would retire it, and the sender
+ * picks another or dials.
  */
 bool tw_conn_peer_shut(struct tcp_wire *w, struct tcp_conn *c)
 {
 	struct pollfd pfd = { .fd = c->fd, .events = POLLRDHUP };
 
-	if (now_ms() - atomic_load_explicit(&c->last_ms, memory_order_relaxed) < 1 ||
+	if (now_coarse_ms() - atomic_load_explicit(&c->last_ms, memory_order_relaxed) <
+		    1 ||
 	    poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		return false;
 	w->host->log(ZAP_LOG_DEBUG, w->dom,
@@ -376,7 +378,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	c->next = w->conns;
 	w->conns = c;
 	w->nconns++;
-	tw_touch(c, now_ms());
+	tw_touch(c, now_coarse_ms());
 	if (self && !c->dialed) {
 		/* The accepted end of a connection to ourselves only receives;
 		 * the dialed end carries our sends. */
@@ -436,7 +438,7 @@ out:
 bool tw_evict_idle(struct tcp_wire *w, const char *why)
 {
 	struct tcp_conn *old = NULL;
-	uint64_t old_ms = UINT64_MAX, now = now_ms();
+	uint64_t old_ms = UINT64_MAX, now = now_coarse_ms();
 
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
 		uint64_t t = atomic_load_explicit(&c->last_ms, memory_order_relaxed);

@@ -268,7 +268,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		c->rhead += TCP_HDR + take;
 		if (take < len) {
 			c->rx_msg = m;
-			c->rx_start_ms = now_ms();
+			c->rx_start_ms = now_coarse_ms();
 			c->rx_off = take;
 			c->rx_cap = first;
 			c->rx_len = (size_t)len;
@@ -414,7 +414,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		m->msg.len = (size_t)total;
 		c->rx_msg = m;
 		c->rx_len = (size_t)total;
-		c->rx_start_ms = now_ms();
+		c->rx_start_ms = now_coarse_ms();
 	}
 	if (len)
 		memcpy((char *)c->rx_msg->msg.data + off, data, len);
@@ -627,7 +627,7 @@ static size_t pollset_fixed(struct tcp_wire *w, struct tcp_waiter *me, int cfd)
 static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 {
 	size_t first = n;
-	uint64_t now = now_ms(), oldest_ms = UINT64_MAX;
+	uint64_t now = now_coarse_ms(), oldest_ms = UINT64_MAX;
 
 	/* The application is not taking messages: read nothing, so that
 	 * TCP pushes back on the senders. A recv that drains kicks. */
@@ -860,7 +860,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 &&
 	    errno != EINTR)
 		err = -errno;
-	uint64_t now = now_ms();
+	uint64_t now = now_coarse_ms();
 	for (size_t i = first_conn; i < n; i++) {
 		if (w->slot[i].kind != SLOT_CONN)
 			continue;

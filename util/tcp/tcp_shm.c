@@ -648,13 +648,14 @@ void tw_shm_wake(const struct tcp_shm *s)
 /*
  * Whether the peer is known to be gone, as a send on a closed TCP
  * connection fails: it said so in the ring (it closed), or, looked at
- * once a millisecond at most, its side channel ended (it died).
+ * once a clock tick (now_coarse_ms()) at most, its side channel ended (it
+ * died).
  */
 static bool peer_gone(struct tcp_shm *s)
 {
 	if (zshm_tx_peer_closed(&s->tx))
 		return true;
-	uint64_t now = now_ms();
+	uint64_t now = now_coarse_ms();
 	if (now == s->live_ms)
 		return false;
 	s->live_ms = now;

@@ -136,14 +136,6 @@ static void test_spin_poll(void **state)
 
 static atomic_bool hog_stop;
 
-static void *hog(void *arg)
-{
-	(void)arg;
-	while (!atomic_load_explicit(&hog_stop, memory_order_relaxed))
-		;
-	return NULL;
-}
-
 /* Pin the calling thread to @cpu; whether it worked. */
 static bool pin(int cpu)
 {
@@ -154,10 +146,13 @@ static bool pin(int cpu)
 	return !pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 }
 
-static void *hog_pinned(void *arg)
+/* A busy thread on CPU *@arg until hog_stop. */
+static void *hog(void *arg)
 {
 	pin(*(int *)arg);
-	return hog(NULL);
+	while (!atomic_load_explicit(&hog_stop, memory_order_relaxed))
+		;
+	return NULL;
 }
 
 static void test_contended(void **state)
@@ -173,16 +168,10 @@ static void test_contended(void **state)
 	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
 	assert_true(pin(cpu));
 
-	/* Alone on the CPU: a 2 ms spin yields, gets it back at once, and
-	 * stays lazy (a host that preempted us for 20 us could say
-	 * otherwise, so this is not asserted). */
-	tw_spin_init(&s, true, 2000);
-	assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);
-
 	/* A busy thread on the same CPU: the first yield hands it the CPU
 	 * for a time slice, far beyond 20 us: contended. */
 	atomic_store(&hog_stop, false);
-	assert_int_equal(pthread_create(&th, NULL, hog_pinned, &cpu), 0);
+	assert_int_equal(pthread_create(&th, NULL, hog, &cpu), 0);
 	usleep(20000); /* it runs */
 	tw_spin_init(&s, true, 20000);
 	assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);

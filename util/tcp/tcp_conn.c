@@ -332,10 +332,10 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
 bool tw_conn_peer_shut(struct tcp_wire *w, struct tcp_conn *c)
 {
 	struct pollfd pfd = { .fd = c->fd, .events = POLLRDHUP };
+	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
-	if (now_coarse_ms() - atomic_load_explicit(&c->last_ms, memory_order_relaxed) <
-		    1 ||
-	    poll(&pfd, 1, 0) != 1 || !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+	if (now_coarse_ms() == last || poll(&pfd, 1, 0) != 1 ||
+	    !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		return false;
 	w->host->log(ZAP_LOG_DEBUG, w->dom,
 		     "%s (from %s) shut its side of the connection: no new frame on it",

@@ -156,7 +156,7 @@
  * before the application takes one outgrows the default allocator's cache
  * of released blocks (plugins/default/default.c), and every block then
  * comes from the kernel a page fault at a time: 1 MiB streaming ran at
- * 3.2-5.0 GB/s with 64 a round, 7.6-9.6 with the faults gone. */
+ * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
 #define TCP_SHM_BATCH_BYTES (256u << 10)
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 	       "deliver() copies a key or credentials into peer_id");
@@ -220,16 +220,15 @@ struct tcp_conn {
 	size_t rhead, rlen;
 	struct tcp_rx_msg *rx_msg; /* payload being read straight into place */
 	size_t rx_off;
-	size_t rx_cap;        /* payload bytes rx_msg has room for (grows) */
-	size_t rx_len;        /* the frame's declared length */
-	uint64_t rx_charge;   /* bytes of the partial budget rx_msg holds */
-	uint64_t rx_total;    /* bytes read, ever */
-	uint64_t rx_since_ms; /* last progress on a partial frame; 0: none */
-	uint64_t rx_start_ms; /* when rx_msg was started */
-	bool budget_paused;   /* leader: alloc_wait for the partial budget */
-	_Atomic uint64_t
-		last_ms; /* last frame byte in or out (relaxed; now_coarse_ms()) */
-	int rx_res;      /* result of this round's read */
+	size_t rx_cap;            /* payload bytes rx_msg has room for (grows) */
+	size_t rx_len;            /* the frame's declared length */
+	uint64_t rx_charge;       /* bytes of the partial budget rx_msg holds */
+	uint64_t rx_total;        /* bytes read, ever */
+	uint64_t rx_since_ms;     /* last progress on a partial frame; 0: none */
+	uint64_t rx_start_ms;     /* when rx_msg was started */
+	bool budget_paused;       /* leader: alloc_wait for the partial budget */
+	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
+	int rx_res;               /* result of this round's read */
 	char rx_why[160];
 
 	/* TLS (tcp_tls.c): NULL on a plaintext endpoint */
@@ -318,7 +317,7 @@ struct tcp_spin {
 	bool fixed; /* ZAP_TCP_SPIN_US given: fixed_ns, nothing learned */
 	uint64_t fixed_ns;
 	uint64_t mean_ns; /* learned: weighted mean of recent wait times */
-	unsigned cool;    /* waits left without spinning (the CPU is contended) */
+	unsigned cool;    /* waits left that yield every round (core shared) */
 };
 
 struct tcp_wire {

@@ -14,6 +14,7 @@
  *  - send_ctx: one ctx per thread for the default send timeout, never
  *    cancelled, only its deadline rewritten by its own thread.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -269,6 +270,53 @@ ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer, const void *b
 		}
 	}
 	rc = t->ops->send(t->tp, peer, buf, len, ctx);
+	leave(t);
+	return rc;
+}
+
+ZAP_EXPORT int zap_send_burst(struct zap_transport *t, const char *peer,
+			      const struct zap_iov *msgs, unsigned int n,
+			      struct zap_ctx *ctx)
+{
+	int (*fn)(void *, const char *, const struct zap_iov *, unsigned int,
+		  struct zap_ctx *);
+	int rc;
+
+	zap__clear_error();
+	if (!t || !peer || (!msgs && n))
+		return zap__fail(-EINVAL, "zap_send_burst: NULL argument");
+	for (unsigned int i = 0; i < n; i++)
+		if (!msgs[i].buf && msgs[i].len)
+			return zap__fail(-EINVAL,
+					 "zap_send_burst: message %u has NULL bytes", i);
+	if (n > INT_MAX)
+		n = INT_MAX; /* the count must fit the return value */
+	if (!n)
+		return 0;
+	rc = enter(t);
+	if (rc)
+		return rc;
+	if (!ctx && t->send_timeout_ms) {
+		ctx = send_ctx(t->send_timeout_ms);
+		if (!ctx) {
+			leave(t);
+			return zap__fail(-ENOMEM,
+					 "zap_send_burst: cannot make the ctx of "
+					 "the default send timeout");
+		}
+	}
+	fn = OPTIONAL_OP(t->ops, send_burst);
+	if (fn) {
+		rc = fn(t->tp, peer, msgs, n, ctx);
+	} else {
+		/* One send per message; stop at the first that fails. */
+		unsigned int i = 0;
+		while (i < n &&
+		       !(rc = t->ops->send(t->tp, peer, msgs[i].buf, msgs[i].len, ctx)))
+			i++;
+		if (i)
+			rc = (int)i;
+	}
 	leave(t);
 	return rc;
 }

@@ -105,7 +105,8 @@
  *    host members it knows and the host may lack (ZAP_HOST_HAS()).
  *  - History: 1.0 first release; 1.1 added zap_host.pool_try_alloc,
  *    zap_host.last_error (so plugins need not link libzap.so) and
- *    zap_host.env_get; 1.2 added zap_plugin_ops.peer_path.
+ *    zap_host.env_get; 1.2 added zap_plugin_ops.peer_path; 1.3 added
+ *    zap_plugin_ops.send_burst.
  *
  * A plugin's probe normally runs in a helper process (zap-probe, under the
  * library's libexec directory), and only the plugin a pick chooses is
@@ -126,7 +127,7 @@ extern "C" {
 #endif
 
 #define ZAP_PLUGIN_ABI_MAJOR 1
-#define ZAP_PLUGIN_ABI_MINOR 2
+#define ZAP_PLUGIN_ABI_MINOR 3
 
 #define ZAP_PLUGIN_CAT_(a, b) a##b
 #define ZAP_PLUGIN_CAT(a, b) ZAP_PLUGIN_CAT_(a, b)
@@ -401,6 +402,15 @@ struct zap_plugin_ops {
 
 	/** See zap_peer_path() (ABI 1.2). Absent: -EOPNOTSUPP. */
 	int (*peer_path)(void *tp, const char *peer, char *buf, size_t len);
+
+	/**
+	 * See zap_send_burst() (ABI 1.3). @peer and @msgs are non-NULL and
+	 * 1 <= @n <= INT_MAX. Return the count taken (1 to @n) or, when
+	 * none was, a negative errno. Absent: the host calls send once per
+	 * message.
+	 */
+	int (*send_burst)(void *tp, const char *peer, const struct zap_iov *msgs,
+			  unsigned int n, struct zap_ctx *ctx);
 };
 
 /** The last mandatory op; ops->size must reach past it. */

@@ -362,6 +362,48 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
 ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer, const void *buf,
 			size_t len, struct zap_ctx *ctx);
 
+/** struct zap_iov - one whole message of a zap_send_burst(). */
+struct zap_iov {
+	const void *buf; /**< may be NULL when @len is 0 */
+	size_t len;
+};
+
+/**
+ * zap_send_burst() - deliver several messages to @peer, in order, with as
+ * few system calls as the transport can (default and uma: up to 33
+ * messages per sendmsg(); like rte_eth_tx_burst(), or fi_send() with
+ * FI_MORE). Each element of @msgs is one message, received as zap_send()
+ * would deliver it; the result is the same as calling zap_send() on them
+ * one after another from this thread, less the calls.
+ * @n: how many; 0 returns 0 (one call takes at most INT_MAX).
+ *
+ * Blocking: waits, as zap_send() does, until the transport takes the
+ * first message. After that it does not wait to start another one: it
+ * returns early, with the count taken so far, when the transport has no
+ * room for the next, when another thread is sending to @peer at the same
+ * time (the burst then joins that thread's system call with its first
+ * message), or when a later message cannot be sent (too large for the
+ * peer, or the connection failed under it). A message it returns as not
+ * taken was not delivered, not even in part, so the usual loop is:
+ *
+ *   for (unsigned i = 0; i < n;) {
+ *       int k = zap_send_burst(t, peer, msgs + i, n - i, ctx);
+ *       if (k < 0)
+ *           return k;  // msgs[i] failed as zap_send() would have
+ *       i += k;
+ *   }
+ *
+ * Transports without a burst operation (dpdk, gpudirect, plugins before
+ * ABI 1.3) get a loop of zap_send() calls, which waits for each message.
+ *
+ * Return: the number of messages, from the first, the transport now owns
+ * (1 to @n), or a negative errno when it took none: zap_send()'s errors for
+ * @msgs[0], and -EINVAL also for NULL @msgs with @n above 0.
+ */
+ZAP_EXPORT int zap_send_burst(struct zap_transport *t, const char *peer,
+			      const struct zap_iov *msgs, unsigned int n,
+			      struct zap_ctx *ctx);
+
 /** struct zap_msg - one received message, owned by the caller until released. */
 struct zap_msg;
 

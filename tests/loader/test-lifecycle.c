@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Lifecycle suite: stopping a transport (zap_shutdown() with threads
- * blocked in recv and in send), the default send timeout, and a transport
- * inherited across fork().
+ * blocked in recv and in send), the default send timeout, a transport
+ * inherited across fork(), and zap_send_burst() on a plugin without the op.
  *
  * Each case runs in a forked child (harness.h). The recv cases use the
  * fixture plugin (an in-memory loopback whose recv blocks); the send cases
@@ -181,6 +181,49 @@ static void child_shutdown_recv(void *arg)
 	TH_CHECK_INT(zap_shutdown(NULL), -EINVAL);
 	zap_close(t);
 	TH_CHECK_INT(th_log_count(ZAP_LOG_WARN, NULL, ""), 0);
+}
+
+/*
+ * zap_send_burst() on a plugin without the op (the fixture is ABI 1.0
+ * shaped): the core sends one by one and stops at the first failure,
+ * which the next call reports; argument errors come first.
+ */
+static void child_burst_fallback(void *arg)
+{
+	struct zap_transport *t = NULL;
+	struct zap_msg *m = NULL;
+	size_t big_len = (1u << 20) + 1; /* the fixture's FIX_MAX_MSG + 1 */
+	char *big = calloc(1, big_len);
+	struct zap_iov v[4] = { { "a", 1 }, { "bb", 2 }, { big, big_len }, { "d", 1 } };
+	const char *want[] = { "a", "bb", "d" };
+
+	TH_CHECK(big != NULL);
+	th_setenv("ZAP_PLUGIN_PATH", arg);
+	TH_CHECK_INT(zap_pick("=good", 0, NULL, &t), 0);
+	TH_CHECK_INT(zap_send_burst(t, "x:1", NULL, 1, NULL), -EINVAL);
+	TH_CHECK_INT(zap_send_burst(NULL, "x:1", v, 1, NULL), -EINVAL);
+	TH_CHECK_INT(zap_send_burst(t, "x:1", v, 0, NULL), 0);
+	struct zap_iov hole = { NULL, 3 };
+	TH_CHECK_INT(zap_send_burst(t, "x:1", &hole, 1, NULL), -EINVAL);
+	TH_CHECK_INT(zap_send_burst(t, "x:1", v, 4, NULL), 2);
+	TH_CHECK_INT(zap_send_burst(t, "x:1", v + 2, 2, NULL), -EMSGSIZE);
+	TH_CHECK_INT(zap_send_burst(t, "x:1", v + 3, 1, NULL), 1);
+	for (int i = 0; i < 3; i++) {
+		TH_CHECK_INT(zap_recv(t, NULL, &m), 0);
+		TH_CHECK_INT((int)zap_msg_len(m), (int)strlen(want[i]));
+		TH_CHECK(!memcmp(zap_msg_data(m), want[i], strlen(want[i])));
+		zap_msg_release(m);
+	}
+	TH_CHECK_INT(zap_shutdown(t), 0);
+	TH_CHECK_INT(zap_send_burst(t, "x:1", v, 2, NULL), -ESHUTDOWN);
+	zap_close(t);
+	free(big);
+}
+
+static void test_burst_fallback(void **state)
+{
+	(void)state;
+	th_child(child_burst_fallback, (void *)good_dir(), TIMEOUT_MS);
 }
 
 static void test_shutdown_recv(void **state)
@@ -507,6 +550,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shutdown_recv),
+		cmocka_unit_test(test_burst_fallback),
 		cmocka_unit_test(test_shutdown_send),
 		cmocka_unit_test(test_send_timeout_env),
 		cmocka_unit_test(test_send_timeout_attr),

@@ -215,6 +215,13 @@ static int tcp_send(void *p, const char *peer, const void *buf, size_t len,
 	return tcp_wire_send(tp->wire, peer, buf, len, ctx);
 }
 
+static int tcp_send_burst(void *p, const char *peer, const struct zap_iov *msgs,
+			  unsigned int n, struct zap_ctx *ctx)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_send_burst(tp->wire, peer, msgs, n, ctx);
+}
+
 static int tcp_recv(void *p, struct zap_ctx *ctx, struct zap_msg **out)
 {
 	struct tcp_tp *tp = p;
@@ -254,6 +261,7 @@ static const struct zap_plugin_ops tcp_ops = {
 	.buffer_alloc = NULL,
 	.pool_stats = NULL,
 	.peer_path = tcp_peer_path,
+	.send_burst = tcp_send_burst,
 };
 
 /* Referenced by name from core/loader.c; not exported from libzap. */

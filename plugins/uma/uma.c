@@ -329,6 +329,13 @@ static int uma_send(void *tp, const char *peer, const void *buf, size_t len,
 	return tcp_wire_send(u->wire, peer, buf, len, ctx);
 }
 
+static int uma_send_burst(void *tp, const char *peer, const struct zap_iov *msgs,
+			  unsigned int n, struct zap_ctx *ctx)
+{
+	struct uma *u = tp;
+	return tcp_wire_send_burst(u->wire, peer, msgs, n, ctx);
+}
+
 static int uma_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
 {
 	struct uma *u = tp;
@@ -441,6 +448,7 @@ static const struct zap_plugin_ops uma_ops = {
 	.buffer_alloc = uma_buffer_alloc,
 	.pool_stats = uma_pool_stats,
 	.peer_path = uma_peer_path,
+	.send_burst = uma_send_burst,
 };
 
 ZAP_PLUGIN_EXPORT = {

@@ -14,7 +14,10 @@
  *    returns (an error: nothing of theirs reached the peer), none hangs;
  *  - 8 senders against a peer that does not read, each send with a
  *    deadline: the peer then receives exactly the messages whose send
- *    returned 0, in order, and nothing of the sends that failed.
+ *    returned 0, in order, and nothing of the sends that failed;
+ *  - a burst (tcp_wire_send_burst()) writes 33 frames per call, returns
+ *    early when the socket fills, and ends before a message too large
+ *    for the peer or for us, delivering exactly what it counted.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -405,6 +408,185 @@ static void test_deadlines_on_full_socket(void **state)
 		assert_int_equal(k.next[i], k.j[i].ok); /* all told 0, no other */
 }
 
+/* ---- bursts (tcp_wire_send_burst(), zap_send_burst()) ------------------ */
+
+/* Hand @v[0..n-1] over in as many calls as it takes, each with @ms; the
+ * messages taken before the first failure, which goes to *@rc (0: none). */
+static unsigned burst_loop(struct tcp_wire *w, const char *addr, const struct zap_iov *v,
+			   unsigned n, unsigned ms, unsigned *calls, int *first, int *rc)
+{
+	unsigned i = 0;
+	struct tctx c;
+
+	*rc = 0;
+	*calls = 0;
+	while (i < n) {
+		int k = tcp_wire_send_burst(w, addr, v + i, n - i, within_ms(&c, ms));
+		if (!*calls)
+			*first = k;
+		++*calls;
+		if (k <= 0) {
+			*rc = k ? k : -EIO; /* 0 would be a bug: counted as one */
+			break;
+		}
+		assert_true((unsigned)k <= n - i);
+		i += (unsigned)k;
+	}
+	return i;
+}
+
+/* Receive @n messages of sender 0, numbered from @seq on, intact. */
+static void recv_seq(struct tcp_wire *w, uint32_t seq, unsigned n)
+{
+	struct tctx c;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct zap_msg *m;
+		struct mhdr h = { 0, 0 };
+		assert_int_equal(tcp_wire_recv(w, within_ms(&c, 5000), &m), 0);
+		assert_true(msg_ok(m, &h));
+		assert_int_equal(h.seq, seq + i);
+		m->release(m);
+	}
+}
+
+/* Nothing more arrives within 300 ms. */
+static void recv_none(struct tcp_wire *w)
+{
+	struct zap_msg *m = NULL;
+	struct tctx c;
+
+	assert_int_equal(tcp_wire_recv(w, within_ms(&c, 300), &m), -ETIMEDOUT);
+}
+
+/*
+ * 200 small messages of 8 to 207 bytes in one burst: the socket has room,
+ * so one call takes them all, TCP_TXQ_BATCH + 1 = 33 frames per sendmsg(),
+ * 7 system calls; all arrive in order, intact.
+ */
+static void test_burst_calls(void **state)
+{
+	struct tcp_wire *a = open_wire("a"), *b = open_wire("b");
+	char addr[ZAP_PEER_MAX];
+	static unsigned char bufs[200][208];
+	struct zap_iov v[200];
+	struct tcp_wire_stats sb;
+	unsigned calls;
+	int first, rc;
+
+	(void)state;
+	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
+	for (uint32_t i = 0; i < 200; i++)
+		v[i] = (struct zap_iov){ bufs[i], make_msg(bufs[i], 0, i, 8 + i) };
+	assert_int_equal(burst_loop(b, addr, v, 200, 5000, &calls, &first, &rc), 200);
+	assert_int_equal(rc, 0);
+	tcp_wire_stats(b, &sb);
+	fprintf(stderr, "# burst: %llu frames, %llu send calls, %u burst calls\n",
+		(unsigned long long)sb.tx_frames, (unsigned long long)sb.tx_calls, calls);
+	assert_int_equal(sb.tx_frames, 200);
+	assert_int_equal(calls, 1);
+	assert_int_equal(sb.tx_calls, 7);
+	recv_seq(a, 0, 200);
+	recv_none(a);
+	tcp_wire_destroy(b);
+	tcp_wire_destroy(a);
+}
+
+/*
+ * 64 messages of 1 MiB in bursts to a peer that does not read: the socket
+ * fills, so the first burst returns early with the messages it wrote whole
+ * (it waited only to finish the one in progress, here until its deadline,
+ * which leaves that one partial); the next call fails by its deadline. The
+ * peer then receives exactly the messages the bursts counted, and after
+ * that a fresh burst goes through.
+ */
+static void test_burst_full_socket(void **state)
+{
+	struct tcp_wire *a = open_wire("a"), *b = open_wire("b");
+	char addr[ZAP_PEER_MAX];
+	const size_t len = 1u << 20;
+	unsigned char *buf = malloc(64 * len);
+	struct zap_iov v[64];
+	unsigned calls;
+	int first, rc;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
+	for (uint32_t i = 0; i < 64; i++)
+		v[i] = (struct zap_iov){ buf + i * len, make_msg(buf + i * len, 0, i, len) };
+	unsigned took = burst_loop(b, addr, v, 64, 500, &calls, &first, &rc);
+	fprintf(stderr, "# full socket: first burst took %d, %u in all, then %d\n", first,
+		took, rc);
+	assert_true(first >= 1 && first < 33);
+	assert_true(took < 64);
+	assert_true(rc == -ETIMEDOUT || rc == -ECONNABORTED);
+	recv_seq(a, 0, took);
+	recv_none(a);
+	/* The rest, now that the peer reads: no loss, no duplicate. */
+	struct tctx c;
+	int k = tcp_wire_send_burst(b, addr, v + took, 2, within_ms(&c, 5000));
+	assert_true(k == 1 || k == 2);
+	recv_seq(a, took, (unsigned)k);
+	free(buf);
+	tcp_wire_destroy(b);
+	tcp_wire_destroy(a);
+}
+
+/*
+ * Limits inside a burst: a message above the peer's announced maximum, or
+ * above our own, ends the burst before it (nothing of it is written); the
+ * next call fails -EMSGSIZE on it and the one after sends the rest.
+ */
+static void test_burst_limits(void **state)
+{
+	struct tcp_wire_args small = {
+		.host = &host, .domain = "small", .listen = "127.0.0.1:0",
+		.max_msg_size = 4096, .alloc = { .alloc = wire_malloc_alloc },
+	};
+	struct tcp_wire *a = NULL, *b = open_wire("b"), *sb = NULL;
+	char addr[ZAP_PEER_MAX], baddr[ZAP_PEER_MAX];
+	static unsigned char m[5][8192];
+	size_t lens[5] = { 100, 100, 8192, 100, 100 };
+	struct zap_iov v[5];
+	struct tctx c;
+
+	(void)state;
+	assert_int_equal(tcp_wire_open(&small, &a), 0);
+	assert_int_equal(tcp_wire_address(a, addr, sizeof(addr)), 0);
+	for (uint32_t i = 0; i < 5; i++)
+		v[i] = (struct zap_iov){ m[i], make_msg(m[i], 0, i, lens[i]) };
+	/* Connect first, so that b knows a's limit. */
+	assert_int_equal(tcp_wire_send_burst(b, addr, v, 1, within_ms(&c, 5000)), 1);
+	recv_seq(a, 0, 1);
+	assert_int_equal(tcp_wire_send_burst(b, addr, v + 1, 4, within_ms(&c, 5000)), 1);
+	assert_int_equal(tcp_wire_send_burst(b, addr, v + 2, 3, within_ms(&c, 5000)),
+			 -EMSGSIZE);
+	assert_int_equal(tcp_wire_send_burst(b, addr, v + 3, 2, within_ms(&c, 5000)), 2);
+	recv_seq(a, 1, 1);
+	struct zap_msg *got;
+	for (uint32_t i = 3; i < 5; i++) {
+		struct mhdr h = { 0, 0 };
+		assert_int_equal(tcp_wire_recv(a, within_ms(&c, 5000), &got), 0);
+		assert_true(msg_ok(got, &h));
+		assert_int_equal(h.seq, i);
+		got->release(got);
+	}
+	recv_none(a);
+
+	/* Our own limit: the small wire sending to b. */
+	assert_int_equal(tcp_wire_address(b, baddr, sizeof(baddr)), 0);
+	sb = a;
+	assert_int_equal(tcp_wire_send_burst(sb, baddr, v + 1, 2, within_ms(&c, 5000)), 1);
+	assert_int_equal(tcp_wire_send_burst(sb, baddr, v + 2, 1, within_ms(&c, 5000)),
+			 -EMSGSIZE);
+	recv_seq(b, 1, 1);
+	recv_none(b);
+	assert_int_equal(tcp_wire_send_burst(sb, baddr, v, 0, NULL), 0);
+	tcp_wire_destroy(b);
+	tcp_wire_destroy(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -413,6 +595,9 @@ int main(void)
 		cmocka_unit_test(test_deadline_while_queued),
 		cmocka_unit_test(test_conn_dies_with_queue),
 		cmocka_unit_test(test_deadlines_on_full_socket),
+		cmocka_unit_test(test_burst_calls),
+		cmocka_unit_test(test_burst_full_socket),
+		cmocka_unit_test(test_burst_limits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

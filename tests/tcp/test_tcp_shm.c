@@ -4,9 +4,10 @@
  * processes on this host (the test and a fork()ed peer) move their
  * messages onto shared-memory rings, over loopback TCP and over both kinds
  * of Unix address; sizes 0 B to 64 MiB both ways, 100,000 messages in
- * order, 8 concurrent senders, a peer SIGKILLed mid-message, a peer that
- * scribbles on the rings, a peer of another user, a peer in another
- * network namespace, ZAP_SHM, and raw side-channel requests that lie
+ * order (also sent in bursts), 8 concurrent senders, a peer SIGKILLed
+ * mid-message, a peer that scribbles on the rings, a peer of another
+ * user, a peer in another network namespace, ZAP_SHM, and raw
+ * side-channel requests that lie
  * (bad descriptors, unsealed or wrong-sized memory, foreign nonces).
  */
 #include <arpa/inet.h>
@@ -250,6 +251,92 @@ static void test_order_100k(void **state)
 			fail_msg("message %u arrived as number %u", v, i);
 		if (i == 0)
 			snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
+		zap_msg_release(m);
+	}
+	path_is(s, peer, "shm");
+	assert_int_equal(zap_send(s, peer, "done", 4, NULL), 0);
+	peer_wait(pid);
+	zap_close(s);
+}
+
+/*
+ * zap_send_burst() onto the rings: 64 messages of 256 KiB to a server that
+ * does not read yet (the 2 MiB ring fills, so the first burst returns
+ * early, having waited only for its first message), then 100,000 small
+ * messages in bursts of 64, in order.
+ */
+#define NBURST_BIG 64u
+#define BURST_BIG (256u << 10)
+
+static int burst_all(struct zap_transport *t, const char *server,
+		     const struct zap_iov *v, unsigned n)
+{
+	int first = 0;
+	for (unsigned i = 0; i < n;) {
+		int k = zap_send_burst(t, server, v + i, n - i, NULL);
+		CK(k > 0);
+		if (!i)
+			first = k;
+		i += (unsigned)k;
+	}
+	return first;
+}
+
+static void child_burst(const char *server)
+{
+	struct zap_transport *t = child_ep("127.0.0.1:0");
+	unsigned char *big = malloc((size_t)NBURST_BIG * BURST_BIG);
+	struct zap_iov v[NBURST_BIG];
+	uint32_t nums[NBURST_BIG];
+	CK(big);
+	CK(zap_send(t, server, "hi", 2, NULL) == 0);
+	zap_msg_release(child_recv(t)); /* "go": connected, upgraded */
+	for (unsigned i = 0; i < NBURST_BIG; i++) {
+		v[i] = (struct zap_iov){ big + (size_t)i * BURST_BIG, BURST_BIG };
+		zt_fill(big + (size_t)i * BURST_BIG, BURST_BIG, i + 1);
+	}
+	int first = burst_all(t, server, v, NBURST_BIG);
+	fprintf(stderr, "# first burst took %d of %u\n", first, NBURST_BIG);
+	CK(first >= 1 && first < (int)NBURST_BIG);
+	for (uint32_t i = 0; i < NORDER; i += NBURST_BIG) {
+		for (unsigned j = 0; j < NBURST_BIG; j++) {
+			nums[j] = i + j;
+			v[j] = (struct zap_iov){ &nums[j], sizeof(nums[j]) };
+		}
+		burst_all(t, server, v, NBURST_BIG);
+	}
+	zap_msg_release(child_recv(t)); /* the server's "done" */
+	char p[16];
+	CK(zap_peer_path(t, server, p, sizeof(p)) == 0 && !strcmp(p, "shm"));
+	free(big);
+	zap_close(t);
+}
+
+static void test_burst(void **state)
+{
+	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX];
+	(void)state;
+	struct zap_transport *s = ep("127.0.0.1:0", sa);
+	pid_t pid = peer_start("burst", sa);
+	struct zap_msg *m = recv_ok(s);
+	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
+	zap_msg_release(m);
+	assert_int_equal(zap_send(s, peer, "go", 2, NULL), 0);
+	usleep(300000); /* the child fills the ring meanwhile */
+	for (unsigned i = 0; i < NBURST_BIG; i++) {
+		m = recv_ok(s);
+		assert_int_equal(zap_msg_len(m), BURST_BIG);
+		assert_int_equal(zt_check_fill(zap_msg_data(m), BURST_BIG, i + 1), BURST_BIG);
+		zap_msg_release(m);
+	}
+	uint32_t want = 0;
+	for (; want < ((NORDER + NBURST_BIG - 1) / NBURST_BIG) * NBURST_BIG; want++) {
+		uint32_t got;
+		m = recv_ok(s);
+		assert_int_equal(zap_msg_len(m), sizeof(got));
+		memcpy(&got, zap_msg_data(m), sizeof(got));
+		if (got != want)
+			fail_msg("burst message %u arrived as number %u", got, want);
 		zap_msg_release(m);
 	}
 	path_is(s, peer, "shm");
@@ -794,7 +881,7 @@ static const struct {
 	{ "sizes", child_sizes },	    { "order", child_order },
 	{ "senders", child_senders },	    { "dies", child_dies_mid_message },
 	{ "scribbles", child_scribbles },   { "other-user", child_other_user },
-	{ "netns", child_in_netns },
+	{ "netns", child_in_netns },	    { "burst", child_burst },
 };
 
 int main(int argc, char **argv)
@@ -811,6 +898,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_sizes_tcp),
 		cmocka_unit_test(test_sizes_unix),
 		cmocka_unit_test(test_order_100k),
+		cmocka_unit_test(test_burst),
 		cmocka_unit_test(test_eight_senders),
 		cmocka_unit_test(test_sigkill_mid_message),
 		cmocka_unit_test(test_scribbler),

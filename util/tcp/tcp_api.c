@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -187,22 +188,22 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t
 	tw_notify(w, true);
 }
 
-int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t len,
-		  struct zap_ctx *ctx)
+/*
+ * Check @msgs[0] and @peer, and put @peer in the form routes are keyed by
+ * (*@peer may then point at @norm). 0, or the error for the whole send.
+ */
+static int send_check(struct tcp_wire *w, const char **peer, const struct zap_iov *msgs,
+		      char norm[ZAP_PEER_MAX])
 {
-	struct tcp_waiter me = { .tx = true, .ctx_fd = -1, .out_fd = -1 };
-	int err;
-
-	if (len > w->max_msg)
+	if (msgs[0].len > w->max_msg)
 		return w->host
 			->fail(-EMSGSIZE,
 			       "%s: message of %zu bytes exceeds the maximum %" PRIu64
 			       " (ZAP_MAX_MSG_BYTES)",
-			       w->dom, len, w->max_msg);
-	if (strlen(peer) >= ZAP_PEER_MAX)
+			       w->dom, msgs[0].len, w->max_msg);
+	if (strlen(*peer) >= ZAP_PEER_MAX)
 		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
-	char norm[ZAP_PEER_MAX];
-	const char *key = strchr(peer, '#');
+	const char *key = strchr(*peer, '#');
 	if (key) {
 		/* "host:port#sha256:<hex>": TLS only, the key in lower case so
 		 * that it finds the route a received message's peer string
@@ -212,50 +213,140 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t 
 			return w->host->fail(
 				-EINVAL,
 				"%s: peer \"%s\" requires a key, but TLS is off (ZAP_TLS_CERT)",
-				w->dom, peer);
+				w->dom, *peer);
 		if (ztls_fp_parse(key + 1, strlen(key + 1), fp))
 			return w->host->fail(
 				-EINVAL,
 				"%s: peer \"%s\": want host:port#sha256:<64 hex digits>",
-				w->dom, peer);
-		size_t al = (size_t)(key - peer);
-		memcpy(norm, peer, al);
+				w->dom, *peer);
+		size_t al = (size_t)(key - *peer);
+		memcpy(norm, *peer, al);
 		norm[al] = '#';
 		/* Fits: the text after '#' had exactly ZTLS_FP_LEN - 1 bytes. */
 		ztls_fp_format(fp, norm + al + 1);
-		peer = norm;
+		*peer = norm;
 	}
+	return 0;
+}
 
+static void req_set(struct tcp_txreq *r, const struct zap_iov *m)
+{
+	*r = (struct tcp_txreq){ .buf = m->buf, .len = m->len };
+	tw_hdr_put(r->hdr, TCP_T_DATA, m->len);
+}
+
+/*
+ * Write @msgs[0..@n-1] on @c, whose tx side we own, @req[0] already set
+ * for @msgs[0] (mu held; dropped while writing), and give the tx side
+ * back. A burst goes TCP_TXQ_BATCH + 1 frames per system call, or frame
+ * by frame into the ring, and stops, not waiting, where the next frame
+ * finds no room, does not fit the peer's limit, or the connection fails.
+ * *@taken: messages handed over whole. Returns @msgs[0]'s result;
+ * *@written: bytes of it written.
+ */
+static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
+		      struct tcp_txreq req[TCP_TXQ_BATCH + 1], const struct zap_iov *msgs,
+		      size_t n, struct tcp_waiter *me, struct zap_ctx *ctx, size_t *taken,
+		      size_t *written)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+	bool partial = false;
+	int err = 0, first = 0, conn_err = 0;
+	size_t done = 0;
+
+	/* The acceptor's direction waits for the dialer's confirmation,
+	 * which may be here already. */
+	if (s && !s->tx_ready)
+		tw_shm_side(w, c);
+	bool ring = s && s->tx_ready && !c->retiring;
+	*written = 0;
+	while (done < n) {
+		size_t k = done ? 0 : 1, whole = 0;
+		while (k < TCP_TXQ_BATCH + 1 && done + k < n &&
+		       msgs[done + k].len <= c->peer_max) {
+			req_set(&req[k], &msgs[done + k]);
+			k++;
+		}
+		if (!k)
+			break; /* too large for the peer: the next call says so */
+		if (ring) {
+			/* Only the first frame waits for room. */
+			for (; whole < k; whole++) {
+				err = tw_shm_send(w, c, &req[whole], me, ctx, &partial,
+						  !done && !whole);
+				if (err)
+					break;
+			}
+			conn_err = err == -EAGAIN ? 0 : err;
+			if (err == -EAGAIN)
+				err = 0; /* the ring is full: the burst ends here */
+		} else {
+			/* Only the first batch waits for room to start. */
+			err = tw_txq_send(w, c, req, k, me, ctx, &partial, !done);
+			conn_err = err == -EAGAIN ? 0 : req[0].err;
+			if (err == -EAGAIN)
+				err = 0; /* the socket is full: the burst ends here */
+			while (whole < k && req[whole].done == TCP_HDR + req[whole].len)
+				whole++;
+		}
+		if (!done) {
+			first = whole ? 0 : err;
+			*written = req[0].done;
+		}
+		done += whole;
+		if (whole < k || err || partial)
+			break;
+	}
+	send_release(w, c, conn_err, partial);
+	*taken = done;
+	return first;
+}
+
+/*
+ * zap_send_burst() semantics over zap_send()'s: the count taken, or an
+ * error when none was.
+ */
+static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov *msgs,
+		     size_t n, struct zap_ctx *ctx)
+{
+	struct tcp_waiter me = { .tx = true, .ctx_fd = -1, .out_fd = -1 };
+	char norm[ZAP_PEER_MAX];
+	int err = send_check(w, &peer, msgs, norm);
+
+	if (err)
+		return err;
+	/* Later messages above our own limit end the burst before them. */
+	for (size_t i = 1; i < n; i++)
+		if (msgs[i].len > w->max_msg)
+			n = i;
 	pthread_mutex_lock(&w->mu);
 	for (int attempt = 0;;) {
-		struct tcp_txreq req = { .buf = buf, .len = len };
+		struct tcp_txreq req[TCP_TXQ_BATCH + 1];
 		struct tcp_conn *c = NULL;
+		size_t taken = 0, written = 0;
 
-		tw_hdr_put(req.hdr, TCP_T_DATA, len);
-		err = send_claim(w, peer, &me, ctx, &req, &c);
-		if (!err && req.state == TXQ_QUEUED)
-			err = tw_txq_wait(w, c, &req, &me, ctx);
+		req_set(&req[0], &msgs[0]);
+		err = send_claim(w, peer, &me, ctx, &req[0], &c);
+		if (!err && req[0].state == TXQ_QUEUED)
+			err = tw_txq_wait(w, c, &req[0], &me, ctx);
 		if (err)
 			break;
-		if (req.state == TXQ_AGAIN)
+		if (req[0].state == TXQ_AGAIN)
 			continue; /* nothing written: claim afresh */
-		if (req.state == TXQ_OWNER) {
-			bool partial;
-			struct tcp_shm *s = atomic_load(&c->shm);
-			/* The acceptor's direction waits for the dialer's
-			 * confirmation, which may be here already. */
-			if (s && !s->tx_ready)
-				tw_shm_side(w, c);
-			if (s && s->tx_ready && !c->retiring)
-				err = tw_shm_send(w, c, &req, &me, ctx, &partial);
-			else
-				err = tw_txq_send(w, c, &req, &me, ctx, &partial);
-			send_release(w, c, req.err, partial);
-		} else if ((err = req.err)) {
+		if (req[0].state == TXQ_OWNER) {
+			err = send_owned(w, c, req, msgs, n, &me, ctx, &taken, &written);
+		} else if ((err = req[0].err)) {
 			/* Another sender wrote (or failed to write) our frame and
 			 * logged why; the reason is ours to give. */
 			err = w->host->fail(err, "%s: send to %s: %s", w->dom, peer,
 					    strerror(-err));
+			written = req[0].done;
+		} else {
+			taken = 1; /* queued behind another sender: one, done */
+		}
+		if (taken) {
+			err = (int)taken;
+			break;
 		}
 		/*
 		 * A connection that was stale (its peer had gone, and may be
@@ -264,12 +355,26 @@ int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t 
 		 * the frame cannot arrive twice: send it once more, on a
 		 * fresh connection.
 		 */
-		if (!err || req.done || attempt++ ||
-		    (err != -EPIPE && err != -ECONNRESET))
+		if (written || attempt++ || (err != -EPIPE && err != -ECONNRESET))
 			break;
 	}
 	pthread_mutex_unlock(&w->mu);
 	return err;
+}
+
+int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t len,
+		  struct zap_ctx *ctx)
+{
+	const struct zap_iov m = { buf, len };
+	int r = send_msgs(w, peer, &m, 1, ctx);
+
+	return r > 0 ? 0 : r;
+}
+
+int tcp_wire_send_burst(struct tcp_wire *w, const char *peer, const struct zap_iov *msgs,
+			size_t n, struct zap_ctx *ctx)
+{
+	return n ? send_msgs(w, peer, msgs, n > INT_MAX ? INT_MAX : n, ctx) : 0;
 }
 
 int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)

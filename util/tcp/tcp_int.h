@@ -515,7 +515,8 @@ bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq 
 int tw_txq_wait(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r,
 		struct tcp_waiter *me, struct zap_ctx *ctx);
 int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial);
+		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,
+		bool may_wait);
 void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c);
 static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
 {
@@ -569,7 +570,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
 void tw_shm_wake(const struct tcp_shm *s);
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial);
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);
 const char *tw_conn_path(const struct tcp_conn *c);
 
 /* tcp_progress.c (mu held) */

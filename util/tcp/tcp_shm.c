@@ -685,10 +685,13 @@ static int ring_put(struct tcp_shm *s, const struct tcp_txreq *own)
 /*
  * Send @own on @c, whose tx side we own and whose ring is ready (mu held;
  * dropped while writing and waiting). The first frame of this direction
- * writes TCP_T_SHM on the connection first. As tw_txq_send() returns.
+ * writes TCP_T_SHM on the connection first. As tw_txq_send() returns;
+ * without @may_wait, -EAGAIN (nothing written, own->err 0) where the ring
+ * has no room to start the frame (a burst's later frames, tcp_api.c); a
+ * frame once started is finished, waiting if it must.
  */
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait)
 {
 	struct tcp_shm *s = atomic_load(&c->shm);
 	int err = 0;
@@ -696,7 +699,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	if (!s->tx_on) {
 		struct tcp_txreq sw = { 0 };
 		tw_hdr_put(sw.hdr, TCP_T_SHM, 0);
-		err = tw_txq_send(w, c, &sw, me, ctx, partial);
+		err = tw_txq_send(w, c, &sw, 1, me, ctx, partial, true);
 		if (err) {
 			own->err = sw.err;
 			own->done = sw.done;
@@ -717,6 +720,12 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	for (;;) {
 		int r = ring_put(s, own);
 		uint64_t seen = 0;
+		if (r == -EAGAIN && !may_wait && !zshm_tx_mid(&s->tx)) {
+			pthread_mutex_lock(&w->mu);
+			own->done = 0;
+			own->err = 0;
+			return -EAGAIN;
+		}
 		if (r == -EAGAIN) {
 			/* Full: announce that we wait, look once more. */
 			zshm_tx_prepare_wait(&s->tx);

@@ -11,7 +11,10 @@
  * pointing into the senders' buffers, no copy), sets each queued sender's
  * result, and on release hands the tx side to the next queued sender, if
  * any, which does the same. A lone sender finds the tx side free and
- * writes at once: nothing ever waits for company.
+ * writes at once: nothing ever waits for company. An owner with a burst
+ * of its own (zap_send_burst(), tcp_api.c) fills the call with those
+ * frames instead; where the socket fills, the ones it had not started are
+ * dropped from the batch, unsent, and its caller counts what went whole.
  *
  * Semantics, per queued frame (all under w->mu):
  *  - QUEUED, nothing written: the sender's ctx applies; on expiry it
@@ -38,10 +41,13 @@
 #include <string.h>
 #include <sys/uio.h>
 
-/* An owner's frames: its own first, then those it took from the queue. */
+/* An owner's frames: its own first (one, or a burst's), then those it
+ * took from the queue. */
 struct txbatch {
 	struct tcp_txreq *req[TCP_TXQ_BATCH + 1];
 	size_t n;
+	size_t own;   /* req[0..own-1] are the owner's own */
+	bool no_wait; /* a full socket before any byte: -EAGAIN, don't wait */
 	size_t total; /* bytes of the n frames */
 	size_t sent;  /* bytes written */
 	struct iovec iov[2 * (TCP_TXQ_BATCH + 1)];
@@ -176,8 +182,9 @@ static size_t batch_wrote(const struct txbatch *b, size_t i)
 
 /*
  * The socket is full (mu held): give the frames not started back to the
- * queue, in order, so that their senders' deadlines apply while we wait.
- * Our own frame stays, and so does a frame in progress.
+ * queue, in order, so that their senders' deadlines apply while we wait;
+ * the owner's own burst frames not started are simply not sent (the burst
+ * returns early). Our first frame stays, and so does a frame in progress.
  */
 static void batch_cut(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b)
 {
@@ -188,11 +195,13 @@ static void batch_cut(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b)
 	if (keep == b->n)
 		return;
 	for (size_t i = b->n; i-- > keep;) {
-		txq_push_front(c, b->req[i]);
+		if (i >= b->own)
+			txq_push_front(c, b->req[i]);
 		b->total -= frame_bytes(b->req[i]);
 	}
+	if (b->n > b->own)
+		tw_notify(w, true);
 	b->n = keep;
-	tw_notify(w, true);
 }
 
 /* Wait for room on @c's full socket while (as leader, or through the
@@ -232,6 +241,10 @@ static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && errno == EAGAIN) {
+			if (b->no_wait && !b->sent && !c->tls_wpend) {
+				pthread_mutex_lock(&w->mu);
+				return -EAGAIN; /* nothing started */
+			}
 			/* TLS may hold a record of these bytes, which must
 			 * be offered again as they are (tcp_tls.c). */
 			if (!c->tls_wpend) {
@@ -266,7 +279,7 @@ static void batch_finish(struct tcp_wire *w, struct txbatch *b, int err)
 		struct tcp_txreq *r = b->req[i];
 		size_t k = batch_wrote(b, i);
 		whole += k == frame_bytes(r);
-		if (!i)
+		if (i < b->own)
 			continue;
 		r->done = k;
 		r->err = k == frame_bytes(r) ? 0 : err;
@@ -275,30 +288,41 @@ static void batch_finish(struct tcp_wire *w, struct txbatch *b, int err)
 		r->state = TXQ_DONE;
 	}
 	tw_count(&w->st_tx_frames, whole);
-	if (b->n > 1)
+	if (b->n > b->own)
 		tw_notify(w, true);
 }
 
 /*
- * Write @own's frame on @c, whose tx side we own, and whatever is queued
- * behind it (mu held; dropped while writing). Returns @own's result, with
- * own->done its bytes written; *@partial: a frame was left half written
- * (the stream is broken there). The connection's error, if any, is in
- * own->err for send_release().
+ * Write the frames @own[0..@nown-1] (1 to TCP_TXQ_BATCH + 1, a burst when
+ * more than one) on @c, whose tx side we own, and, after a single frame,
+ * whatever is queued behind it (mu held; dropped while writing). Returns
+ * @own[0]'s result, with each own[i].done its bytes written (a burst's
+ * frames after the first may be cut unwritten when the socket fills);
+ * *@partial: a frame was left half written (the stream is broken there).
+ * The connection's error, if any, is in own[0].err for send_release().
+ * Without @may_wait, a socket full before the first byte is -EAGAIN with
+ * nothing written (a burst's later batches, tcp_api.c).
  */
 int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,
+		bool may_wait)
 {
-	struct txbatch b = { .n = 1, .req = { own }, .total = frame_bytes(own) };
+	struct txbatch b = { .n = nown, .own = nown, .no_wait = !may_wait };
 
+	for (size_t i = 0; i < nown; i++) {
+		b.req[i] = &own[i];
+		b.total += frame_bytes(&own[i]);
+	}
 	/* With rings, frames queued before they were set up wait for their
-	 * own turn (tw_txq_handoff()): none may follow TCP_T_SHM. */
-	if (!atomic_load(&c->shm))
+	 * own turn (tw_txq_handoff()): none may follow TCP_T_SHM. A burst
+	 * fills its own system call. */
+	if (!atomic_load(&c->shm) && nown == 1)
 		batch_take(c, &b);
 	pthread_mutex_unlock(&w->mu);
 	int err = batch_write(w, c, &b, me, ctx);
 	batch_finish(w, &b, err);
-	own->done = batch_wrote(&b, 0);
+	for (size_t i = 0; i < nown; i++)
+		own[i].done = i < b.n ? batch_wrote(&b, i) : 0;
 	own->err = err;
 	*partial = false;
 	for (size_t i = 0; i < b.n; i++) {

@@ -95,6 +95,11 @@ void tcp_wire_destroy(struct tcp_wire *w);
 int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t len,
 		  struct zap_ctx *ctx);
 
+/* zap_send_burst() semantics: the count of @msgs taken, or an error when
+ * none was. */
+int tcp_wire_send_burst(struct tcp_wire *w, const char *peer, const struct zap_iov *msgs,
+			size_t n, struct zap_ctx *ctx);
+
 /* zap_recv() semantics; *out is a struct tcp_rx_msg's msg. */
 int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out);
 

@@ -45,6 +45,7 @@ struct opts {
 	long msgs;       /* rate messages (small sizes) */
 	uint64_t bytes;  /* bandwidth bytes per size */
 	long window;
+	long burst;      /* rate/bw messages per zap_send_burst(); 1: zap_send() */
 	long warmup;
 	bool do_lat, do_rate, do_bw;
 	bool json;
@@ -55,6 +56,7 @@ struct result {
 	const char *test;
 	size_t size;
 	long count;
+	long burst; /* rate, bandwidth: messages per send call, at most */
 	double min_us, median_us, p99_us, avg_us; /* latency */
 	double msgs_per_s, mb_per_s;              /* rate, bandwidth (MB = 1e6) */
 };
@@ -91,6 +93,8 @@ static void usage(FILE *f)
 		"  -b, --bytes N         bandwidth bytes streamed per size (default 1G;\n"
 		"                        suffixes K M G)\n"
 		"  -w, --window N        rate-test messages in flight (default 64)\n"
+		"  -B, --burst N         rate and bandwidth: hand up to N messages to\n"
+		"                        each zap_send_burst() (default 1: zap_send())\n"
 		"      --warmup N        unmeasured round trips first (default 100)\n"
 		"      --cpus S,C        loopback: pin server to CPU S, client to C\n"
 		"  -j, --json            one JSON object on stdout instead of a table\n"
@@ -150,6 +154,27 @@ static void send_or_die(struct zap_transport *t, const char *peer,
 	int r = zap_send(t, peer, b, n, NULL);
 	if (r)
 		die_zap("send", r);
+}
+
+/* Send @k (>= 1) copies of @b: one zap_send(), or a zap_send_burst(),
+ * which may take fewer. The count taken. */
+static long send_some(struct zap_transport *t, const char *peer, const void *b,
+		      size_t n, long k)
+{
+	struct zap_iov v[256];
+
+	if (k == 1) {
+		send_or_die(t, peer, b, n);
+		return 1;
+	}
+	if (k > 256)
+		k = 256;
+	for (long i = 0; i < k; i++)
+		v[i] = (struct zap_iov){ b, n };
+	int r = zap_send_burst(t, peer, v, (unsigned int)k, NULL);
+	if (r < 0)
+		die_zap("send", r);
+	return r;
 }
 
 static struct zap_transport *open_transport(const struct opts *o,
@@ -332,8 +357,13 @@ static void run_stream(const struct opts *o, struct zap_transport *t,
 			zap_msg_release(recv_or_die(t));
 			nacks++;
 		}
-		send_or_die(t, peer, buf, size);
-		sent++;
+		/* Up to --burst at once, within the window. */
+		long k = o->burst;
+		if (k > count - sent)
+			k = count - sent;
+		if (window && k > 2 * window - (sent - nacks * window))
+			k = 2 * window - (sent - nacks * window);
+		sent += send_some(t, peer, buf, size, k);
 	}
 	while (nacks < total_acks) {
 		zap_msg_release(recv_or_die(t));
@@ -342,7 +372,7 @@ static void run_stream(const struct opts *o, struct zap_transport *t,
 	double secs = (double)(now_ns() - t0) / 1e9;
 	struct result *r = &results[nresults++];
 	*r = (struct result){.test = bw ? "bandwidth" : "rate", .size = size,
-			     .count = count};
+			     .count = count, .burst = o->burst};
 	r->msgs_per_s = (double)count / secs;
 	r->mb_per_s = (double)count * (double)size / secs / 1e6;
 }
@@ -392,8 +422,8 @@ static void print_results(struct zap_transport *t, const char *peer, bool json)
 				printf(",\"min_us\":%.3f,\"median_us\":%.3f,\"p99_us\":%.3f,\"avg_us\":%.3f",
 				       r->min_us, r->median_us, r->p99_us, r->avg_us);
 			else
-				printf(",\"msgs_per_s\":%.1f,\"mb_per_s\":%.3f",
-				       r->msgs_per_s, r->mb_per_s);
+				printf(",\"burst\":%ld,\"msgs_per_s\":%.1f,\"mb_per_s\":%.3f",
+				       r->burst, r->msgs_per_s, r->mb_per_s);
 			printf("}");
 		}
 		printf("]}\n");
@@ -446,7 +476,7 @@ static int parse_sizes(struct opts *o, const char *arg)
 	return GO_ON;
 }
 
-/* -n, -m, -w, --warmup, -b: a count or a byte size. */
+/* -n, -m, -w, -B, --warmup, -b: a count or a byte size. */
 static int parse_count(struct opts *o, int c, const char *arg)
 {
 	uint64_t v;
@@ -459,6 +489,7 @@ static int parse_count(struct opts *o, int c, const char *arg)
 	if (c == 'n') o->iters = (long)v;
 	else if (c == 'm') o->msgs = (long)v;
 	else if (c == 'w') o->window = (long)v;
+	else if (c == 'B') o->burst = (long)v;
 	else if (c == 'W') o->warmup = (long)v;
 	else o->bytes = v;
 	return GO_ON;
@@ -477,6 +508,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool *loopback)
 		{"msgs", required_argument, NULL, 'm'},
 		{"bytes", required_argument, NULL, 'b'},
 		{"window", required_argument, NULL, 'w'},
+		{"burst", required_argument, NULL, 'B'},
 		{"warmup", required_argument, NULL, 'W'},
 		{"cpus", required_argument, NULL, 'c'},
 		{"json", no_argument, NULL, 'j'},
@@ -489,7 +521,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool *loopback)
 	memcpy(o->sizes, def_sizes, sizeof(def_sizes));
 	o->nsizes = (int)(sizeof(def_sizes) / sizeof(def_sizes[0]));
 	while (r == GO_ON &&
-	       (c = getopt_long(argc, argv, "t:l:s:T:n:m:b:w:jh", lo, NULL)) != -1) {
+	       (c = getopt_long(argc, argv, "t:l:s:T:n:m:b:w:B:jh", lo, NULL)) != -1) {
 		switch (c) {
 		case 't': o->transport = optarg; break;
 		case 'l': o->listen = optarg; break;
@@ -503,7 +535,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool *loopback)
 				r = 2;
 			}
 			break;
-		case 'n': case 'm': case 'w': case 'W': case 'b':
+		case 'n': case 'm': case 'w': case 'W': case 'b': case 'B':
 			r = parse_count(o, c, optarg);
 			break;
 		case 'c':
@@ -613,7 +645,7 @@ static int run_client(const struct opts *o, const char *peer)
 int main(int argc, char **argv)
 {
 	struct opts o = {
-		.iters = 10000, .msgs = 100000, .bytes = 1ull << 30, .window = 64,
+		.iters = 10000, .msgs = 100000, .bytes = 1ull << 30, .window = 64, .burst = 1,
 		.warmup = 100, .do_lat = true, .do_rate = true, .do_bw = true,
 		.cpu_server = -1, .cpu_client = -1,
 	};

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Run `zap-perf --loopback --json` with small counts and check its JSON."""
 import json
+import os
 import subprocess
 import sys
 
@@ -30,10 +31,31 @@ for t in ("latency", "rate", "bandwidth"):
     for s in (1, 4096, 1 << 20):
         assert (t, s) in seen, (t, s)
 
+# --burst: the rate and bandwidth tests go through zap_send_burst(), over
+# the rings and over TCP, and say so.
+for shm in ("user", "off"):
+    env = dict(os.environ, ZAP_SHM=shm)
+    out = subprocess.run([perf, "--loopback", "--json", "--transport", "default",
+                          "--sizes", "64,64K", "--tests", "rate,bw", "--msgs", "5000",
+                          "--bytes", "8M", "--window", "16", "--burst", "16"],
+                         stdout=subprocess.PIPE, timeout=50, check=True, env=env)
+    doc = json.loads(out.stdout)
+    assert doc["path"] == ("shm" if shm == "user" else "tcp"), doc
+    assert len(doc["results"]) == 4, doc
+    for r in doc["results"]:
+        assert r["burst"] == 16 and r["msgs_per_s"] > 0, r
+assert json.loads(subprocess.run([perf, "--loopback", "--json", "--sizes", "64",
+                                  "--tests", "rate", "--msgs", "100"],
+                                 stdout=subprocess.PIPE, timeout=50,
+                                 check=True).stdout)["results"][0]["burst"] == 1
+
 # --help documents the options; bad usage exits 2.
 h = subprocess.run([perf, "--help"], stdout=subprocess.PIPE, check=True).stdout.decode()
-for opt in ("--loopback", "--json", "--transport", "--sizes", "--window", "server", "client"):
+for opt in ("--loopback", "--json", "--transport", "--sizes", "--window", "--burst",
+            "server", "client"):
     assert opt in h, opt
 assert subprocess.run([perf, "--sizes", "x", "--loopback"],
+                      stderr=subprocess.DEVNULL).returncode == 2
+assert subprocess.run([perf, "--burst", "0", "--loopback"],
                       stderr=subprocess.DEVNULL).returncode == 2
 print("ok: %d rows" % len(rows))

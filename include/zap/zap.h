@@ -378,12 +378,14 @@ struct zap_iov {
  * @n: how many; 0 returns 0 (one call takes at most INT_MAX).
  *
  * Blocking: waits, as zap_send() does, until the transport takes the
- * first message. After that it does not wait to start another one: it
- * returns early, with the count taken so far, when the transport has no
- * room for the next, when another thread is sending to @peer at the same
- * time (the burst then joins that thread's system call with its first
- * message), or when a later message cannot be sent (too large for the
- * peer, or the connection failed under it). A message it returns as not
+ * first message. After that it waits only to finish a message it has
+ * started, never to start another: it returns early, with the count taken
+ * so far, when the transport has no room for the next, when another
+ * thread is sending to @peer at the same time (the burst then joins that
+ * thread's system call with its first message), when a later message
+ * cannot be sent (too large for the peer, or the connection failed under
+ * it), and, with default and uma, after 528 messages, so that other
+ * threads' sends to @peer get their turn. A message it returns as not
  * taken was not delivered, not even in part, so the usual loop is:
  *
  *   for (unsigned i = 0; i < n;) {

@@ -462,7 +462,8 @@ static void recv_none(struct tcp_wire *w)
 /*
  * 200 small messages of 8 to 207 bytes in one burst: the socket has room,
  * so one call takes them all, TCP_TXQ_BATCH + 1 = 33 frames per sendmsg(),
- * 7 system calls; all arrive in order, intact.
+ * 7 system calls; all arrive in order, intact. Then 1,000 at once: the
+ * first call stops at TCP_BURST_MAX (528), the second takes the rest.
  */
 static void test_burst_calls(void **state)
 {
@@ -487,6 +488,18 @@ static void test_burst_calls(void **state)
 	assert_int_equal(calls, 1);
 	assert_int_equal(sb.tx_calls, 7);
 	recv_seq(a, 0, 200);
+	recv_none(a);
+
+	/* 1,000 at once: a call stops after 528 (other senders' turn). */
+	static unsigned char small[1000][16];
+	static struct zap_iov w[1000];
+	for (uint32_t i = 0; i < 1000; i++)
+		w[i] = (struct zap_iov){ small[i], make_msg(small[i], 0, 200 + i, 16) };
+	assert_int_equal(burst_loop(b, addr, w, 1000, 5000, &calls, &first, &rc), 1000);
+	assert_int_equal(rc, 0);
+	assert_int_equal(first, 528);
+	assert_int_equal(calls, 2);
+	recv_seq(a, 200, 1000);
 	recv_none(a);
 	tcp_wire_destroy(b);
 	tcp_wire_destroy(a);

@@ -316,6 +316,8 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 	if (err)
 		return err;
 	/* Later messages above our own limit end the burst before them. */
+	if (n > TCP_BURST_MAX)
+		n = TCP_BURST_MAX;
 	for (size_t i = 1; i < n; i++)
 		if (msgs[i].len > w->max_msg)
 			n = i;

@@ -138,6 +138,9 @@
 #define TCP_TXQ_MAX 256u
 #define TCP_TXQ_BATCH 32u
 #define TCP_TXQ_CHAIN 64u
+/* A burst (zap_send_burst()) writes at most this many messages per call,
+ * so that other senders queued on the connection get their turn. */
+#define TCP_BURST_MAX (16u * (TCP_TXQ_BATCH + 1))
 /* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
 #define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
 #define TCP_UNIX_MODE 0600u

@@ -97,8 +97,8 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
 
 /*
  * Busy-poll @pfd until @end_ns, yielding as above (@eager: contended);
- * > 0 as poll(), or 0 at @end_ns or when @ready says there is work;
- * *@contended set when a yield ran another thread. With @rings, @ready
+ * > 0 as poll(), or 0 at @end_ns or, with *@work set, when @ready says
+ * there is work; *@contended set when a yield ran another thread. With @rings, @ready
  * reads shared memory (tcp_shm.c), which costs a few loads against the
  * 0.4 us of a poll() round: it is asked every round, and the descriptors
  * only every SPIN_RING_ROUNDS rounds.
@@ -109,7 +109,7 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
 #define SPIN_COOL_WAITS 64u
 static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 		       bool (*ready)(void *, bool), void *arg, bool rings, bool eager,
-		       bool *contended)
+		       bool *contended, bool *work)
 {
 	uint64_t yield_ns = now_ns();
 
@@ -124,7 +124,11 @@ static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 				return r;
 		}
 		uint64_t now = now_ns();
-		if (ready(arg, false) || now >= end_ns)
+		if (ready(arg, false)) {
+			*work = true;
+			return 0;
+		}
+		if (now >= end_ns)
 			return 0;
 		if ((eager && fds) || now - yield_ns >= SPIN_YIELD_NS) {
 			sched_yield();
@@ -143,23 +147,27 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 
 	if (timeout == 0)
 		return poll(pfd, n, 0);
-	bool contended = false, eager = s->cool > 0;
+	bool contended = false, work = false, eager = s->cool > 0;
 	if (s->cool)
 		s->cool--;
 	if (budget && atomic_fetch_add(&spinners, 1) < cpus_usable()) {
 		end = t0 + budget;
 		if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)
 			end = t0 + (uint64_t)timeout * 1000000u;
-		r = spin_rounds(pfd, n, end, ready, arg, rings, eager, &contended);
+		r = spin_rounds(pfd, n, end, ready, arg, rings, eager, &contended, &work);
 		if (contended)
 			s->cool = SPIN_COOL_WAITS;
 		atomic_fetch_sub(&spinners, 1);
 	} else if (budget) {
 		atomic_fetch_sub(&spinners, 1);
 	}
-	/* No descriptor is ready: unless @ready has work (or is about to
-	 * sleep on shared memory and found some), sleep in poll(). */
-	if (!r && !ready(arg, true)) {
+	/* No descriptor is ready: unless the spin found work, or @ready
+	 * has some as it announces the sleep on shared memory, sleep in
+	 * poll(). Announcing it after the spin found work would write the
+	 * ring's shared flags for nothing, and a producer that saw the flag
+	 * set would wake us through the side channel (a system call each
+	 * side) for a message already taken. */
+	if (!r && !work && !ready(arg, true)) {
 		if (timeout > 0) {
 			uint64_t spent_ms = (now_ns() - t0) / 1000000u;
 

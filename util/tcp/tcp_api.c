@@ -229,6 +229,17 @@ static int send_check(struct tcp_wire *w, const char **peer, const struct zap_io
 	return 0;
 }
 
+/*
+ * Whether a burst may start another frame on @c (mu held): the checks a
+ * new send makes when it claims the connection. One that is retiring or
+ * no longer its peer's tx connection takes no new frames (their order
+ * with the frames on the next connection depends on it).
+ */
+static bool burst_goes_on(const struct tcp_conn *c)
+{
+	return !c->dead && !c->retiring && !c->tx_shut && c->peer && c->peer->tx == c;
+}
+
 static void req_set(struct tcp_txreq *r, const struct zap_iov *m)
 {
 	*r = (struct tcp_txreq){ .buf = m->buf, .len = m->len };
@@ -260,7 +271,7 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 		tw_shm_side(w, c);
 	bool ring = s && s->tx_ready && !c->retiring;
 	*written = 0;
-	while (done < n) {
+	while (done < n && (!done || burst_goes_on(c))) {
 		size_t k = done ? 0 : 1, whole = 0;
 		while (k < TCP_TXQ_BATCH + 1 && done + k < n &&
 		       msgs[done + k].len <= c->peer_max) {
@@ -271,7 +282,8 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 			break; /* too large for the peer: the next call says so */
 		if (ring) {
 			/* Only the first frame waits for room. */
-			for (; whole < k; whole++) {
+			for (; whole < k && (!(done + whole) || burst_goes_on(c));
+			     whole++) {
 				err = tw_shm_send(w, c, &req[whole], me, ctx, &partial,
 						  !done && !whole);
 				if (err)

@@ -250,6 +250,32 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps)
 	return zap__copy_sized(caps, &full, sizeof(full));
 }
 
+/* The most messages one zap_send_burst() looks at (zap.h). */
+#define ZAP_BURST_CALL_MAX 65536u
+
+/*
+ * enter() for a send, and the ctx of the default send timeout in *@ctx
+ * when the caller gave none. On failure nothing is left entered.
+ */
+static int send_enter(struct zap_transport *t, struct zap_ctx **ctx, const char *fn)
+{
+	int rc = enter(t);
+
+	if (rc)
+		return rc;
+	if (!*ctx && t->send_timeout_ms) {
+		*ctx = send_ctx(t->send_timeout_ms);
+		if (!*ctx) {
+			leave(t);
+			return zap__fail(
+				-ENOMEM,
+				"%s: cannot make the ctx of the default send timeout",
+				fn);
+		}
+	}
+	return 0;
+}
+
 ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer, const void *buf,
 			size_t len, struct zap_ctx *ctx)
 {
@@ -258,17 +284,9 @@ ZAP_EXPORT int zap_send(struct zap_transport *t, const char *peer, const void *b
 	zap__clear_error();
 	if (!t || !peer || (!buf && len))
 		return zap__fail(-EINVAL, "zap_send: NULL argument");
-	rc = enter(t);
+	rc = send_enter(t, &ctx, "zap_send");
 	if (rc)
 		return rc;
-	if (!ctx && t->send_timeout_ms) {
-		ctx = send_ctx(t->send_timeout_ms);
-		if (!ctx) {
-			leave(t);
-			return zap__fail(-ENOMEM, "zap_send: cannot make the ctx of the "
-						  "default send timeout");
-		}
-	}
 	rc = t->ops->send(t->tp, peer, buf, len, ctx);
 	leave(t);
 	return rc;
@@ -285,26 +303,23 @@ ZAP_EXPORT int zap_send_burst(struct zap_transport *t, const char *peer,
 	zap__clear_error();
 	if (!t || !peer || (!msgs && n))
 		return zap__fail(-EINVAL, "zap_send_burst: NULL argument");
-	for (unsigned int i = 0; i < n; i++)
-		if (!msgs[i].buf && msgs[i].len)
-			return zap__fail(-EINVAL,
-					 "zap_send_burst: message %u has NULL bytes", i);
-	if (n > INT_MAX)
-		n = INT_MAX; /* the count must fit the return value */
 	if (!n)
 		return 0;
-	rc = enter(t);
+	/* Bounded, so that looping on the rest of a long array stays linear;
+	 * a later message without bytes ends the burst before it, and the
+	 * next call fails on it. */
+	if (n > ZAP_BURST_CALL_MAX)
+		n = ZAP_BURST_CALL_MAX;
+	for (unsigned int i = 0; i < n; i++)
+		if (!msgs[i].buf && msgs[i].len) {
+			if (!i)
+				return zap__fail(-EINVAL,
+						 "zap_send_burst: message has NULL bytes");
+			n = i;
+		}
+	rc = send_enter(t, &ctx, "zap_send_burst");
 	if (rc)
 		return rc;
-	if (!ctx && t->send_timeout_ms) {
-		ctx = send_ctx(t->send_timeout_ms);
-		if (!ctx) {
-			leave(t);
-			return zap__fail(-ENOMEM,
-					 "zap_send_burst: cannot make the ctx of "
-					 "the default send timeout");
-		}
-	}
 	fn = OPTIONAL_OP(t->ops, send_burst);
 	if (fn) {
 		rc = fn(t->tp, peer, msgs, n, ctx);

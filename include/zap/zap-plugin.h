@@ -404,8 +404,8 @@ struct zap_plugin_ops {
 	int (*peer_path)(void *tp, const char *peer, char *buf, size_t len);
 
 	/**
-	 * See zap_send_burst() (ABI 1.3). @peer and @msgs are non-NULL and
-	 * 1 <= @n <= INT_MAX. Return the count taken (1 to @n) or, when
+	 * See zap_send_burst() (ABI 1.3). @peer and @msgs are non-NULL,
+	 * 1 <= @n <= 65536, and every message has bytes or length 0. Return the count taken (1 to @n) or, when
 	 * none was, a negative errno. Absent: the host calls send once per
 	 * message.
 	 */

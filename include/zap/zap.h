@@ -375,7 +375,7 @@ struct zap_iov {
  * FI_MORE). Each element of @msgs is one message, received as zap_send()
  * would deliver it; the result is the same as calling zap_send() on them
  * one after another from this thread, less the calls.
- * @n: how many; 0 returns 0 (one call takes at most INT_MAX).
+ * @n: how many; 0 returns 0 (one call takes at most 65536).
  *
  * Blocking: waits, as zap_send() does, until the transport takes the
  * first message. After that it waits only to finish a message it has
@@ -400,7 +400,8 @@ struct zap_iov {
  *
  * Return: the number of messages, from the first, the transport now owns
  * (1 to @n), or a negative errno when it took none: zap_send()'s errors for
- * @msgs[0], and -EINVAL also for NULL @msgs with @n above 0.
+ * @msgs[0], and -EINVAL also for NULL @msgs with @n above 0 (a later
+ * message with NULL bytes and a length ends the burst before it).
  */
 ZAP_EXPORT int zap_send_burst(struct zap_transport *t, const char *peer,
 			      const struct zap_iov *msgs, unsigned int n,

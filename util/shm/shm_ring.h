@@ -10,7 +10,9 @@
  * the producer's position, the consumer's position and every record
  * header are read once, copied, and checked against what this side keeps
  * privately (the ring's size never comes from the region after setup)
- * before any of it is used as a size or an offset. A violation makes the
+ * before any of it is used as a size or an offset (the producer reads the
+ * consumer's position only when the room it last saw runs out, and then
+ * also checks that it did not move back). A violation makes the
  * ring corrupt for good (-EPROTO): the caller drops this path, which costs
  * that peer's connection and nothing else.
  *
@@ -69,6 +71,7 @@ struct zshm_tx {
 	uint64_t size;       /* data bytes, fixed at setup */
 	uint64_t head;       /* private: what we published */
 	uint64_t msg_off;    /* bytes of the current message already written */
+	uint64_t tail_seen;  /* private: the consumer's position when last read */
 	bool mid;            /* a message is partly written */
 	bool corrupt;
 };
@@ -138,7 +141,9 @@ int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user);
  */
 bool zshm_rx_prepare_sleep(struct zshm_rx *rx);
 
-/* Bytes published and not yet consumed, as this consumer can see. */
+/* Bytes published and not yet consumed, as this consumer can see. When
+ * none, the next record's cache line is prefetched (a spinning caller
+ * then gets it with the position that announces it). */
 uint64_t zshm_rx_pending(const struct zshm_rx *rx);
 
 /*

@@ -374,6 +374,7 @@ struct ring_rx {
 	struct tcp_wire *w;
 	struct tcp_conn *c;
 	struct tcp_rx_msg ***tail;
+	uint64_t now; /* the round's coarse clock */
 	int got;
 	int recs;       /* chunks taken in this zshm_recv() call */
 	uint64_t bytes; /* delivered this round */
@@ -414,7 +415,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		m->msg.len = (size_t)total;
 		c->rx_msg = m;
 		c->rx_len = (size_t)total;
-		c->rx_start_ms = now_coarse_ms();
+		c->rx_start_ms = x->now;
 	}
 	if (len)
 		memcpy((char *)c->rx_msg->msg.data + off, data, len);
@@ -439,9 +440,9 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
  * dropped. Results as conn_rx_inner().
  */
 static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
-		   struct tcp_rx_msg ***tail, bool readable)
+		   struct tcp_rx_msg ***tail, uint64_t now, bool readable)
 {
-	struct ring_rx x = { w, c, tail, 0, 0, 0 };
+	struct ring_rx x = { w, c, tail, now, 0, 0, 0 };
 
 	c->rx_ready = false;
 	if (readable && !s->rx_gone) {
@@ -505,7 +506,7 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***
 {
 	uint64_t before = c->rx_total;
 	struct tcp_shm *s = atomic_load(&c->shm);
-	int r = s && s->rx_on ? ring_rx(w, c, s, tail, readable)
+	int r = s && s->rx_on ? ring_rx(w, c, s, tail, now, readable)
 			      : conn_rx_inner(w, c, tail);
 
 	if (c->rx_total != before)

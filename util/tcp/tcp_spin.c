@@ -98,39 +98,48 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
 /*
  * Busy-poll @pfd until @end_ns, yielding as above (@eager: contended);
  * > 0 as poll(), or 0 at @end_ns or, with *@work set, when @ready says
- * there is work; *@contended set when a yield ran another thread. With @rings, @ready
- * reads shared memory (tcp_shm.c), which costs a few loads against the
- * 0.4 us of a poll() round: it is asked every round, and the descriptors
- * only every SPIN_RING_ROUNDS rounds.
+ * there is work; *@contended set when a yield ran another thread; *@seen_ns
+ * the clock when last read. With @rings, @ready reads shared memory
+ * (tcp_shm.c), a few loads: it is asked every round, before the clock, and
+ * the descriptors only every SPIN_FDS_NS, for a poll() round costs about
+ * 0.4 us, which a message arriving meanwhile waits out.
  */
+#define SPIN_FDS_NS 4000u
 #define SPIN_RING_ROUNDS 32u
 #define SPIN_YIELD_NS 10000u
 #define SPIN_CONTENDED_NS 20000u
 #define SPIN_COOL_WAITS 64u
 static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 		       bool (*ready)(void *, bool), void *arg, bool rings, bool eager,
-		       bool *contended, bool *work)
+		       bool *contended, bool *work, uint64_t *seen_ns)
 {
-	uint64_t yield_ns = now_ns();
+	uint64_t yield_ns = now_ns(), fds_ns = yield_ns;
 
+	*seen_ns = yield_ns;
 	for (unsigned i = 1;; i++) {
 		/* With rings, the first look is at them: a message there is
 		 * the common case, and a poll() round would delay it. */
-		bool fds = !rings || i % SPIN_RING_ROUNDS == 0;
+		bool fds = !rings || *seen_ns - fds_ns >= SPIN_FDS_NS;
 		if (fds) {
 			int r = poll(pfd, n, 0);
 
 			if (r)
 				return r;
+			fds_ns = *seen_ns;
 		}
-		uint64_t now = now_ns();
 		if (ready(arg, false)) {
 			*work = true;
 			return 0;
 		}
+		uint64_t now = now_ns();
+		*seen_ns = now;
 		if (now >= end_ns)
 			return 0;
-		if ((eager && fds) || now - yield_ns >= SPIN_YIELD_NS) {
+		/* Contended, with rings, a yield every SPIN_RING_ROUNDS
+		 * rounds hands the core over about as often as TCP's poll()
+		 * rounds do. */
+		if ((eager && (fds || i % SPIN_RING_ROUNDS == 0)) ||
+		    now - yield_ns >= SPIN_YIELD_NS) {
 			sched_yield();
 			yield_ns = now_ns();
 			if (yield_ns - now >= SPIN_CONTENDED_NS)
@@ -142,7 +151,7 @@ static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		 bool (*ready)(void *arg, bool sleeping), void *arg, bool rings)
 {
-	uint64_t t0 = now_ns(), budget = tw_spin_budget(s), end;
+	uint64_t t0 = now_ns(), budget = tw_spin_budget(s), end, seen = t0;
 	int r = 0;
 
 	if (timeout == 0)
@@ -154,7 +163,8 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		end = t0 + budget;
 		if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)
 			end = t0 + (uint64_t)timeout * 1000000u;
-		r = spin_rounds(pfd, n, end, ready, arg, rings, eager, &contended, &work);
+		r = spin_rounds(pfd, n, end, ready, arg, rings, eager, &contended, &work,
+				&seen);
 		if (contended)
 			s->cool = SPIN_COOL_WAITS;
 		atomic_fetch_sub(&spinners, 1);
@@ -176,8 +186,10 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		}
 		r = poll(pfd, n, timeout);
 	}
-	/* A wait that timed out counts too: it was long, and nothing came. */
+	/* A wait that timed out counts too: it was long, and nothing came.
+	 * One the spin ended with work lasted about to the spin's last clock
+	 * read, and a read more would delay the message. */
 	if (r >= 0)
-		tw_spin_learn(s, now_ns() - t0);
+		tw_spin_learn(s, (work ? seen : now_ns()) - t0);
 	return r;
 }

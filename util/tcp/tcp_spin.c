@@ -23,8 +23,8 @@
  * SPIN_YIELD_NS, so a peer process sharing the core runs instead of
  * waiting out our time slice. A yield that took SPIN_CONTENDED_NS or more
  * ran another thread: the core is shared, and for the next
- * SPIN_COOL_WAITS waits the spin yields every round (with rings, at
- * every look at the descriptors), handing the core to the peer as soon
+ * SPIN_COOL_WAITS waits the spin yields every round (with rings, every
+ * SPIN_RING_ROUNDS rounds), handing the core to the peer as soon
  * as we have nothing to do. Alone on a core, a yield costs a trip
  * through the scheduler (0.5-1 us here) for nothing: yielding every
  * round made TCP one-way latency 0.6-0.9 us longer at 64 B (7.5-11 us

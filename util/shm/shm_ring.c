@@ -229,17 +229,22 @@ uint64_t zshm_rx_pending(const struct zshm_rx *rx)
 	int64_t a = rx_avail(rx);
 
 	/*
-	 * Nothing yet: have the CPU fetch the line the next record starts in
-	 * alongside head. A consumer polling only head learns of a record,
-	 * then misses on its line: two transfers from the producer's cache
-	 * one after the other. With the line asked for every poll, it comes
-	 * with head, and 64 B one-way latency between two processes went
-	 * from 0.45 to 0.39 us here. A hint: it cannot fault, reads nothing
-	 * we use, and is inside the region whatever the position.
+	 * Nothing yet: have the CPU fetch the lines the next record starts
+	 * in alongside head. A consumer polling only head learns of a
+	 * record, then misses on its lines: transfers from the producer's
+	 * cache one after the other. With the lines asked for every poll,
+	 * they come with head: 64 B one-way latency between two processes
+	 * went from 0.45 to 0.39 us here with the first line, and to
+	 * 0.35-0.37 with the second too (a 64 B message's record is 80
+	 * bytes). A hint: it cannot fault, reads nothing we use, and is
+	 * inside the data area whatever the position.
 	 */
-	if (!a)
-		__builtin_prefetch(rx->base + ZSHM_HDR_BYTES +
-				   (rx->tail & (rx->size - 1)));
+	if (!a) {
+		uint64_t at = rx->tail & (rx->size - 1);
+		__builtin_prefetch(rx->base + ZSHM_HDR_BYTES + at);
+		if (at + 64 < rx->size)
+			__builtin_prefetch(rx->base + ZSHM_HDR_BYTES + at + 64);
+	}
 	return a < 0 ? 0 : (uint64_t)a;
 }
 

@@ -142,8 +142,8 @@ int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user);
 bool zshm_rx_prepare_sleep(struct zshm_rx *rx);
 
 /* Bytes published and not yet consumed, as this consumer can see. When
- * none, the next record's cache line is prefetched (a spinning caller
- * then gets it with the position that announces it). */
+ * none, the next record's first two cache lines are prefetched (a
+ * spinning caller then gets them with the position that announces it). */
 uint64_t zshm_rx_pending(const struct zshm_rx *rx);
 
 /*

@@ -99,7 +99,8 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
  * Busy-poll @pfd until @end_ns, yielding as above (@eager: contended);
  * > 0 as poll(), or 0 at @end_ns or, with *@work set, when @ready says
  * there is work; *@contended set when a yield ran another thread; *@seen_ns
- * the clock when last read. With @rings, @ready reads shared memory
+ * the clock when the spin starts (the caller's reading) and, on return,
+ * when last read. With @rings, @ready reads shared memory
  * (tcp_shm.c), a few loads: it is asked every round, before the clock, and
  * the descriptors only every SPIN_FDS_NS, for a poll() round costs about
  * 0.4 us, which a message arriving meanwhile waits out.
@@ -113,9 +114,8 @@ static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 		       bool (*ready)(void *, bool), void *arg, bool rings, bool eager,
 		       bool *contended, bool *work, uint64_t *seen_ns)
 {
-	uint64_t yield_ns = now_ns(), fds_ns = yield_ns;
+	uint64_t yield_ns = *seen_ns, fds_ns = yield_ns;
 
-	*seen_ns = yield_ns;
 	for (unsigned i = 1;; i++) {
 		/* With rings, the first look is at them: a message there is
 		 * the common case, and a poll() round would delay it. */

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 #
-# The best-of-REPS zap-perf runner that bench/unix.sh and bench/tls.sh
-# share. Sourced, not run, after the script has set $build (its build
-# directory):
+# The best-of-REPS zap-perf runner and JSON reader that the bench scripts
+# (unix, tls, shm, tcp-waiting) share. Sourced, not run, after the script
+# has set $build (its build directory):
 #
 #   build=${1:-build}
 #   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -34,27 +34,17 @@ MSGS=${MSGS:-200000}
 BYTES=${BYTES:-2G}
 ONLY=${ONLY:-}
 CPUS=${CPUS:-0,1}
-export ZAP_TRANSPORT_QUIET=1 ZAP_SHM=off # TCP, not the same-host upgrade (bench/shm.sh)
-perf=$build/tools/zap-perf
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # ZAP_SHM=off (TCP), $perf, need_built, json_get
 idle=$build/bench/idle_cpu
-for b in "$perf" "$idle"; do
-	[ -x "$b" ] || { echo "no $b: build first (meson compile -C $build)" >&2; exit 1; }
-done
+need_built "$perf" "$idle"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill $(jobs -p) 2>/dev/null' EXIT
 
 best() { sort -g | tail -1; }
-# zap_field FIELD CMD...: run a zap-perf --json CMD, then print FIELD of its
-# first result. The JSON goes to a file first: a python3 reading the pipe
-# starts while the run is on and takes CPU from it (1 MiB streaming read
-# 5.7-6.1 GB/s that way against 7.8-8.1 written to a file, on 2 cores).
-zap_field() {
-	local f=$1
-	shift
-	"$@" > "$tmp/z.json" &&
-		python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0][sys.argv[2]])' \
-			"$tmp/z.json" "$f"
-}
+# zap-perf's JSON goes to a file, read once the run is over: a python3 on
+# the pipe starts while the run is on and takes CPU from it (1 MiB
+# streaming read 5.7-6.1 GB/s that way against 7.8-8.1, on 2 cores).
 with_spin() { # VALUE CMD...: VALUE "learned" leaves ZAP_TCP_SPIN_US unset
 	local v=$1; shift
 	if [ "$v" = learned ]; then env -u ZAP_TCP_SPIN_US "$@"; else ZAP_TCP_SPIN_US=$v "$@"; fi
@@ -99,9 +89,10 @@ echo "== message rate: 64 B, window 64 (best of $REPS)"
 : > "$tmp/rate"; : > "$tmp/rateb"; : > "$tmp/ucx"
 for rep in $(seq "$REPS"); do
 	for b in 1 64; do
-		zap_field msgs_per_s env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" \
-			-t default -s 64 -T rate -m "$MSGS" -w 64 -B "$b" --json \
-			>> "$tmp/$([ "$b" = 1 ] && echo rate || echo rateb)"
+		env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" -t default -s 64 -T rate \
+			-m "$MSGS" -w 64 -B "$b" --json > "$tmp/z.json" &&
+			json_get "$tmp/z.json" rate 64 msgs_per_s \
+				>> "$tmp/$([ "$b" = 1 ] && echo rate || echo rateb)"
 	done
 done
 z1=$(best < "$tmp/rate")
@@ -131,8 +122,9 @@ fi
 echo "== 1 MiB streaming bandwidth (best of $REPS)"
 : > "$tmp/bw"; : > "$tmp/ucxbw"
 for rep in $(seq "$REPS"); do
-	zap_field mb_per_s env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" -t default \
-		-s 1M -T bw -b "$BYTES" --json >> "$tmp/bw"
+	env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" -t default -s 1M -T bw \
+		-b "$BYTES" --json > "$tmp/z.json" &&
+		json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/bw"
 	if command -v ucx_perftest >/dev/null; then
 		port=$((20000 + RANDOM % 20000))
 		UCX_TLS=tcp taskset -c "${CPUS%,*}" ucx_perftest -p "$port" > /dev/null 2>&1 &

@@ -1486,6 +1486,95 @@ static void test_route_held_by_live_peer(void **state)
 	zap_close(b);
 }
 
+/*
+ * A child endpoint at @addr ("127.0.0.1:0" for a new port): it writes its
+ * address to @out, then, with @to set, sends @to one message of @big bytes
+ * and blocks in it; else it writes to @out the first message it receives
+ * within 5 s ("" if none) and exits. Logs off: forked from a threaded
+ * process.
+ */
+static pid_t child_endpoint(const char *addr, const char *to, size_t big, int out)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid)
+		return pid;
+	zap_set_log_handler(NULL, NULL);
+	zap_set_log_level(ZAP_LOG_ERROR);
+	struct zap_attr a = {.size = sizeof(a), .listen = addr};
+	struct zap_transport *t = NULL;
+	char me[ZAP_PEER_MAX] = "", got[64] = "";
+	/* The killed incarnation's port may be taken for a moment. */
+	for (int i = 0; i < 100 && zap_pick("=default", 0, &a, &t) == -EADDRINUSE; i++)
+		usleep(50000);
+	if (!t || zap_transport_address(t, me, sizeof(me)) ||
+	    write(out, me, sizeof(me)) != (ssize_t)sizeof(me))
+		_exit(1);
+	if (to) {
+		void *b = calloc(1, big);
+		zap_send(t, to, b, big, NULL);
+		_exit(1);
+	}
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	if (zap_ctx_new(&ctx))
+		_exit(1);
+	zap_ctx_set_timeout(ctx, 5000000000ull);
+	if (!zap_recv(t, ctx, &m))
+		snprintf(got, sizeof(got), "%.*s", (int)zap_msg_len(m),
+			 (const char *)zap_msg_data(m));
+	_exit(write(out, got, sizeof(got)) == (ssize_t)sizeof(got) ? 0 : 1);
+}
+
+/*
+ * A peer killed while its send is blocked on our full receive window
+ * leaves a connection that looks alive: its FIN waits behind data we have
+ * not read. Restarted at the same address, it must get what we send
+ * there: the message used to go into the dead one's connection and was
+ * lost (zap_send() returned 0; soak-faults, "receiver has inc 0").
+ */
+static void test_restart_behind_full_window(void **state)
+{
+	/* TCP's window, not a shared-memory ring: */
+	setenv("ZAP_SHM", "off", 1);
+	struct zap_transport *a = ep_open();
+	char aa[ZAP_PEER_MAX], ab[ZAP_PEER_MAX], got[64];
+	int pfd[2];
+	(void)state;
+
+	ep_addr(a, aa);
+	unsigned port = (unsigned)atoi(strrchr(aa, ':') + 1);
+	assert_int_equal(pipe(pfd), 0);
+	pid_t old = child_endpoint("127.0.0.1:0", aa, 64u << 20, pfd[1]);
+	assert_int_equal(read(pfd[0], ab, sizeof(ab)), (ssize_t)sizeof(ab));
+	/* Nobody reads on our side: wait until the queue stops growing. */
+	unsigned long q = 0, was;
+	do {
+		was = q;
+		usleep(200000);
+		q = rx_queued(port);
+	} while (!q || q != was);
+	kill(old, SIGKILL);
+	waitpid(old, NULL, 0);
+	pid_t fresh = child_endpoint(ab, NULL, 0, pfd[1]);
+	char again[ZAP_PEER_MAX];
+	assert_int_equal(read(pfd[0], again, sizeof(again)), (ssize_t)sizeof(again));
+	assert_string_equal(again, ab);
+	usleep(1100000); /* nothing read from the old one for a second */
+	zt_log_clear();
+	send_ok(a, ab, "after restart", 13);
+	assert_int_equal(read(pfd[0], got, sizeof(got)), (ssize_t)sizeof(got));
+	assert_string_equal(got, "after restart");
+	assert_true(log_wait("another instance listens there now"));
+	int st;
+	waitpid(fresh, &st, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(pfd[0]);
+	close(pfd[1]);
+	zap_close(a);
+	unsetenv("ZAP_SHM");
+}
+
 /* A HELLO claiming our own listen address (it started an endless echo of
  * replies to ourselves) or our own instance id is refused. */
 static void test_hello_claims_us(void **state)
@@ -2324,6 +2413,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_hostile_idle_1000),
 		cmocka_unit_test(test_hijack_from_other_host),
 		cmocka_unit_test(test_route_held_by_live_peer),
+		cmocka_unit_test(test_restart_behind_full_window),
 		cmocka_unit_test(test_hello_claims_us),
 		cmocka_unit_test(test_dialer_checks_answer),
 		cmocka_unit_test(test_partial_budget_and_stall),

@@ -64,6 +64,39 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	return err;
 }
 
+/*
+ * Dial @peer, whose route @r exists, to prove who listens there now
+ * (struct tcp_route; mu held, dropped during the dial). The connection it
+ * makes registers as any dial does: the instance that answers takes the
+ * route. Senders to the address wait for it meanwhile. A failed dial is
+ * the send's error: nobody we can reach listens there.
+ */
+static int send_verify(struct tcp_wire *w, struct tcp_route *r, const char *peer,
+		       struct zap_ctx *ctx)
+{
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: %s; dialing it to see who listens there",
+		     peer,
+		     r->contested ? "another instance claims the address"
+				  : "the connection stalled with data unread");
+	uint64_t was = r->peer ? r->peer->rid : 0;
+	r->verifying = true;
+	r->verify_ms = now_coarse_ms();
+	pthread_mutex_unlock(&w->mu);
+	int err = tw_dial(w, peer, ctx);
+	pthread_mutex_lock(&w->mu);
+	r = tw_route_find(w, peer);
+	if (r) {
+		r->verifying = false;
+		if (!err && r->peer && r->peer->rid != was)
+			w->host->log(ZAP_LOG_INFO, w->dom,
+				     "%s: another instance listens there now (restarted); "
+				     "sending to it",
+				     peer);
+	}
+	tw_notify(w, true);
+	return err;
+}
+
 /* The peer announced its limit: refuse here, before a byte is written, so
  * the connection and every message after this one are unaffected. */
 static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len)
@@ -93,7 +126,7 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 				return err;
 			continue;
 		}
-		if (!r->dialing || r->peer) {
+		if ((!r->dialing || r->peer) && !r->verifying) {
 			r->dialing = false;
 			struct tcp_conn *c = r->peer ? r->peer->tx : NULL;
 			if (!c && !(r->peer && tw_peer_draining(w, r->peer))) {
@@ -103,8 +136,16 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 			}
 			if (c && req->len > c->peer_max)
 				return send_too_big(w, c, req->len);
-			if (c && !c->tx_busy && tw_conn_peer_shut(w, c))
+			int state = c && !c->tx_busy ? tw_conn_check(w, c) : TW_CONN_OK;
+			if (state == TW_CONN_SHUT)
 				continue;
+			if ((r->contested || state == TW_CONN_STALLED) &&
+			    now_coarse_ms() - r->verify_ms >= TCP_VERIFY_MS) {
+				err = send_verify(w, r, peer, ctx);
+				if (err)
+					return err;
+				continue;
+			}
 			if (c && !c->tx_busy) {
 				c->tx_busy = true;
 				req->state = TXQ_OWNER;

@@ -140,6 +140,7 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 	/* The newest registration wins: an address now names this instance
 	 * (a restarted peer on the same port is a new instance). */
 	r->peer = p;
+	r->contested = false;
 	return r;
 }
 
@@ -319,31 +320,41 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
 }
 
 /*
- * Whether the peer shut its side of @c, seen before a new frame starts on
- * it (mu held, @c's tx free). The leader notices a FIN only when it reads
- * the connection, which it may not do for a while (a full receive queue,
- * a starved thread), and a frame written after the peer's FIN is taken by
- * the kernel and lost if the peer went away: a peer restarted at the same
+ * What a new frame on @c would meet, seen before it starts (mu held, @c's
+ * tx free). The leader notices a FIN only when it reads the connection,
+ * which it may not do for a while (a full receive queue, a starved
+ * thread), and a frame written after the peer's FIN is taken by the
+ * kernel and lost if the peer went away: a peer restarted at the same
  * address would silently miss it. A connection not used since the last
  * clock tick (now_coarse_ms(): 1-4 ms) is checked (one poll; a busy one is
- * not); a shut one is retired as its FIN would retire it, and the sender
- * picks another or dials.
+ * not):
+ *  - TW_CONN_SHUT: the peer shut its side; @c is retired as its FIN would
+ *    retire it, and the sender picks another or dials;
+ *  - TW_CONN_STALLED: data waits unread on @c and none was read for
+ *    TCP_VERIFY_MS. A dead peer's FIN can wait there behind it, unseen
+ *    (struct tcp_route says what the sender does then);
+ *  - TW_CONN_OK otherwise.
  */
-bool tw_conn_peer_shut(struct tcp_wire *w, struct tcp_conn *c)
+int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
 {
-	struct pollfd pfd = { .fd = c->fd, .events = POLLRDHUP };
+	struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
+	uint64_t now = now_coarse_ms();
 	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
-	if (now_coarse_ms() == last || poll(&pfd, 1, 0) != 1 ||
-	    !(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-		return false;
+	if (now == last || poll(&pfd, 1, 0) != 1)
+		return TW_CONN_OK;
+	if (!(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		return now - atomic_load_explicit(&c->rx_ms, memory_order_relaxed) >=
+				       TCP_VERIFY_MS
+			       ? TW_CONN_STALLED
+			       : TW_CONN_OK;
 	w->host->log(ZAP_LOG_DEBUG, w->dom,
 		     "%s (from %s) shut its side of the connection: no new frame on it",
 		     c->raddr, c->src);
 	tw_retire(c);
 	if (c->peer && c->peer->tx == c)
 		tw_peer_pick_tx(w, c->peer);
-	return true;
+	return TW_CONN_SHUT;
 }
 
 /*
@@ -379,6 +390,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	w->conns = c;
 	w->nconns++;
 	tw_touch(c, now_coarse_ms());
+	atomic_store_explicit(&c->rx_ms, now_coarse_ms(), memory_order_relaxed);
 	if (self && !c->dialed) {
 		/* The accepted end of a connection to ourselves only receives;
 		 * the dialed end carries our sends. */
@@ -412,12 +424,13 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	} else {
 		tw_retire(c);
 	}
-	if (keep_route)
-		w->host->log(
-			ZAP_LOG_DEBUG, w->dom,
-			"%s (from %s): a live peer holds that address; not routing to the newcomer",
-			c->raddr, c->src);
-	else
+	if (keep_route) {
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s (from %s): a live peer holds that address; not routing to "
+			     "the newcomer before a dial shows who listens there",
+			     c->raddr, c->src);
+		tw_route_find(w, c->raddr)->contested = true;
+	} else
 		tw_route_set(w, c->raddr, p);
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);

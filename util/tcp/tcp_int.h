@@ -125,6 +125,9 @@
 #define TCP_IDLE_MAX_MS 86400000u
 #define TCP_FD_HEADROOM 64 /* descriptors left to the application */
 #define TCP_EVICT_MIN_IDLE_MS 250
+/* Who listens at a route's address is proven again by a dial (send_claim())
+ * at most this often: see struct tcp_route. */
+#define TCP_VERIFY_MS 1000
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
 #define TCP_SPIN_MAX_US 1000000u
@@ -231,6 +234,7 @@ struct tcp_conn {
 	uint64_t rx_start_ms;     /* when rx_msg was started */
 	bool budget_paused;       /* leader: alloc_wait for the partial budget */
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
+	_Atomic uint64_t rx_ms;   /* last frame byte in (relaxed) */
 	int rx_res;               /* result of this round's read */
 	char rx_why[160];
 
@@ -263,11 +267,28 @@ struct tcp_peer {
 	unsigned nconns;
 };
 
-/* Address string -> peer; dialing marks a connect in progress. */
+/*
+ * Address string -> peer; dialing marks a connect in progress.
+ *
+ * A peer that dies can leave a connection we cannot tell from a live one:
+ * its FIN waits behind data our closed receive window does not take (our
+ * application reads slower than it sent), so a frame we write there is
+ * taken by the kernel and lost. When that may be the case, the next send
+ * to the address first dials it, which proves who listens there (a
+ * listening port has one owner): the same instance keeps the route, a
+ * restarted one takes it over. Triggers: @contested, a different instance
+ * connected to us claiming the address (a restart, or a process posing
+ * as the peer, which does not own the listener and so does not win), and
+ * a tx connection stalled with unread data (tw_conn_check()). At most one
+ * such dial per TCP_VERIFY_MS an address (@verify_ms).
+ */
 struct tcp_route {
 	struct tcp_route *next;
 	struct tcp_peer *peer;
 	bool dialing;
+	bool contested;
+	bool verifying; /* that dial is under way: senders wait for it */
+	uint64_t verify_ms;
 	char addr[ZAP_PEER_MAX];
 };
 
@@ -492,7 +513,8 @@ void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr);
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
 bool tw_evict_idle(struct tcp_wire *w, const char *why);
-bool tw_conn_peer_shut(struct tcp_wire *w, struct tcp_conn *c);
+enum { TW_CONN_OK, TW_CONN_SHUT, TW_CONN_STALLED };
+int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c);
 static inline void tw_touch(struct tcp_conn *c, uint64_t now)
 {
 	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);

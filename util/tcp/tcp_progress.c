@@ -509,8 +509,10 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***
 	int r = s && s->rx_on ? ring_rx(w, c, s, tail, now, readable)
 			      : conn_rx_inner(w, c, tail);
 
-	if (c->rx_total != before)
+	if (c->rx_total != before) {
 		tw_touch(c, now);
+		atomic_store_explicit(&c->rx_ms, now, memory_order_relaxed);
+	}
 	if (!c->rx_msg && c->rhead == c->rlen)
 		c->rx_since_ms = 0;
 	else if (c->rx_total != before || !c->rx_since_ms)

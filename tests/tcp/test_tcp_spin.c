@@ -5,7 +5,9 @@
  * short ones, fixed (and never learned) when ZAP_TCP_SPIN_US is set; and
  * tw_spin_poll() returns what poll() would, spinning only within budget;
  * a spin that finds its CPU contended (a yield that ran another thread)
- * yields every round for the next waits.
+ * yields every round for the next waits; a stream's occasional longer
+ * wait is covered by the next waits' spins; a learned spin does not start
+ * on a host with more runnable threads than CPUs.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -55,6 +58,33 @@ static void test_learned_budget(void **state)
 	}
 	assert_true(tw_spin_budget(&s) > 0);
 	assert_true(n <= 30);
+}
+
+static void test_peak(void **state)
+{
+	struct tcp_spin s;
+
+	(void)state;
+	tw_spin_init(&s, false, 0);
+	for (int i = 0; i < 20; i++)
+		tw_spin_learn(&s, 2 * US);
+	assert_true(tw_spin_budget(&s) <= 20 * US);
+
+	/* A receiver of a stream waits 150 us once (the sender refilling
+	 * its socket): the next waits spin that long, not 3x the mean. */
+	tw_spin_learn(&s, 150 * US);
+	assert_true(tw_spin_budget(&s) >= 150 * US);
+	tw_spin_learn(&s, 2 * US);
+	assert_true(tw_spin_budget(&s) >= 120 * US);
+
+	/* It fades after a few dozen short waits. */
+	for (int i = 0; i < 40; i++)
+		tw_spin_learn(&s, 2 * US);
+	assert_true(tw_spin_budget(&s) <= 20 * US);
+
+	/* A wait too long to spin through is no peak: the budget drops. */
+	tw_spin_learn(&s, 5000 * MS);
+	assert_int_equal(tw_spin_budget(&s), 0);
 }
 
 static void test_fixed_budget(void **state)
@@ -190,13 +220,64 @@ static void test_contended(void **state)
 	close(efd);
 }
 
+/* Busy threads, unpinned, until hog_stop. */
+static void *hog_any(void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&hog_stop, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+static void test_host_busy(void **state)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	struct tcp_spin s;
+	unsigned calls[2] = { 0, 0 };
+	pthread_t *th = calloc((size_t)cpus + 2, sizeof(*th));
+
+	(void)state;
+	assert_true(efd >= 0 && cpus > 0 && th);
+	/* Two more busy threads than CPUs (this one waits): the host's
+	 * runnable count exceeds its CPUs by more than one. A learned
+	 * budget would spin (a fresh one starts above zero), but the spin
+	 * does not start: @at_sleep is asked only as the wait sleeps. The
+	 * host is read at most every millisecond: wait out the last
+	 * reading first. */
+	atomic_store(&hog_stop, false);
+	for (long i = 0; i < cpus + 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, hog_any, NULL), 0);
+	usleep(20000);
+	tw_spin_init(&s, false, 0);
+	assert_true(tw_spin_budget(&s) > 0);
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 1000, at_sleep, calls, true), 0);
+	unsigned learned[2] = { calls[0], calls[1] };
+
+	/* A fixed budget is what the operator asked for: it spins anyway. */
+	calls[0] = calls[1] = 0;
+	tw_spin_init(&s, true, 200);
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 1000, at_sleep, calls, true), 0);
+	atomic_store(&hog_stop, true);
+	for (long i = 0; i < cpus + 2; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(learned[0], 0);
+	assert_int_equal(learned[1], 1);
+	assert_true(calls[0] > 0);
+	free(th);
+	close(efd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_learned_budget),
+		cmocka_unit_test(test_peak),
 		cmocka_unit_test(test_fixed_budget),
 		cmocka_unit_test(test_spin_poll),
 		cmocka_unit_test(test_contended),
+		cmocka_unit_test(test_host_busy),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -341,6 +341,7 @@ struct tcp_spin {
 	bool fixed; /* ZAP_TCP_SPIN_US given: fixed_ns, nothing learned */
 	uint64_t fixed_ns;
 	uint64_t mean_ns; /* learned: weighted mean of recent wait times */
+	uint64_t peak_ns; /* learned: longest recent wait (<= SPIN_MAX_NS), decaying */
 	unsigned cool;    /* waits left that yield every round (core shared) */
 };
 

@@ -5,7 +5,7 @@
  * Shared state: struct tcp_spin inside struct tcp_wire. Only the leader
  * reads or updates it, and leadership passes under w->mu, so the mutex
  * hand-over orders every access; no atomics are needed. The process-wide
- * count of spinning leaders (spinners) is atomic.
+ * count of spinning leaders (spinners) and the host reading are atomic.
  *
  * With ZAP_TCP_SPIN_US set, the budget is that number (0: never spin).
  * Unset, it is learned: every wait that ends with work for the leader
@@ -17,28 +17,41 @@
  * past the limit and the budget drops to zero at once: an idle endpoint
  * sleeps from its next wait on and burns nothing.
  *
+ * A stream's receiver waits mostly a few microseconds and now and then
+ * 50-250 us while the sender refills its socket; three times the mean
+ * slept through those (255 sleeps in 2,048 messages of 1 MiB here), so the
+ * budget also covers the longest recent wait up to SPIN_MAX_NS (peak_ns,
+ * decaying by 1/8 a wait).
+ *
  * Oversubscription: a spinning thread may be holding the core its peer
- * needs. A leader does not start spinning while as many leaders of this
- * process spin as it has CPUs to run on, and a spin yields the CPU every
- * SPIN_YIELD_NS, so a peer process sharing the core runs instead of
- * waiting out our time slice. A yield that took SPIN_CONTENDED_NS or more
- * ran another thread: the core is shared, and for the next
- * SPIN_COOL_WAITS waits the spin yields every round (with rings, every
- * SPIN_RING_ROUNDS rounds), handing the core to the peer as soon
- * as we have nothing to do. Alone on a core, a yield costs a trip
- * through the scheduler (0.5-1 us here) for nothing: yielding every
- * round made TCP one-way latency 0.6-0.9 us longer at 64 B (7.5-11 us
- * against 6.6-7.5 here), while four pairs on two cores kept their
- * advantage over never spinning (1.12-1.29x).
+ * needs. A learned spin does not start while the host's runnable threads
+ * outnumber its CPUs (host_oversubscribed()). Spinning processes cannot see
+ * each other's spins, and yielding (below) was not enough: four zap-perf
+ * ping-pong pairs on two cores made 158,703 round trips/s learning against
+ * 265,613 never spinning here; with the check, 0.89-1.23x of never
+ * spinning (run to run). Nor does a leader start spinning while as many
+ * leaders of this process spin as it has CPUs to run on, and a spin yields
+ * the CPU every SPIN_YIELD_NS, so a peer process sharing the core runs
+ * instead of waiting out our time slice. A yield that took
+ * SPIN_CONTENDED_NS or more ran another thread: the core is shared, and
+ * for the next SPIN_COOL_WAITS waits the spin yields every round (with
+ * rings, every SPIN_RING_ROUNDS rounds), handing the core to the peer as
+ * soon as we have nothing to do. Alone on a core, a yield costs a trip
+ * through the scheduler (0.5-1 us here) for nothing: yielding every round
+ * made TCP one-way latency 0.6-0.9 us longer at 64 B (7.5-11 us against
+ * 6.6-7.5 here).
  */
+#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "tcp_int.h"
 
 /* Learned budgets lie in [MIN, MAX]; a mean wait above LIMIT: no spin. */
 #define SPIN_MIN_NS 10000u
-#define SPIN_MAX_NS 100000u
+#define SPIN_MAX_NS 200000u
 #define SPIN_LIMIT_NS 200000u
 /* A sample is capped so that the mean recovers in ~20 short waits. */
 #define SPIN_SAMPLE_CAP_NS (8u * SPIN_LIMIT_NS)
@@ -60,6 +73,54 @@ static unsigned cpus_usable(void)
 	return n;
 }
 
+/*
+ * Whether the host's runnable threads outnumber its online CPUs by more
+ * than one: the kernel's count of running threads is the fourth field of
+ * /proc/loadavg ("running/total", the reader included). One spare, for a
+ * spinning ping-pong pair alone on two cores read 3 in about 1% of
+ * readings here (a kernel worker, or a process waking for a moment), and
+ * four pairs not spinning read 6 to 19. One thread of the process reads it
+ * at most every SPIN_HOST_NS, the others use that reading: the read (open,
+ * read, close: 1.4 us here) costs a spinning thread about 0.1%. Without
+ * /proc: never oversubscribed.
+ */
+#define SPIN_HOST_NS 1000000u
+static atomic_uint_fast64_t host_read_ns;
+static atomic_bool host_busy;
+
+static bool host_oversubscribed(uint64_t now)
+{
+	static atomic_uint online;
+	uint_fast64_t last = atomic_load_explicit(&host_read_ns, memory_order_relaxed);
+	unsigned running = 0, total = 0, cpus;
+	char buf[128];
+
+	/* One thread takes the reading; the others keep the last one. */
+	if ((last && now - last < SPIN_HOST_NS) ||
+	    !atomic_compare_exchange_strong(&host_read_ns, &last, now))
+		return atomic_load_explicit(&host_busy, memory_order_relaxed);
+	cpus = atomic_load_explicit(&online, memory_order_relaxed);
+	if (!cpus) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		cpus = n > 0 ? (unsigned)n : 1;
+		atomic_store_explicit(&online, cpus, memory_order_relaxed);
+	}
+	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	ssize_t len = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (len > 0) {
+		buf[len] = '\0';
+		if (sscanf(buf, "%*s %*s %*s %u/%u", &running, &total) != 2)
+			running = 0;
+	}
+	bool busy = running > cpus + 1;
+	atomic_store_explicit(&host_busy, busy, memory_order_relaxed);
+	return busy;
+}
+
 void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us)
 {
 	s->fixed = fixed;
@@ -67,6 +128,7 @@ void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us)
 	/* Start as if waits were short: the first messages of a
 	 * conversation then spin, and an idle endpoint stops after one. */
 	s->mean_ns = SPIN_MIN_NS;
+	s->peak_ns = 0;
 	s->cool = 0;
 }
 
@@ -79,6 +141,8 @@ uint64_t tw_spin_budget(const struct tcp_spin *s)
 	if (s->mean_ns > SPIN_LIMIT_NS)
 		return 0;
 	b = 3 * s->mean_ns;
+	if (b < s->peak_ns)
+		b = s->peak_ns;
 	return b < SPIN_MIN_NS ? SPIN_MIN_NS : b > SPIN_MAX_NS ? SPIN_MAX_NS : b;
 }
 
@@ -86,6 +150,10 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
 {
 	if (s->fixed)
 		return;
+	/* The longest recent wait a spin could have covered (above). */
+	s->peak_ns -= s->peak_ns / 8;
+	if (waited_ns <= SPIN_MAX_NS && waited_ns > s->peak_ns)
+		s->peak_ns = waited_ns;
 	if (waited_ns > SPIN_SAMPLE_CAP_NS)
 		waited_ns = SPIN_SAMPLE_CAP_NS;
 	/* Weight 1/4: quick to back off, a few samples to come back. */
@@ -159,6 +227,8 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 	bool contended = false, work = false, eager = s->cool > 0;
 	if (s->cool)
 		s->cool--;
+	if (budget && !s->fixed && host_oversubscribed(t0))
+		budget = 0;
 	if (budget && atomic_fetch_add(&spinners, 1) < cpus_usable()) {
 		end = t0 + budget;
 		if (timeout > 0 && end > t0 + (uint64_t)timeout * 1000000u)

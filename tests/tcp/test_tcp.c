@@ -1487,6 +1487,53 @@ static void test_route_held_by_live_peer(void **state)
 }
 
 /*
+ * One instance, two connections (both accepted here; the smaller nonce is
+ * the better one): DATA on the better one waits while the worse one is
+ * open (WIRE.md, rule 3). If the worse one then breaks (a reset: the peer
+ * was killed, its unsent frames gone with it), what waits on the better
+ * one was sent after frames that may never come: it is dropped unread,
+ * not delivered after a hole. It used to be delivered.
+ */
+static void test_broken_worse_connection(void **state)
+{
+	struct zap_transport *b = ep_open();
+	char ab[ZAP_PEER_MAX];
+	unsigned char p[256];
+	size_t n;
+	(void)state;
+
+	ep_addr(b, ab);
+	zt_log_clear();
+	int worse = raw_connect(ab), better = raw_connect(ab);
+	write_all(worse, p, hello_full(p, 0x1234567887654321ull, 2, "127.0.0.1:9"));
+	n = hdr(p, 2, 3);
+	memcpy(p + n, "one", 3);
+	write_all(worse, p, n + 3);
+	struct zap_msg *m = recv_within(b, 3000);
+	assert_non_null(m);
+	assert_memory_equal(zap_msg_data(m), "one", 3);
+	zap_msg_release(m);
+
+	write_all(better, p, hello_full(p, 0x1234567887654321ull, 1, "127.0.0.1:9"));
+	n = hdr(p, 2, 5);
+	memcpy(p + n, "three", 5);
+	write_all(better, p, n + 5);
+	pump(b, 200); /* held: "two" may still come on the worse one */
+
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	setsockopt(worse, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(worse);
+	m = recv_within(b, 500);
+	if (m)
+		fail_msg("delivered \"%.*s\" after the connection before it broke",
+			 (int)zap_msg_len(m), (const char *)zap_msg_data(m));
+	assert_true(dropped(better));
+	close(better);
+	assert_true(log_wait("the connection before it broke"));
+	zap_close(b);
+}
+
+/*
  * A child endpoint at @addr ("127.0.0.1:0" for a new port): it writes its
  * address to @out, then, with @to set, sends @to one message of @big bytes
  * and blocks in it; else it writes to @out the first message it receives
@@ -2413,6 +2460,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_hostile_idle_1000),
 		cmocka_unit_test(test_hijack_from_other_host),
 		cmocka_unit_test(test_route_held_by_live_peer),
+		cmocka_unit_test(test_broken_worse_connection),
 		cmocka_unit_test(test_restart_behind_full_window),
 		cmocka_unit_test(test_hello_claims_us),
 		cmocka_unit_test(test_dialer_checks_answer),

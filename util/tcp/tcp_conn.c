@@ -190,8 +190,7 @@ void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 	 * frames here, some of which may now never arrive (a killed peer's
 	 * unsent bytes go with it; a reset discards what we had not read).
 	 * Delivering them would leave a hole in that peer's order, so they
-	 * go too, unread: what we deliver from a peer stays a prefix of
-	 * what it sent. (A soak run with kills saw "seq 30, expected 25".)
+	 * go too, unread. (A soak run with kills saw "seq 30, expected 25".)
 	 */
 	for (struct tcp_conn *x = w->conns; x; x = x->next) {
 		if (x == c || x->dead || x->peer != c->peer || !key_less(w, x, c))

@@ -1515,6 +1515,15 @@ static void test_broken_worse_connection(void **state)
 	zap_msg_release(m);
 
 	write_all(better, p, hello_full(p, 0x1234567887654321ull, 1, "127.0.0.1:9"));
+	/* B answers once it registered the connection: then it is held. */
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(better, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	size_t want = 16 + 24 + strlen(ab), got = 0;
+	while (got < want) {
+		ssize_t k = recv(better, p, want - got, 0);
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
 	n = hdr(p, 2, 5);
 	memcpy(p + n, "three", 5);
 	write_all(better, p, n + 5);

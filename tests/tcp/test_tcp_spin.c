@@ -243,7 +243,8 @@ static void test_host_busy(void **state)
 	/* Two more busy threads than CPUs (this one waits): the host's
 	 * runnable count exceeds its CPUs by more than one. A learned
 	 * budget would spin (a fresh one starts above zero), but the spin
-	 * does not start: @at_sleep is asked only as the wait sleeps. The
+	 * does not start: @at_sleep is asked once after the CPU is handed
+	 * over, and once as the wait sleeps (a spin asks every round). The
 	 * host is read at most every millisecond: wait out the last
 	 * reading first. */
 	atomic_store(&hog_stop, false);
@@ -262,7 +263,7 @@ static void test_host_busy(void **state)
 	atomic_store(&hog_stop, true);
 	for (long i = 0; i < cpus + 2; i++)
 		pthread_join(th[i], NULL);
-	assert_int_equal(learned[0], 0);
+	assert_true(learned[0] <= 1);
 	assert_int_equal(learned[1], 1);
 	assert_true(calls[0] > 0);
 	free(th);

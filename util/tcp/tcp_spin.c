@@ -232,9 +232,8 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 	if (budget && !s->fixed && host_oversubscribed(t0)) {
 		/* No spin, but hand the CPU over once and look again before
 		 * sleeping: the thread that runs may be the peer we wait for,
-		 * and its reply then costs no sleep and wake-up (four pairs on
-		 * two cores: 1.01-1.34x the round trips of never spinning,
-		 * against 0.93-0.97x sleeping at once). */
+		 * and its reply then costs no sleep and wake-up (measured in
+		 * the comment at the top). */
 		sched_yield();
 		r = poll(pfd, n, 0);
 		seen = now_ns();

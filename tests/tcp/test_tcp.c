@@ -2253,6 +2253,8 @@ static void test_env_garbage(void **state)
 	assert_int_equal(child_pick("ZAP_TCP_RX_QUEUE_BYTES", "-1"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_STALL_MS", "0"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_IDLE_MS", "forever"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SAME_HOST_CC", "bbr"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SAME_HOST_CC", "KEEP"), 0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -17,6 +17,7 @@
 
 #include "tcp_wire.h"
 
+#ifndef ZAP_TCP_INT_H /* tcp_int.h has the same clock */
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -24,6 +25,7 @@ static uint64_t now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+#endif
 
 /* ---- a host table ------------------------------------------------------- */
 

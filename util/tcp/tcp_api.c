@@ -597,6 +597,20 @@ static int spin_setting(const struct zap_host *host, const char *dom, struct tcp
 	tw_spin_init(s, true, (unsigned)n);
 	return 0;
 }
+/* ZAP_TCP_SAME_HOST_CC: "auto" (unset or empty: the same), or "keep" the
+ * host's congestion control on connections within this host too
+ * (tw_tune_same_host()). */
+static int same_host_cc_setting(const struct zap_host *host, const char *dom, bool *keep)
+{
+	const char *v = getenv(TCP_SAME_HOST_CC_ENV);
+
+	*keep = v && !strcmp(v, "keep");
+	if (!v || !*v || *keep || !strcmp(v, "auto"))
+		return 0;
+	return host->fail(-EINVAL, "%s: %s=\"%.32s\" is neither \"auto\" nor \"keep\"",
+			  dom, TCP_SAME_HOST_CC_ENV, v);
+}
+
 /* A limit from the environment: plain decimal in [@min, @max]; unset or
  * empty: @def. A bad value fails the open, naming the variable. */
 static int env_limit(const struct zap_host *host, const char *dom, const char *name,
@@ -703,6 +717,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	if (!r)
 		r = env_limit(host, w->dom, TCP_IDLE_ENV, TCP_IDLE_MS, TCP_HS_MIN_MS,
 			      TCP_IDLE_MAX_MS, "milliseconds", &w->idle_ms);
+	if (!r)
+		r = same_host_cc_setting(host, w->dom, &w->keep_cc);
 	w->conn_max = conn_limit();
 	if (!r)
 		r = tw_tls_open(w, args);

@@ -281,6 +281,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		} else {
 			tw_conn_set_src(c, (struct sockaddr *)&ss, sl);
 			tw_tune_socket(fd);
+			tw_tune_same_host(w, fd);
 		}
 		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
 		char why[200];
@@ -509,6 +510,7 @@ static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo 
 						     : "");
 		}
 	}
+	tw_tune_same_host(w, fd);
 	*out = fd;
 	return 0;
 }

@@ -110,6 +110,8 @@
 #define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
 #define TCP_PENDING_LIMIT 1048576u
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
+/* Congestion control on connections within this host (tw_tune_same_host()). */
+#define TCP_SAME_HOST_CC_ENV "ZAP_TCP_SAME_HOST_CC"
 /* Memory limits (WIRE.md, "Limits against floods"). */
 #define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
 #define TCP_PARTIAL_DEF (64ull << 20)
@@ -373,6 +375,7 @@ struct tcp_wire {
 	bool reap_due;            /* mu: a connection died since the last reap */
 	struct ztls_ctx *tls;     /* NULL: plaintext; set at open, then read-only */
 	bool no_coalesce;         /* tcp_wire_args.no_coalesce, read-only */
+	bool keep_cc;             /* ZAP_TCP_SAME_HOST_CC=keep, read at open */
 	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
@@ -489,6 +492,8 @@ void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
 /* tcp_conn.c: wake-ups */
 uint64_t tw_rand64(void);
 void tw_tune_socket(int fd);
+bool tw_same_host(const struct sockaddr *local, const struct sockaddr *peer);
+void tw_tune_same_host(const struct tcp_wire *w, int fd);
 void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us);
 uint64_t tw_spin_budget(const struct tcp_spin *s);
 void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns);

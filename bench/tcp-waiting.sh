@@ -16,7 +16,8 @@
 #     window to zap_send_burst() (-B 64), the libzap counterpart of posting
 #     a window of non-blocking sends.
 #  4. 1 MiB streaming bandwidth, zap-perf vs. ucx_perftest tag_bw over
-#     tcp, in the same run as 3, so that both ratios share the host's state.
+#     tcp, in the same run as 3, so that both ratios share the host's state;
+#     zap-perf also with the host's congestion control kept on loopback.
 #  5. 8 threads of one endpoint sending 64 B to one peer, with and without
 #     coalescing: msg/s and frames per send call (bench/tcp_senders).
 #
@@ -118,13 +119,19 @@ else
 fi
 
 # ucx_perftest's 1 MiB tag_bw prints MB/s in 2^20 B/s ($7); zap-perf's
-# mb_per_s are 10^6 B/s.
-echo "== 1 MiB streaming bandwidth (best of $REPS)"
-: > "$tmp/bw"; : > "$tmp/ucxbw"
+# mb_per_s are 10^6 B/s. ZAP_TCP_SAME_HOST_CC=keep: the same run with the
+# host's congestion control kept on loopback (WIRE.md, "Implementation
+# note: congestion control within the host"), which ucx_perftest uses.
+cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)
+echo "== 1 MiB streaming bandwidth (best of $REPS; host congestion control: $cc)"
+: > "$tmp/bw"; : > "$tmp/bwkeep"; : > "$tmp/ucxbw"
 for rep in $(seq "$REPS"); do
-	env -u ZAP_TCP_SPIN_US "$perf" --loopback --cpus "$CPUS" -t default -s 1M -T bw \
-		-b "$BYTES" --json > "$tmp/z.json" &&
+	env -u ZAP_TCP_SPIN_US -u ZAP_TCP_SAME_HOST_CC "$perf" --loopback --cpus "$CPUS" \
+		-t default -s 1M -T bw -b "$BYTES" --json > "$tmp/z.json" &&
 		json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/bw"
+	env -u ZAP_TCP_SPIN_US ZAP_TCP_SAME_HOST_CC=keep "$perf" --loopback --cpus "$CPUS" \
+		-t default -s 1M -T bw -b "$BYTES" --json > "$tmp/z.json" &&
+		json_get "$tmp/z.json" bandwidth 1048576 mb_per_s >> "$tmp/bwkeep"
 	if command -v ucx_perftest >/dev/null; then
 		port=$((20000 + RANDOM % 20000))
 		UCX_TLS=tcp taskset -c "${CPUS%,*}" ucx_perftest -p "$port" > /dev/null 2>&1 &
@@ -137,6 +144,7 @@ for rep in $(seq "$REPS"); do
 done
 zb=$(best < "$tmp/bw")
 printf '  zap-perf default       %10s MB/s\n' "$zb"
+printf '  zap-perf, host cc kept %10s MB/s  (ZAP_TCP_SAME_HOST_CC=keep)\n' "$(best < "$tmp/bwkeep")"
 ub=$(best < "$tmp/ucxbw")
 if [ -n "$ub" ]; then
 	printf '  ucx_perftest tcp tag_bw %9s MB/s\n' "$ub"

@@ -44,13 +44,7 @@
 
 static struct tcp_wire *open_wire(const char *dom)
 {
-	struct tcp_wire_args a = {
-		.host = &host,
-		.domain = dom,
-		.listen = "127.0.0.1:0",
-		.max_msg_size = 64u << 20,
-		.alloc = { .alloc = wire_malloc_alloc },
-	};
+	struct tcp_wire_args a = wire_args(dom, 64u << 20);
 	struct tcp_wire *w = NULL;
 
 	assert_int_equal(tcp_wire_open(&a, &w), 0);

@@ -29,49 +29,55 @@
 #include "tcp_int.h"
 #include "wire_host.h"
 
-static struct sockaddr_storage v4(const char *ip)
+/* @ip as a socket address: IPv6 if it has a colon, else IPv4. */
+static struct sockaddr_storage addr(const char *ip)
 {
 	struct sockaddr_storage ss = { 0 };
-	struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+	bool six = strchr(ip, ':') != NULL;
+	void *a = six ? (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+		      : (void *)&((struct sockaddr_in *)&ss)->sin_addr;
 
-	s->sin_family = AF_INET;
-	assert_int_equal(inet_pton(AF_INET, ip, &s->sin_addr), 1);
+	ss.ss_family = six ? AF_INET6 : AF_INET;
+	assert_int_equal(inet_pton(ss.ss_family, ip, a), 1);
 	return ss;
 }
 
-static struct sockaddr_storage v6(const char *ip)
+static bool same(const char *local, const char *peer)
 {
-	struct sockaddr_storage ss = { 0 };
-	struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+	struct sockaddr_storage l = addr(local), p = addr(peer);
 
-	s->sin6_family = AF_INET6;
-	assert_int_equal(inet_pton(AF_INET6, ip, &s->sin6_addr), 1);
-	return ss;
-}
-
-static bool same(struct sockaddr_storage l, struct sockaddr_storage p)
-{
 	return tw_same_host((struct sockaddr *)&l, (struct sockaddr *)&p);
 }
 
 static void test_which_pairs(void **state)
 {
+	static const struct {
+		const char *local, *peer;
+		bool same;
+	} pairs[] = {
+		/* Loopback peers, whatever our end says. */
+		{ "127.0.0.1", "127.0.0.1", true },
+		{ "127.0.0.1", "127.0.0.2", true },
+		{ "10.1.2.3", "127.255.0.9", true },
+		{ "::1", "::1", true },
+		{ "::ffff:10.0.0.1", "::ffff:127.0.0.1", true },
+		/* The same address at both ends: routed over loopback too. */
+		{ "10.0.0.5", "10.0.0.5", true },
+		{ "2001:db8::7", "2001:db8::7", true },
+		/* Another host, or another family. */
+		{ "10.0.0.5", "10.0.0.6", false },
+		{ "192.168.1.1", "128.0.0.1", false },
+		{ "2001:db8::7", "2001:db8::8", false },
+		{ "::ffff:10.0.0.1", "::ffff:10.0.0.2", false },
+		{ "127.0.0.1", "::1", false },
+	};
+
 	(void)state;
-	/* Loopback peers, whatever our end says. */
-	assert_true(same(v4("127.0.0.1"), v4("127.0.0.1")));
-	assert_true(same(v4("127.0.0.1"), v4("127.0.0.2")));
-	assert_true(same(v4("10.1.2.3"), v4("127.255.0.9")));
-	assert_true(same(v6("::1"), v6("::1")));
-	assert_true(same(v6("::ffff:10.0.0.1"), v6("::ffff:127.0.0.1")));
-	/* The same address at both ends: routed over loopback too. */
-	assert_true(same(v4("10.0.0.5"), v4("10.0.0.5")));
-	assert_true(same(v6("2001:db8::7"), v6("2001:db8::7")));
-	/* Another host, or another family. */
-	assert_false(same(v4("10.0.0.5"), v4("10.0.0.6")));
-	assert_false(same(v4("192.168.1.1"), v4("128.0.0.1")));
-	assert_false(same(v6("2001:db8::7"), v6("2001:db8::8")));
-	assert_false(same(v6("::ffff:10.0.0.1"), v6("::ffff:10.0.0.2")));
-	assert_false(same(v4("127.0.0.1"), v6("::1")));
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+		if (same(pairs[i].local, pairs[i].peer) != pairs[i].same)
+			fail_msg("%s -> %s: want %s", pairs[i].local, pairs[i].peer,
+				 pairs[i].same ? "same host" : "another host");
+	}
 }
 
 static void cc_get(int fd, char *out, size_t len)
@@ -90,7 +96,7 @@ static bool cc_set(int fd, const char *name)
 /* A connected loopback pair: *@c dialed, *@s accepted. */
 static void loopback_pair(int *c, int *s)
 {
-	struct sockaddr_storage ss = v4("127.0.0.1");
+	struct sockaddr_storage ss = addr("127.0.0.1");
 	socklen_t sl = sizeof(struct sockaddr_in);
 	int l = socket(AF_INET, SOCK_STREAM, 0);
 
@@ -153,13 +159,7 @@ static void test_loopback_socket(void **state)
 
 static struct tcp_wire *open_wire(const char *dom)
 {
-	struct tcp_wire_args a = {
-		.host = &host,
-		.domain = dom,
-		.listen = "127.0.0.1:0",
-		.max_msg_size = 1u << 20,
-		.alloc = { .alloc = wire_malloc_alloc },
-	};
+	struct tcp_wire_args a = wire_args(dom, 1u << 20);
 	struct tcp_wire *w = NULL;
 
 	assert_int_equal(tcp_wire_open(&a, &w), 0);
@@ -226,13 +226,7 @@ static void test_wires(void **state)
 
 static void test_bad_setting(void **state)
 {
-	struct tcp_wire_args a = {
-		.host = &host,
-		.domain = "bad",
-		.listen = "127.0.0.1:0",
-		.max_msg_size = 1u << 20,
-		.alloc = { .alloc = wire_malloc_alloc },
-	};
+	struct tcp_wire_args a = wire_args("bad", 1u << 20);
 	struct tcp_wire *w = NULL;
 
 	(void)state;

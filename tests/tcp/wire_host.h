@@ -129,4 +129,17 @@ static inline int wire_malloc_alloc(void *user, size_t len, struct tcp_rx_msg **
 	return 0;
 }
 
+/* A wire's arguments: this host table, 127.0.0.1 on any port, messages
+ * of up to @max bytes from wire_malloc_alloc(). */
+static inline struct tcp_wire_args wire_args(const char *dom, uint64_t max)
+{
+	return (struct tcp_wire_args){
+		.host = &host,
+		.domain = dom,
+		.listen = "127.0.0.1:0",
+		.max_msg_size = max,
+		.alloc = { .alloc = wire_malloc_alloc },
+	};
+}
+
 #endif /* ZAP_TEST_WIRE_HOST_H */

@@ -181,20 +181,27 @@ refuse:
 	return -EPROTO;
 }
 
-/* Whether IPv4/IPv6 literal @host is a loopback address (127/8, ::1, or
- * a v4-mapped 127/8). */
+bool tw_ip_loopback(int family, const void *addr)
+{
+	if (family == AF_INET)
+		return (ntohl(((const struct in_addr *)addr)->s_addr) >> 24) == 127;
+	if (family != AF_INET6)
+		return false;
+	const struct in6_addr *x = addr;
+	if (IN6_IS_ADDR_V4MAPPED(x))
+		return x->s6_addr[12] == 127;
+	return IN6_IS_ADDR_LOOPBACK(x);
+}
+
+/* Whether IPv4/IPv6 literal @host is a loopback address (tw_ip_loopback()). */
 static bool host_loopback(const char *host)
 {
 	struct in_addr a4;
 	struct in6_addr a6;
 
 	if (inet_pton(AF_INET, host, &a4) == 1)
-		return (ntohl(a4.s_addr) >> 24) == 127;
-	if (inet_pton(AF_INET6, host, &a6) != 1)
-		return false;
-	if (IN6_IS_ADDR_V4MAPPED(&a6))
-		return a6.s6_addr[12] == 127;
-	return IN6_IS_ADDR_LOOPBACK(&a6);
+		return tw_ip_loopback(AF_INET, &a4);
+	return inet_pton(AF_INET6, host, &a6) == 1 && tw_ip_loopback(AF_INET6, &a6);
 }
 
 int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,

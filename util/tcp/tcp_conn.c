@@ -62,33 +62,25 @@ void tw_tune_socket(int fd)
 	 */
 }
 
-/* Whether @a is a loopback address (127/8, ::1, ::ffff:127/104). */
-static bool addr_loopback(const struct sockaddr *a)
-{
-	if (a->sa_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) ==
-		       127;
-	if (a->sa_family != AF_INET6)
-		return false;
-	const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
-	return IN6_IS_ADDR_LOOPBACK(x) ||
-	       (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
-}
-
 bool tw_same_host(const struct sockaddr *local, const struct sockaddr *peer)
 {
+	const void *l, *p;
+	size_t n;
+
 	if (local->sa_family != peer->sa_family)
 		return false;
-	if (addr_loopback(peer))
-		return true;
-	if (peer->sa_family == AF_INET)
-		return ((const struct sockaddr_in *)local)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)peer)->sin_addr.s_addr;
-	if (peer->sa_family == AF_INET6)
-		return !memcmp(&((const struct sockaddr_in6 *)local)->sin6_addr,
-			       &((const struct sockaddr_in6 *)peer)->sin6_addr,
-			       sizeof(struct in6_addr));
-	return false;
+	if (peer->sa_family == AF_INET) {
+		l = &((const struct sockaddr_in *)local)->sin_addr;
+		p = &((const struct sockaddr_in *)peer)->sin_addr;
+		n = sizeof(struct in_addr);
+	} else if (peer->sa_family == AF_INET6) {
+		l = &((const struct sockaddr_in6 *)local)->sin6_addr;
+		p = &((const struct sockaddr_in6 *)peer)->sin6_addr;
+		n = sizeof(struct in6_addr);
+	} else {
+		return false;
+	}
+	return tw_ip_loopback(peer->sa_family, p) || !memcmp(l, p, n);
 }
 
 /*

@@ -488,6 +488,9 @@ static inline int ms_min(int a, int b)
 
 /* tcp_codec.c */
 void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
+/* Whether @addr, a struct in_addr (AF_INET) or in6_addr (AF_INET6), is a
+ * loopback address: 127/8, ::1, or a v4-mapped 127/8. */
+bool tw_ip_loopback(int family, const void *addr);
 
 /* tcp_conn.c: wake-ups */
 uint64_t tw_rand64(void);

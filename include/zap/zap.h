@@ -205,7 +205,8 @@ struct zap_attr {
 	uint64_t send_timeout_ms; /**< limit of a zap_send() given no ctx;
 	                             env ZAP_SEND_TIMEOUT_MS, default none;
 	                             ZAP_TIMEOUT_NONE: none whatever the env */
-	/* Appended in ABI 1.1 (check @size): TLS on the TCP wire (default,
+	/* Appended after the members above (libzap reads them only when
+	 * @size covers them; docs/versioning.md): TLS on the TCP wire (default,
 	 * uma). Each NULL field takes its environment variable; a certificate
 	 * from either makes every connection TLS 1.3 with mutual
 	 * authentication, with no plaintext fallback (docs/wires.md). The

@@ -93,6 +93,9 @@ int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p)
 		if (p->n == MAX_NAMES)
 			return zap__fail(-EINVAL, "%s='%s': more than %d names", origin,
 					 src, MAX_NAMES);
+		/* The documented alias: "tcp" is what people call default. */
+		if (!strcmp(tok, "tcp"))
+			tok = "default";
 		snprintf(p->names[p->n++], ZAP_NAME_MAX, "%s", tok);
 	}
 	return 0;
@@ -169,6 +172,47 @@ static bool suggestable(const struct zap_prec *r)
 	       r->state == ZAP_PLUGIN_ERROR;
 }
 
+/*
+ * Words people use for what a transport does, so that a suggestion goes by
+ * meaning where spelling alone would mislead ("tcp" is close to "uma" in
+ * letters). Only names a transport can be suggested for are listed.
+ */
+static const struct {
+	const char *word, *transport;
+} synonyms[] = {
+	{ "socket", "default" },  { "sockets", "default" }, { "unix", "default" },
+	{ "shm", "default" },     { "ip", "default" },      { "rdma", "gpudirect" },
+	{ "verbs", "gpudirect" }, { "ib", "gpudirect" },    { "infiniband", "gpudirect" },
+	{ "roce", "gpudirect" },  { "cuda", "uma" },        { "managed", "uma" },
+	{ "unified", "uma" },     { "bypass", "dpdk" },     { "pmd", "dpdk" },
+};
+
+/*
+ * The transports this project ships as packages of their own: a name of
+ * theirs is known even when the package is not installed, and asking for
+ * one is "not available", not "unknown" (so that fallback code behaves the
+ * same whether or not the package is there).
+ */
+static const struct {
+	const char *name;
+	long rank; /* the shipped plugin's, for falling back below it */
+} shipped[] = {
+	{ "uma", ZAP_RANK_UMA },
+	{ "gpudirect", ZAP_RANK_GPUDIRECT },
+	{ "dpdk", ZAP_RANK_DPDK },
+};
+
+/* Whether @name is a shipped transport; its rank in *@rank. */
+static bool is_shipped(const char *name, long *rank)
+{
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(shipped); i++)
+		if (!strcmp(shipped[i].name, name)) {
+			*rank = shipped[i].rank;
+			return true;
+		}
+	return false;
+}
+
 /* "unknown transport 'x' (did you mean 'y'?)" or with the known names. */
 static void unknown_text(const char *name, char *buf, size_t len)
 {
@@ -177,6 +221,15 @@ static void unknown_text(const char *name, char *buf, size_t len)
 	size_t n, bestd = SIZE_MAX, off;
 
 	zap__plugins(&recs, &n);
+	for (size_t i = 0; i < ZAP_ARRAY_SIZE(synonyms); i++) {
+		const struct zap_prec *r = zap__find(synonyms[i].transport);
+
+		if (!strcmp(name, synonyms[i].word) && r && suggestable(r)) {
+			snprintf(buf, len, "unknown transport '%s' (did you mean '%s'?)",
+				 name, r->name);
+			return;
+		}
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t d;
 
@@ -278,6 +331,7 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct plan *pl)
 {
 	long lowest = 0;
+	long rank;
 	bool known = false;
 
 	memset(pl, 0, sizeof(*pl));
@@ -287,6 +341,21 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 
 		if (r)
 			continue;
+		if (is_shipped(p->names[i], &rank)) {
+			snprintf(text, sizeof(text),
+				 "%s: not installed (install libzap-plugin-%s)",
+				 p->names[i], p->names[i]);
+			if (p->exclude)
+				continue; /* excluding what is not there: done */
+			/* Known, with the rank it ships with: fall back below
+			 * it, as for an installed one that is not present. */
+			if (!known || rank < lowest)
+				lowest = rank;
+			known = true;
+			append(pl->unavailable, sizeof(pl->unavailable), "%s%s",
+			       pl->unavailable[0] ? "; " : "", text);
+			continue;
+		}
 		unknown_text(p->names[i], text, sizeof(text));
 		if (strict)
 			return zap__fail(-EINVAL, "%s", text);

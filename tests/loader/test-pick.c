@@ -583,6 +583,63 @@ PICK_TEST(explain_unknown)
 	TH_CHECK_INT(pick_warns(""), 1);
 }
 
+/* "tcp" is a documented alias of default, in every spelling of a name. */
+PICK_TEST(tcp_alias)
+{
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_PICK("tcp", 0, "default");
+	TH_CHECK_PICK("=TCP", 0, "default");
+	TH_CHECK_PICK(" tcp ", ZAP_PICK_STRICT, "default");
+	TH_CHECK_INT(zap_pick_explain("tcp", 0, &c), 0);
+	TH_CHECK_STR(c.name, "default");
+	TH_CHECK(!c.fallback);
+	/* Excluded by its alias: auto among the rest. */
+	TH_CHECK_PICK("^tcp,top", 0, "better");
+	TH_CHECK_INT(pick_warns(""), 0);
+}
+
+/*
+ * A transport this project ships whose package is not installed is known,
+ * and "not available", whatever the preference: strict fails with
+ * ZAP_ENOTAVAIL (not -EINVAL), and a plain request falls back below its
+ * shipped rank with one WARN naming the package.
+ */
+PICK_TEST(shipped_not_installed)
+{
+	struct zap_transport *t = NULL;
+	struct zap_choice c = { .size = sizeof(c) };
+
+	pick_env(arg, true);
+	TH_CHECK_INT(zap_pick("=dpdk", 0, NULL, &t), ZAP_ENOTAVAIL);
+	TH_CHECK(t == NULL);
+	TH_CHECK_HAS(zap_last_error(), "dpdk: not installed (install libzap-plugin-dpdk)");
+	TH_CHECK_INT(zap_pick("gpudirect", ZAP_PICK_STRICT, NULL, &t), ZAP_ENOTAVAIL);
+	TH_CHECK_INT(zap_pick_explain("uma", 0, &c), 0);
+	TH_CHECK_STR(c.name, "top");
+	TH_CHECK(c.fallback);
+	TH_CHECK_HAS(c.reason, "install libzap-plugin-uma");
+	TH_CHECK_PICK("dpdk", 0, "top");
+	TH_CHECK_INT(pick_warns("install libzap-plugin-dpdk"), 1);
+	TH_CHECK_INT(pick_warns("unknown transport"), 0);
+	/* Excluding one that is not installed is no error. */
+	TH_CHECK_PICK("=^dpdk", 0, "top");
+}
+
+/* A word for what a transport does is suggested by meaning. */
+PICK_TEST(synonym_suggestion)
+{
+	struct zap_transport *t = NULL;
+
+	pick_env(arg, true);
+	TH_CHECK_INT(zap_pick("=sockets", 0, NULL, &t), -EINVAL);
+	TH_CHECK_HAS(zap_last_error(), "unknown transport 'sockets' (did you mean 'default'?)");
+	/* gpudirect is not registered here: no suggestion of it. */
+	TH_CHECK_INT(zap_pick("=rdma", 0, NULL, &t), -EINVAL);
+	TH_CHECK_MSG(!strstr(zap_last_error(), "gpudirect"), "%s", zap_last_error());
+}
+
 /* A typo suggestion never names a plugin that failed to load. */
 static void child_typo_unloaded(void *arg)
 {
@@ -682,6 +739,9 @@ int main(void)
 		cmocka_unit_test(test_strict_silent),
 		cmocka_unit_test(test_explain_unknown),
 		cmocka_unit_test(test_typo_unloaded),
+		cmocka_unit_test(test_tcp_alias),
+		cmocka_unit_test(test_shipped_not_installed),
+		cmocka_unit_test(test_synonym_suggestion),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[0]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[1]),
 		cmocka_unit_test_prestate(test_bad_env, (void *)&bad_envs[2]),

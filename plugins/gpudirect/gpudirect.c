@@ -207,6 +207,9 @@ int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args)
 	rc = ztls_ctx_new(&cfg, &t->tls, why, sizeof(why));
 	if (rc)
 		return t->host->fail(rc, "gpudirect: TLS: %s", why);
+	if (ztls_ctx_warning(t->tls))
+		t->host->log(ZAP_LOG_WARN, "gpudirect", "TLS: %s",
+			     ztls_ctx_warning(t->tls));
 	t->host->log(ZAP_LOG_DEBUG, "gpudirect",
 		     "bootstrap over TLS 1.3, key %s, trusting %s",
 		     ztls_ctx_fingerprint(t->tls), ztls_ctx_trust(t->tls));

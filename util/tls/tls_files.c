@@ -51,8 +51,8 @@ static int read_fd(int fd, const char *var, const char *path, size_t max, char *
 	for (;;) {
 		if (n == cap) {
 			if (cap >= max) {
-				snprintf(why, whylen, "%s: %s is larger than %zu bytes", var,
-					 path, max);
+				snprintf(why, whylen, "%s: %s is larger than %zu bytes",
+					 var, path, max);
 				drop(b, n);
 				return -EFBIG;
 			}
@@ -192,8 +192,8 @@ static int check_trust(int fd, const struct stat *st, const char *var, const cha
 	return check_dirs(var, opened, path, why, whylen);
 }
 
-int ztls_file_read(const char *var, const char *path, enum ztls_file_kind kind, size_t max,
-		   char **buf, size_t *len, char *why, size_t whylen)
+int ztls_file_read(const char *var, const char *path, enum ztls_file_kind kind,
+		   size_t max, char **buf, size_t *len, char *why, size_t whylen)
 {
 	struct stat st;
 	int fd, r;
@@ -229,7 +229,8 @@ int ztls_file_read(const char *var, const char *path, enum ztls_file_kind kind, 
 		goto out;
 	}
 	if (kind == ZTLS_FILE_SECRET && st.st_uid != geteuid() && st.st_uid != 0) {
-		snprintf(why, whylen, "%s: %s is owned by uid %u, neither this user (%u) nor root",
+		snprintf(why, whylen,
+			 "%s: %s is owned by uid %u, neither this user (%u) nor root",
 			 var, path, (unsigned)st.st_uid, (unsigned)geteuid());
 		goto out;
 	}

@@ -96,6 +96,22 @@ struct ztls_config {
 struct ztls_ctx;
 
 /*
+ * The refusal every transport makes when TLS settings come without a
+ * certificate (a key, CA or pins alone): the open fails with this reason,
+ * never runs in plaintext. NULL when the settings are whole or absent.
+ * Header-only, so that a transport without TLS (dpdk) says the same
+ * without linking OpenSSL.
+ */
+static inline const char *ztls_partial_config(const char *cert, const char *key,
+					      const char *ca, const char *peers)
+{
+	if (cert || !(key || ca || peers))
+		return NULL;
+	return "ZAP_TLS_KEY, ZAP_TLS_CA or ZAP_TLS_PEERS set without ZAP_TLS_CERT: "
+	       "refusing to run in plaintext";
+}
+
+/*
  * Load and check an endpoint's identity and trust: every file must be a
  * regular file (a FIFO or device is refused, never waited on) of bounded
  * size; the key file must not be accessible by group or others (as ssh

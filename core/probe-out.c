@@ -180,7 +180,8 @@ static int start(struct job *j, const char *helper, int hfd)
 	/* A plugin that prints must not corrupt the application's output
 	 * (zap-info --json): its stdout goes where its stderr goes, or
 	 * nowhere when the application closed its stderr. */
-	if (fcntl(2, F_GETFD) >= 0 && p[0] != 2 && p[1] != 2 && j->pj->fd != 2) {
+	if (fcntl(2, F_GETFD) >= 0 && p[0] != 2 && p[1] != 2 && j->pj->fd != 2 &&
+	    hfd != 2) {
 		posix_spawn_file_actions_adddup2(&fa, 2, 1);
 	} else {
 		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);

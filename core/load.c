@@ -176,38 +176,41 @@ fail:
 	return -1;
 }
 
-int zap__open_plugin(int dfd, const char *file, struct stat *st, struct zap_outcome *o)
+int zap__open_checked(int dfd, const char *file, struct stat *st, const char *links,
+		      char *why, size_t len)
 {
-	char why[200];
+	char buf[200];
 	const char *bad;
-	/* O_NONBLOCK: a FIFO posing as a plugin must not hang the scan. */
+	/* O_NONBLOCK: a FIFO posing as the file must not hang the caller. */
 	int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	if (fd < 0) {
-		o->state = ZAP_PLUGIN_REFUSED;
 		if (errno == ELOOP)
-			snprintf(o->reason, sizeof(o->reason),
-				 "symbolic link (plugins must be regular files)");
+			snprintf(why, len, "symbolic link (%s)", links);
 		else
-			snprintf(o->reason, sizeof(o->reason), "cannot open: %s",
-				 strerror(errno));
+			snprintf(why, len, "cannot open: %s", strerror(errno));
 		return -1;
 	}
-	if (fstat(fd, st)) {
-		o->state = ZAP_PLUGIN_REFUSED;
-		snprintf(o->reason, sizeof(o->reason), "fstat: %s", strerror(errno));
-	} else if (!S_ISREG(st->st_mode)) {
-		o->state = ZAP_PLUGIN_REFUSED;
-		snprintf(o->reason, sizeof(o->reason), "not a regular file");
-	} else if ((bad = zap__unsafe_owner_or_mode(st, false, why, sizeof(why),
-						    "file"))) {
-		o->state = ZAP_PLUGIN_REFUSED;
-		snprintf(o->reason, sizeof(o->reason), "%s", bad);
-	} else {
+	if (fstat(fd, st))
+		snprintf(why, len, "fstat: %s", strerror(errno));
+	else if (!S_ISREG(st->st_mode))
+		snprintf(why, len, "not a regular file");
+	else if ((bad = zap__unsafe_owner_or_mode(st, false, buf, sizeof(buf), "file")))
+		snprintf(why, len, "%s", bad);
+	else
 		return fd;
-	}
 	close(fd);
 	return -1;
+}
+
+int zap__open_plugin(int dfd, const char *file, struct stat *st, struct zap_outcome *o)
+{
+	int fd = zap__open_checked(dfd, file, st, "plugins must be regular files",
+				   o->reason, sizeof(o->reason));
+
+	if (fd < 0)
+		o->state = ZAP_PLUGIN_REFUSED;
+	return fd;
 }
 
 /* Whether the dynamic loader already knows an object by @fdpath. */

@@ -3,7 +3,10 @@
  * Probing out of process (docs/loader.md, "Probing out of process"): each candidate the scan
  * found and checked is handed, as its open file, to a helper process of
  * its own (zap-probe, core/zap-probe.c), started with posix_spawn() so that
- * it is safe in a threaded program, and all of them run at once. Each
+ * it is safe in a threaded program, and all of them run at once. The
+ * helper itself is checked as plugins are (its directory from "/", no
+ * symbolic links, owners and modes) and what runs is the file checked,
+ * through /proc/self/fd, never its name looked up again. Each
  * helper loads and probes its one plugin and reports through a pipe; a
  * crash or a hang costs that candidate its place, never the application.
  * The application later loads only the plugin it picks (loader.c).
@@ -17,6 +20,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -62,28 +66,60 @@ static const char *helper_path(void)
 	return p && *p ? p : ZAP_PROBE_HELPER_PATH;
 }
 
-/* Whether the helper may be run: the same owner rules as plugins. */
-static int check_helper(const char *path, char *why, size_t len)
+/*
+ * Open the helper as plugins are opened (load.c): its directory from "/"
+ * one component at a time without following symbolic links, owner and mode
+ * checked at every step, the file itself with O_NOFOLLOW and fstat(). What
+ * runs is this open file (start()), so the name is resolved once. The
+ * descriptor, or -1 with @why.
+ */
+static int open_helper(const char *path, char *why, size_t len)
 {
-	char buf[160];
-	const char *bad;
+	const char *slash = strrchr(path, '/');
+	const char *file = slash ? slash + 1 : path;
+	char *dir, buf[256];
 	struct stat st;
+	int dfd, fd;
 
-	if (stat(path, &st)) {
-		snprintf(why, len, "cannot start the probe helper %s: %s", path,
-			 strerror(errno));
+	if (!slash)
+		dir = strdup(".");
+	else if (slash == path)
+		dir = strdup("/");
+	else
+		dir = strndup(path, (size_t)(slash - path));
+	if (!dir) {
+		snprintf(why, len, "probe helper %s: out of memory", path);
 		return -1;
 	}
-	if (!S_ISREG(st.st_mode) || !(st.st_mode & S_IXUSR)) {
+	dfd = zap__open_dir(dir, buf, sizeof(buf));
+	free(dir);
+	if (dfd < 0) {
+		snprintf(why, len, "cannot start the probe helper %s: its directory: %s",
+			 path, buf);
+		return -1;
+	}
+	fd = zap__open_checked(dfd, file, &st, "not followed: give the file itself", buf,
+			       sizeof(buf));
+	close(dfd);
+	if (fd < 0) {
+		snprintf(why, len, "probe helper %s refused: %s", path, buf);
+		return -1;
+	}
+	if (!(st.st_mode & S_IXUSR)) {
 		snprintf(why, len, "probe helper %s is not an executable file", path);
+		close(fd);
 		return -1;
 	}
-	bad = zap__unsafe_owner_or_mode(&st, false, buf, sizeof(buf), "file");
-	if (bad) {
-		snprintf(why, len, "probe helper %s refused: %s", path, bad);
+	/* It is started as /proc/self/fd/N: say so now if that cannot work. */
+	snprintf(buf, sizeof(buf), "/proc/self/fd/%d", fd);
+	if (access(buf, X_OK)) {
+		snprintf(why, len,
+			 "cannot start the probe helper %s through %s: %s (is /proc mounted?)",
+			 path, buf, strerror(errno));
+		close(fd);
 		return -1;
 	}
-	return 0;
+	return fd;
 }
 
 /* The most verbose level this process prints: the helper relays that much. */
@@ -95,18 +131,21 @@ static int log_level(void)
 	return ZAP_LOG_ERROR;
 }
 
-/* A descriptor >= 5, so that dup2() onto 3 and 4 never meets itself. */
+/* A descriptor above ZAP_PROBE_EXEC_FD, so that dup2() onto 3, 4 and 5
+ * never meets itself (which would leave close-on-exec set). */
 static int high_fd(int fd, int *tmp)
 {
 	*tmp = -1;
-	if (fd >= 5)
+	if (fd > ZAP_PROBE_EXEC_FD)
 		return fd;
-	*tmp = fcntl(fd, F_DUPFD_CLOEXEC, 5);
+	*tmp = fcntl(fd, F_DUPFD_CLOEXEC, ZAP_PROBE_EXEC_FD + 1);
 	return *tmp;
 }
 
-static int start(struct job *j, const char *helper)
+/* Start @j's helper: the checked file @hfd, named @helper in messages. */
+static int start(struct job *j, const char *helper, int hfd)
 {
+	char exe[32];
 	char level[8], proto[8];
 	const bool secure = zap__env_secure();
 	char *const argv[] = {
@@ -122,15 +161,17 @@ static int start(struct job *j, const char *helper)
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, all;
-	int p[2], tf, tp, ffd, wfd, rc;
+	int p[2], tf, tp, th, ffd, wfd, xfd, rc;
 
+	snprintf(exe, sizeof(exe), "/proc/self/fd/%d", ZAP_PROBE_EXEC_FD);
 	snprintf(level, sizeof(level), "%d", log_level());
 	snprintf(proto, sizeof(proto), "%d", ZAP_PROBE_PROTO);
 	if (pipe2(p, O_CLOEXEC))
 		return -errno;
 	ffd = high_fd(j->pj->fd, &tf);
 	wfd = high_fd(p[1], &tp);
-	if (ffd < 0 || wfd < 0) {
+	xfd = high_fd(hfd, &th);
+	if (ffd < 0 || wfd < 0 || xfd < 0) {
 		rc = -errno;
 		goto out;
 	}
@@ -139,7 +180,8 @@ static int start(struct job *j, const char *helper)
 	/* A plugin that prints must not corrupt the application's output
 	 * (zap-info --json): its stdout goes where its stderr goes, or
 	 * nowhere when the application closed its stderr. */
-	if (fcntl(2, F_GETFD) >= 0 && p[0] != 2 && p[1] != 2 && j->pj->fd != 2) {
+	if (fcntl(2, F_GETFD) >= 0 && p[0] != 2 && p[1] != 2 && j->pj->fd != 2 &&
+	    hfd != 2) {
 		posix_spawn_file_actions_adddup2(&fa, 2, 1);
 	} else {
 		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
@@ -147,9 +189,13 @@ static int start(struct job *j, const char *helper)
 	}
 	posix_spawn_file_actions_adddup2(&fa, ffd, ZAP_PROBE_FILE_FD);
 	posix_spawn_file_actions_adddup2(&fa, wfd, ZAP_PROBE_PIPE_FD);
+	/* The checked file, open across the exec: the name is not looked up
+	 * again, and a script's interpreter can still open it. */
+	posix_spawn_file_actions_adddup2(&fa, xfd, ZAP_PROBE_EXEC_FD);
 #ifdef HAVE_POSIX_SPAWN_FILE_ACTIONS_ADDCLOSEFROM_NP
-	/* The application's sockets and files are no business of plugin code. */
-	posix_spawn_file_actions_addclosefrom_np(&fa, ZAP_PROBE_PIPE_FD + 1);
+	/* The application's sockets and files are no business of plugin code
+	 * (the helper closes them itself too, where this is missing). */
+	posix_spawn_file_actions_addclosefrom_np(&fa, ZAP_PROBE_EXEC_FD + 1);
 #endif
 	posix_spawnattr_init(&at);
 	/* Default dispositions and an empty mask, whatever the application
@@ -165,7 +211,7 @@ static int start(struct job *j, const char *helper)
 					      POSIX_SPAWN_SETPGROUP);
 	/* In a privileged program the helper (which has no privileges: it is
 	 * exec'd) must not be configured by the caller's environment either. */
-	rc = -posix_spawn(&j->pid, helper, &fa, &at, argv, secure ? empty : environ);
+	rc = -posix_spawn(&j->pid, exe, &fa, &at, argv, secure ? empty : environ);
 	if (rc)
 		j->pid = 0;
 	posix_spawnattr_destroy(&at);
@@ -175,6 +221,8 @@ out:
 		close(tf);
 	if (tp >= 0)
 		close(tp);
+	if (th >= 0)
+		close(th);
 	close(p[1]);
 	if (rc) {
 		close(p[0]);
@@ -362,6 +410,16 @@ static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
 	}
 }
 
+/* Milliseconds to poll for, rounded up, for @left_ns: at most INT_MAX, so
+ * that a long limit (ZAP_PROBE_TIMEOUT_MS goes to 2^32 - 1) never turns
+ * into poll()'s negative "forever". */
+static int poll_ms(uint64_t left_ns)
+{
+	uint64_t ms = left_ns / 1000000 + (left_ns % 1000000 != 0);
+
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 static void run_batch(struct job *jobs, size_t n, const char *helper, unsigned timeout_ms)
 {
 	uint64_t deadline = zap__now_ns() + (uint64_t)timeout_ms * 1000000ull;
@@ -419,7 +477,7 @@ static void run_batch(struct job *jobs, size_t n, const char *helper, unsigned t
 			}
 			break;
 		}
-		ms = (int)((deadline - now + 999999) / 1000000);
+		ms = poll_ms(deadline - now);
 		if (waiting && ms > 1)
 			ms = 1;
 		if (poll(pfd, np, ms) < 0 && errno != EINTR)
@@ -441,8 +499,11 @@ void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 	const char *helper = helper_path();
 	struct job jobs[MAX_INFLIGHT];
 	char why[512];
+	int hfd = -1;
 
-	if (n && check_helper(helper, why, sizeof(why))) {
+	if (n)
+		hfd = open_helper(helper, why, sizeof(why));
+	if (n && hfd < 0) {
 		for (size_t i = 0; i < n; i++) {
 			memset(&pj[i].o, 0, sizeof(pj[i].o));
 			pj[i].o.state = ZAP_PLUGIN_ERROR;
@@ -462,7 +523,7 @@ void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 
 			j->pj = &pj[base + i];
 			j->rfd = -1;
-			rc = start(j, helper);
+			rc = start(j, helper, hfd);
 			if (rc) {
 				memset(&j->pj->o, 0, sizeof(j->pj->o));
 				j->pj->o.state = ZAP_PLUGIN_ERROR;
@@ -474,4 +535,6 @@ void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 		}
 		run_batch(jobs, m, helper, timeout_ms);
 	}
+	if (hfd >= 0)
+		close(hfd);
 }

@@ -29,6 +29,11 @@
 #define ZAP_PROBE_PROTO 1
 #define ZAP_PROBE_FILE_FD 3
 #define ZAP_PROBE_PIPE_FD 4
+/* The helper's own file, which libzap checked and executes as
+ * /proc/self/fd/5 (open across the exec, so that a script helper's
+ * interpreter can open it too); the helper closes it and every other
+ * descriptor above ZAP_PROBE_PIPE_FD first thing. */
+#define ZAP_PROBE_EXEC_FD 5
 /* The helper exits with this when PROTO is not its own. */
 #define ZAP_PROBE_EXIT_PROTO 3
 /* Log records libzap relays per candidate; more are counted, not shown. */

@@ -148,6 +148,12 @@ const char *zap__unsafe_owner_or_mode(const struct stat *st, bool ancestor, char
 /* Open plugin directory @dir component by component (see load.c); an
  * O_DIRECTORY descriptor, or -1 with errno and @why ("missing" for ENOENT). */
 int zap__open_dir(const char *dir, char *why, size_t len);
+/* Open @file in @dfd (O_NOFOLLOW, O_NONBLOCK, close-on-exec) and check it
+ * with fstat(): a regular file, owned and writable as zap__unsafe_owner_or_mode()
+ * allows. The descriptor, or -1 with @why (a symbolic link: "symbolic link
+ * (@links)"). */
+int zap__open_checked(int dfd, const char *file, struct stat *st, const char *links,
+		      char *why, size_t len);
 /* Open and check @file in @dfd; the descriptor, or -1 with @o refused. */
 int zap__open_plugin(int dfd, const char *file, struct stat *st, struct zap_outcome *o);
 /*

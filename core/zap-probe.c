@@ -9,19 +9,24 @@
  *
  * with the plugin file, already opened and checked by libzap, on fd 3 and
  * the report pipe on fd 4 (core/probe-wire.h). PATH only names the file in
- * messages; what is loaded is fd 3. "secure": the application runs with
+ * messages; what is loaded is fd 3. libzap runs this program as the file
+ * it checked, /proc/self/fd/5; every descriptor above 4 is closed first
+ * thing. "secure": the application runs with
  * AT_SECURE, so the plugin sees no environment (libzap also passes none).
  *
  * This program is built from the core's own objects, so the plugin gets
  * the same host table as in the application; its log lines are sent to
  * libzap, which logs them in the application.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "probe-wire.h"
@@ -37,6 +42,44 @@ const char *__asan_default_options(void)
 {
 	return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:"
 	       "handle_abort=0";
+}
+
+/*
+ * Close every descriptor above the report pipe: the application's sockets
+ * and files are no business of plugin code, and posix_spawn() closes them
+ * only where the C library has posix_spawn_file_actions_addclosefrom_np()
+ * (glibc 2.34 and later). This also closes ZAP_PROBE_EXEC_FD, our own file.
+ */
+static void close_inherited(void)
+{
+	const int low = ZAP_PROBE_PIPE_FD + 1;
+	struct rlimit rl;
+	struct dirent *e;
+	long max = 65536;
+	DIR *d;
+
+#ifdef SYS_close_range
+	if (syscall(SYS_close_range, (unsigned)low, ~0u, 0u) == 0)
+		return;
+#endif
+	/* Before Linux 5.9: what /proc lists, else every possible number. */
+	d = opendir("/proc/self/fd");
+	if (d) {
+		while ((e = readdir(d))) {
+			char *end;
+			long fd = strtol(e->d_name, &end, 10);
+
+			if (!*end && end != e->d_name && fd >= low && fd != dirfd(d))
+				close((int)fd);
+		}
+		closedir(d);
+		return;
+	}
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < (rlim_t)(1 << 20))
+		max = (long)rl.rlim_cur;
+	for (long fd = low; fd < max; fd++)
+		close((int)fd);
 }
 
 static void put(const struct zap_probe_rec *r)
@@ -86,6 +129,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "zap-probe: run by libzap only (see core/zap-probe.c)\n");
 		return 2;
 	}
+	close_inherited();
 	if (atoi(argv[1]) != ZAP_PROBE_PROTO)
 		return ZAP_PROBE_EXIT_PROTO;
 	/* Never outlive the application (a hanging probe it gave up on). */

@@ -32,6 +32,7 @@
 
 #include "config.h"
 #include "dp_int.h"
+#include "zap-tls.h"
 
 static void fill_caps(const struct dp *d, struct zap_caps *c)
 {
@@ -241,12 +242,20 @@ static int dp_open(const struct zap_host *h, const struct zap_open_args *args, v
 
 	/* No downgrade: this wire is not TLS, so a configured certificate
 	 * makes the transport unavailable (a pick falls back to one that
-	 * runs TLS). */
+	 * runs TLS), and a partial configuration is refused as every
+	 * transport refuses it. */
 	if (args->size >=
-		    offsetof(struct zap_open_args, tls_cert) + sizeof(args->tls_cert) &&
-	    args->tls_cert)
-		return h->fail(ZAP_ENOTAVAIL,
-			       "dpdk: ZAP_TLS_CERT is set, and this wire is not TLS");
+	    offsetof(struct zap_open_args, tls_peers) + sizeof(args->tls_peers)) {
+		const char *partial = ztls_partial_config(args->tls_cert, args->tls_key,
+							  args->tls_ca, args->tls_peers);
+
+		if (partial)
+			return h->fail(-EINVAL, "dpdk: %s", partial);
+		if (args->tls_cert)
+			return h->fail(
+				ZAP_ENOTAVAIL,
+				"dpdk: ZAP_TLS_CERT is set, and this wire is not TLS");
+	}
 	rc = dp_new(h, args, &d);
 	if (!d)
 		return rc;

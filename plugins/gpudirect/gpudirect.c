@@ -196,17 +196,18 @@ int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args)
 		cfg.ca = args->tls_ca;
 		cfg.peers = args->tls_peers;
 	}
-	if (!cfg.cert) {
-		if (cfg.key || cfg.ca || cfg.peers)
-			return t->host->fail(-EINVAL,
-					     "gpudirect: ZAP_TLS_KEY, ZAP_TLS_CA or "
-					     "ZAP_TLS_PEERS set without ZAP_TLS_CERT: "
-					     "refusing to run in plaintext");
+	if (ztls_partial_config(cfg.cert, cfg.key, cfg.ca, cfg.peers))
+		return t->host->fail(-EINVAL, "gpudirect: %s",
+				     ztls_partial_config(cfg.cert, cfg.key, cfg.ca,
+							 cfg.peers));
+	if (!cfg.cert)
 		return 0;
-	}
 	rc = ztls_ctx_new(&cfg, &t->tls, why, sizeof(why));
 	if (rc)
 		return t->host->fail(rc, "gpudirect: TLS: %s", why);
+	if (ztls_ctx_warning(t->tls))
+		t->host->log(ZAP_LOG_WARN, "gpudirect", "TLS: %s",
+			     ztls_ctx_warning(t->tls));
 	t->host->log(ZAP_LOG_DEBUG, "gpudirect",
 		     "bootstrap over TLS 1.3, key %s, trusting %s",
 		     ztls_ctx_fingerprint(t->tls), ztls_ctx_trust(t->tls));

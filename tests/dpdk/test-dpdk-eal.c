@@ -11,6 +11,8 @@
  *                 fails with rte_eal_init's reason and the EAL's log line
  *   bad-vdev-args an installed driver refusing its arguments: open fails
  *                 (no such port) quoting the driver's complaint
+ *   tls-partial   a TLS key, CA or pins without a certificate: open
+ *                 refuses with the message every transport gives
  *   no-huge       no --no-huge on a host without hugepages: probe ERROR
  *                 (skipped, 77, where hugepages of any size are free: the
  *                 same count the probe makes)
@@ -133,6 +135,44 @@ static int t_bad_option(void)
 	probe_expect(ZAP_PLUGIN_LOADED, "configured", "EAL starts at open");
 	expect_open_fails("rte_eal_init", "EAL said");
 	expect_open_fails("rte_eal_init", "EAL said");
+	return 0;
+}
+
+/* A key, CA or pins without a certificate: refused as every transport
+ * refuses it, before the EAL starts, never run in plaintext. */
+static int t_tls_partial(void)
+{
+	static const char *const vars[] = { "tls_key", "tls_ca", "tls_peers" };
+	struct zap_transport *t = NULL;
+
+	int rc;
+
+	set_eal("--no-huge --no-shconf -l 0 --no-pci --no-telemetry --not-an-eal-option "
+		"--file-prefix=zapdptls%d");
+	/* From the environment (read once, at the first pick)... */
+	setenv("ZAP_TLS_KEY", "/nonexistent/key", 1);
+	probe_expect(ZAP_PLUGIN_LOADED, "configured", "EAL starts at open");
+	rc = zap_pick("=dpdk", 0, NULL, &t);
+	printf("# ZAP_TLS_KEY alone: %d %s\n", rc, zap_strerror(rc));
+	CHECK(rc == -EINVAL && strstr(zap_strerror(rc), "refusing to run in plaintext"),
+	      "ZAP_TLS_KEY alone: %d %s", rc, zap_strerror(rc));
+	/* ...and from zap_attr. */
+	for (int i = 0; i < 3; i++) {
+
+		/* zap_attr: the environment was read at the first pick. */
+		struct zap_attr a = { .size = sizeof(a),
+				      .tls_key = i == 0 ? "/nonexistent/key" : NULL,
+				      .tls_ca = i == 1 ? "/nonexistent/ca" : NULL,
+				      .tls_peers = i == 2 ? "/nonexistent/peers" : NULL };
+
+		rc = zap_pick("=dpdk", 0, &a, &t);
+		printf("# %s alone: %d %s\n", vars[i], rc, zap_strerror(rc));
+		CHECK(rc == -EINVAL, "%s alone: open returned %d", vars[i], rc);
+		CHECK(strstr(zap_strerror(rc), "set without ZAP_TLS_CERT: refusing to run in "
+						"plaintext"),
+		      "%s alone: %s", vars[i], zap_strerror(rc));
+	}
+	printf("ok - tls-partial\n");
 	return 0;
 }
 
@@ -292,10 +332,12 @@ int main(int argc, char **argv)
 		return t_bad_option();
 	if (!strcmp(mode, "bad-vdev-args"))
 		return t_bad_vdev_args();
+	if (!strcmp(mode, "tls-partial"))
+		return t_tls_partial();
 	if (!strcmp(mode, "no-huge"))
 		return t_no_huge();
 	if (!strcmp(mode, "loop"))
 		return t_loop();
-	fprintf(stderr, "usage: %s unconfigured|bad-value|bad-vdev|no-huge|loop\n", argv[0]);
+	fprintf(stderr, "usage: %s unconfigured|bad-value|bad-vdev|bad-option|bad-vdev-args|tls-partial|no-huge|loop\n", argv[0]);
 	return 2;
 }

@@ -16,7 +16,10 @@
  *                         on the helper's report pipe (fd 4), then OK,
  *                         7 OK, leaving a child behind that holds every
  *                         descriptor for 30 s (its pid in the file
- *                         ZAP_FIXTURE_PID_FILE names)
+ *                         ZAP_FIXTURE_PID_FILE names),
+ *                         8 NOT_PRESENT with reason "fds=<list>": the
+ *                         descriptors above 4 open in the probing process
+ *                         (the helper's report pipe is 4)
  *   FIX_ABI_MAJOR=2       put 2 in the descriptor's abi_major field
  *   FIX_SYMBOL_V2         export zap_plugin_v2 (ABI major 2) instead of v1
  *   FIX_NO_SYMBOL         export no descriptor at all
@@ -37,6 +40,7 @@
  * it, so tests can count probes (once per process, never for a plugin the
  * host rejected). Real plugins must not do this: probes leave nothing behind.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -149,6 +153,23 @@ static enum zap_probe_result fix_probe(const struct zap_host *host,
 			}
 		}
 		return ZAP_PROBE_OK;
+	}
+#elif FIX_PROBE == 8
+	{
+		DIR *d = opendir("/proc/self/fd");
+		struct dirent *e;
+		size_t n = (size_t)snprintf(info->reason, sizeof(info->reason), "fds=");
+
+		while (d && (e = readdir(d))) {
+			int fd = atoi(e->d_name);
+
+			if (fd > 4 && fd != dirfd(d) && n < sizeof(info->reason))
+				n += (size_t)snprintf(info->reason + n,
+						      sizeof(info->reason) - n, "%d,", fd);
+		}
+		if (d)
+			closedir(d);
+		return ZAP_PROBE_NOT_PRESENT;
 	}
 #elif FIX_PROBE == 5
 	{

@@ -5,7 +5,9 @@
  * local peers (raw AF_UNIX sockets) that lie in their HELLO, stall or
  * flood. Socket files live in a fresh directory under $TMPDIR (or /tmp).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -553,6 +556,75 @@ static void served(struct zap_transport *b, const char *bp)
 
 /* Each claim is refused with a reason naming our pid, and the endpoint
  * keeps serving. */
+/* The mode is set before the socket has its name (issue 35): no chmod()
+ * ever goes to the public path, where someone who can write the directory
+ * could have swapped in a link; the socket arrives there by a rename,
+ * with its mode, and no private directory is left behind. */
+static void test_mode_without_window(void **state)
+{
+	char p[ZAP_PEER_MAX], victim[ZAP_PEER_MAX], buf[8192];
+	bool attrib = false, arrived = false;
+	struct stat st;
+	ssize_t n;
+	(void)state;
+
+	int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	assert_true(in >= 0);
+	assert_true(inotify_add_watch(in, dir, IN_CREATE | IN_ATTRIB | IN_MOVED_TO) >= 0);
+	path_new(p, sizeof(p), "inplace");
+	setenv("ZAP_UNIX_SOCKET_MODE", "0640", 1);
+	struct zap_transport *t = ep_listen(p);
+	unsetenv("ZAP_UNIX_SOCKET_MODE");
+	const char *name = strrchr(p, '/') + 1;
+	while ((n = read(in, buf, sizeof(buf))) > 0) {
+		for (char *q = buf; q < buf + n;) {
+			const struct inotify_event *e = (const void *)q;
+			if (e->len && !strcmp(e->name, name)) {
+				attrib |= (e->mask & IN_ATTRIB) != 0;
+				arrived |= (e->mask & (IN_MOVED_TO | IN_CREATE)) != 0;
+			}
+			q += sizeof(*e) + e->len;
+		}
+	}
+	close(in);
+	assert_true(arrived);
+	assert_false(attrib); /* nothing changed the mode at the public name */
+	assert_true(lstat(p + 5, &st) == 0 && S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0640);
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		assert_null(strstr(de->d_name, ".zap-"));
+	closedir(d);
+	zap_close(t);
+	/* In a directory too long for a private name beside it to fit
+	 * sun_path: bound through /proc/self/fd. */
+	snprintf(victim, sizeof(victim), "%s/%0*d", dir, (int)(98 - strlen(dir)), 0);
+	assert_int_equal(mkdir(victim, 0700), 0);
+	snprintf(p, sizeof(p), "unix:%.100s/s", victim);
+	t = ep_listen(p);
+	assert_true(lstat(p + 5, &st) == 0 && S_ISSOCK(st.st_mode));
+	assert_int_equal(st.st_mode & 0777, 0600);
+	zap_close(t);
+	assert_int_equal(rmdir(victim), 0); /* empty: nothing left behind */
+
+	/* A link planted at the path: refused, and its target untouched. */
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	int fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(fchmod(fd, 0600), 0);
+	close(fd);
+	path_new(p, sizeof(p), "planted");
+	assert_int_equal(symlink(victim, p + 5), 0);
+	struct zap_attr a = { .size = sizeof(a), .listen = p };
+	assert_int_equal(zap_pick("=default", 0, &a, &t), -EADDRINUSE);
+	assert_int_equal(stat(victim, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	unlink(p + 5);
+	unlink(victim);
+}
+
 static void test_hostile_claims(void **state)
 {
 	char bp[ZAP_PEER_MAX], pid[32], claim[ZAP_PEER_MAX], file[ZAP_PEER_MAX];
@@ -724,6 +796,7 @@ int main(void)
 		cmocka_unit_test(test_eight_senders),
 		cmocka_unit_test(test_self_send),
 		cmocka_unit_test(test_socket_file),
+		cmocka_unit_test(test_mode_without_window),
 		cmocka_unit_test(test_hostile_claims),
 		cmocka_unit_test(test_route_held),
 		cmocka_unit_test(test_idle_flood_and_stall),

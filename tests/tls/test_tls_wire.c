@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 
 #include <zap/zap.h>
@@ -528,6 +529,35 @@ static void test_bad_config(void **state)
 	assert_int_equal(zap_pick("=default", 0, &a, &t), -EINVAL);
 }
 
+/* ZAP_TLS_CA with more than a handful of roots (a system bundle would
+ * trust any public certificate) opens, with a WARN saying so. */
+static void test_many_roots(void **state)
+{
+	struct tid r[9];
+	char ca[600];
+	FILE *f;
+
+	snprintf(ca, sizeof(ca), "%s/bundle.pem", dir);
+	f = fopen(ca, "w");
+	assert_non_null(f);
+	for (int i = 0; i < 9; i++) {
+		char cn[16];
+
+		snprintf(cn, sizeof(cn), "root%d", i);
+		tid_make(&r[i], dir, cn, -60, 86400, NULL);
+		PEM_write_X509(f, r[i].cert);
+	}
+	fclose(f);
+	struct zap_attr a = {.size = sizeof(a), .listen = "127.0.0.1:0",
+			     .tls_cert = A.cert_path, .tls_key = A.key_path, .tls_ca = ca};
+	struct zap_transport *t = NULL;
+	assert_int_equal(zap_pick("=default", 0, &a, &t), 0);
+	assert_true(log_wait("holds 9 certificates: any peer with a certificate from any"));
+	zap_close(t);
+	for (int i = 0; i < 9; i++)
+		tid_free(&r[i]);
+}
+
 /* `openssl s_client` with a pinned certificate completes TLS 1.3 and sees
  * ALPN zap/1; without one it is refused. */
 static void test_s_client(void **state)
@@ -674,6 +704,7 @@ int main(void)
 		cmocka_unit_test(test_impostor),
 		cmocka_unit_test(test_required_key),
 		cmocka_unit_test(test_bad_config),
+		cmocka_unit_test(test_many_roots),
 		cmocka_unit_test(test_s_client),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -30,14 +30,13 @@ int tw_tls_open(struct tcp_wire *w, const struct tcp_wire_args *a)
 {
 	char why[512];
 
-	if (!a->tls_cert) {
-		if (a->tls_key || a->tls_ca || a->tls_peers)
-			return w->host->fail(
-				-EINVAL,
-				"%s: ZAP_TLS_KEY, ZAP_TLS_CA or ZAP_TLS_PEERS set without ZAP_TLS_CERT: refusing to run in plaintext",
-				w->dom);
+	const char *partial = ztls_partial_config(a->tls_cert, a->tls_key, a->tls_ca,
+						  a->tls_peers);
+
+	if (partial)
+		return w->host->fail(-EINVAL, "%s: %s", w->dom, partial);
+	if (!a->tls_cert)
 		return 0;
-	}
 	struct ztls_config cfg = { .cert = a->tls_cert,
 				   .key = a->tls_key,
 				   .ca = a->tls_ca,
@@ -46,6 +45,8 @@ int tw_tls_open(struct tcp_wire *w, const struct tcp_wire_args *a)
 	int r = ztls_ctx_new(&cfg, &w->tls, why, sizeof(why));
 	if (r)
 		return w->host->fail(r, "%s: TLS: %s", w->dom, why);
+	if (ztls_ctx_warning(w->tls))
+		w->host->log(ZAP_LOG_WARN, w->dom, "TLS: %s", ztls_ctx_warning(w->tls));
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "TLS 1.3 on, key %s, trusting %s, %s",
 		     ztls_ctx_fingerprint(w->tls), ztls_ctx_trust(w->tls),
 		     ztls_ctx_ktls(w->tls) ? "kernel TLS offered"

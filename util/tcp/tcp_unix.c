@@ -32,6 +32,7 @@
 #include "zap-addr.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,60 @@ static int clear_stale(const struct tcp_wire *w, const char *path)
 	return 0;
 }
 
+/*
+ * Bind @fd to the file @path with @mode, with no moment where a chmod()
+ * could follow a link someone planted at @path (nor one where the file
+ * has another mode): bind in a private directory (0700, made beside @path
+ * so that the move stays on one file system), set the mode there, and
+ * move the socket into place only if nothing took @path meanwhile
+ * (RENAME_NOREPLACE, else link(), which never replaces either). *@st: the
+ * socket file.
+ */
+static int bind_path(struct tcp_wire *w, int fd, const char *path, mode_t mode,
+		     struct stat *st)
+{
+	const char *slash = strrchr(path, '/');
+	char priv[ZADDR_UNIX_MAX + 16], sock[ZADDR_UNIX_MAX + 24];
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int dfd = -1, r = 0;
+
+	snprintf(priv, sizeof(priv), "%.*s/.zap-XXXXXX", (int)(slash - path), path);
+	if (!mkdtemp(priv))
+		return w->host->fail(-errno, "%s: cannot listen on unix:%s: %s", w->dom,
+				     path, strerror(errno));
+	snprintf(sock, sizeof(sock), "%s/s", priv);
+	if (strlen(sock) < sizeof(sun.sun_path)) {
+		memcpy(sun.sun_path, sock, strlen(sock) + 1);
+	} else { /* a long path: the same directory, by a short name */
+		dfd = open(priv, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		snprintf(sun.sun_path, sizeof(sun.sun_path), "/proc/self/fd/%d/s", dfd);
+	}
+	if ((dfd == -1 && strlen(sock) >= sizeof(sun.sun_path)) ||
+	    bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || chmod(sock, mode) < 0 ||
+	    lstat(sock, st) < 0) {
+		r = -errno;
+	} else if (renameat2(AT_FDCWD, sock, AT_FDCWD, path, RENAME_NOREPLACE) < 0) {
+		/* File systems without RENAME_NOREPLACE: link() fails with
+		 * EEXIST just the same. */
+		r = errno == EINVAL || errno == ENOSYS
+			    ? (link(sock, path) < 0 ? -errno : 0)
+			    : -errno;
+		if (r == -EEXIST)
+			r = -EADDRINUSE;
+	}
+	unlink(sock); /* the private name (after link(), or on failure) */
+	rmdir(priv);
+	if (dfd >= 0)
+		close(dfd);
+	if (r)
+		return w->host->fail(r, "%s: cannot listen on unix:%s: %s%s", w->dom,
+				     path, strerror(-r),
+				     r == -EADDRINUSE
+					     ? " (something took the path meanwhile)"
+					     : "");
+	return 0;
+}
+
 int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a)
 {
 	struct sockaddr_un sun;
@@ -141,23 +196,19 @@ int tw_unix_listen(struct tcp_wire *w, const struct zaddr *a)
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return w->host->fail(-errno, "%s: socket: %s", w->dom, strerror(errno));
-	if (bind(fd, (struct sockaddr *)&sun, sl) < 0) {
+	/* A path gets its mode before listen() and before it has its name. */
+	struct stat st;
+	if (path && (r = bind_path(w, fd, a->host, mode, &st))) {
+		close(fd);
+		return r;
+	}
+	if (!path && bind(fd, (struct sockaddr *)&sun, sl) < 0) {
 		r = -errno;
 		close(fd);
 		return w->host->fail(r, "%s: cannot listen on unix:%s: %s%s", w->dom,
 				     a->host, strerror(-r),
 				     r == -EADDRINUSE ? " (the abstract name is taken)"
 						      : "");
-	}
-	/* Before listen(): until then a connect is refused, so the mode
-	 * bind() gave under the umask never lets anyone in. */
-	struct stat st;
-	if (path && (chmod(a->host, mode) < 0 || lstat(a->host, &st) < 0)) {
-		r = -errno;
-		unlink(a->host);
-		close(fd);
-		return w->host->fail(r, "%s: cannot set the mode of unix:%s: %s", w->dom,
-				     a->host, strerror(-r));
 	}
 	if (listen(fd, SOMAXCONN) < 0) {
 		r = -errno;

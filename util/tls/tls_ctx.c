@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * An endpoint's identity and trust: the key file (mode checked on the open
- * file, as ssh does), the certificate, the CA bundle, the pin file, and the
+ * An endpoint's identity and trust: the key file, the certificate, the CA
+ * bundle, the pin file (each read and checked by tls_files.c), and the
  * SSL_CTX that carries them (TLS 1.3 only, mutual authentication, ALPN
  * "zap/1", no session resumption, kernel TLS where the kernel offers it).
  * Written by ztls_ctx_new() alone; read-only afterwards (tls_int.h).
@@ -22,6 +22,9 @@
 #include <openssl/x509.h>
 
 #define KEY_MAX_BYTES (1u << 20)
+#define CERT_MAX_BYTES (1u << 20)
+/* A system bundle is about 200 KiB. */
+#define CA_MAX_BYTES (4u << 20)
 #define ZTLS_READ_BUF (256u << 10)
 
 unsigned long ztls_ssl_err(char *why, size_t whylen, const char *what)
@@ -57,112 +60,23 @@ int ztls_spki_sha256(X509 *cert, unsigned char fp[32])
 	return r;
 }
 
-/* Read a whole small file through an already opened descriptor. */
-static int read_fd(int fd, const char *path, size_t max, char **buf, size_t *len,
-		   char *why, size_t whylen)
-{
-	size_t cap = 4096, n = 0;
-	char *b = malloc(cap);
-
-	if (!b)
-		return -ENOMEM;
-	for (;;) {
-		if (n == cap) {
-			if (cap >= max) {
-				snprintf(why, whylen, "%s: larger than %zu bytes", path,
-					 max);
-				OPENSSL_cleanse(b, n);
-				free(b);
-				return -EFBIG;
-			}
-			char *nb = realloc(b, cap * 2);
-			if (!nb) {
-				OPENSSL_cleanse(b, n);
-				free(b);
-				return -ENOMEM;
-			}
-			b = nb;
-			cap *= 2;
-		}
-		ssize_t k = read(fd, b + n, cap - n);
-		if (k > 0) {
-			n += (size_t)k;
-			continue;
-		}
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			int e = errno;
-			snprintf(why, whylen, "%s: read: %s", path, strerror(e));
-			OPENSSL_cleanse(b, n);
-			free(b);
-			return -e;
-		}
-		break;
-	}
-	*buf = b;
-	*len = n;
-	return 0;
-}
-
-static int open_file(const char *var, const char *path, int *fd, char *why, size_t whylen)
-{
-	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (*fd < 0) {
-		int e = errno;
-		snprintf(why, whylen, "%s: cannot open %s: %s", var, path, strerror(e));
-		return -e;
-	}
-	return 0;
-}
-
 static int no_passphrase(char *buf, int size, int rw, void *u)
 {
 	return 0; /* never prompt: an encrypted key fails to load */
 }
 
-/*
- * The private key: a regular file, owned by us or root, not accessible by
- * group or others (ssh's rule for identity files), checked on the open
- * file so that the check and the read see the same file.
- */
+/* The private key (tls_files.c checks its owner and mode on the open
+ * file, so that the check and the read see the same file). */
 static int load_key(const char *path, EVP_PKEY **out, char *why, size_t whylen)
 {
-	struct stat st;
 	char *pem = NULL;
 	size_t len = 0;
-	int fd, r;
+	int r;
 
-	r = open_file("ZAP_TLS_KEY", path, &fd, why, whylen);
+	r = ztls_file_read("ZAP_TLS_KEY", path, ZTLS_FILE_SECRET, KEY_MAX_BYTES, &pem,
+			   &len, why, whylen);
 	if (r)
 		return r;
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-		snprintf(why, whylen, "ZAP_TLS_KEY: fstat %s: %s", path, strerror(-r));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = -EINVAL;
-		snprintf(why, whylen, "ZAP_TLS_KEY: %s is not a regular file", path);
-		goto out;
-	}
-	if (st.st_mode & 077) {
-		r = -EPERM;
-		snprintf(why, whylen,
-			 "ZAP_TLS_KEY: permissions %04o for %s are too open: a private key must not be accessible by group or others (chmod 600 %s)",
-			 (unsigned)(st.st_mode & 07777), path, path);
-		goto out;
-	}
-	if (st.st_uid != geteuid() && st.st_uid != 0) {
-		r = -EPERM;
-		snprintf(why, whylen,
-			 "ZAP_TLS_KEY: %s is owned by uid %u, neither this user (%u) nor root",
-			 path, (unsigned)st.st_uid, (unsigned)geteuid());
-		goto out;
-	}
-	r = read_fd(fd, path, KEY_MAX_BYTES, &pem, &len, why, whylen);
-	if (r)
-		goto out;
 	BIO *b = BIO_new_mem_buf(pem, (int)len);
 	*out = b ? PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL) : NULL;
 	BIO_free(b);
@@ -176,8 +90,6 @@ static int load_key(const char *path, EVP_PKEY **out, char *why, size_t whylen)
 		ztls_ssl_err(why, whylen, what);
 		r = -EINVAL;
 	}
-out:
-	close(fd);
 	return r;
 }
 
@@ -185,19 +97,95 @@ static int load_pins(struct ztls_ctx *x, const char *path, char *why, size_t why
 {
 	char *text = NULL, sub[200];
 	size_t len = 0;
-	int fd, r;
+	int r;
 
-	r = open_file("ZAP_TLS_PEERS", path, &fd, why, whylen);
-	if (r)
-		return r;
-	r = read_fd(fd, path, ZTLS_PINS_MAX_BYTES, &text, &len, why, whylen);
-	close(fd);
+	r = ztls_file_read("ZAP_TLS_PEERS", path, ZTLS_FILE_TRUST, ZTLS_PINS_MAX_BYTES,
+			   &text, &len, why, whylen);
 	if (r)
 		return r;
 	r = ztls_pins_parse(text, len, &x->pins, sub, sizeof(sub));
 	free(text);
 	if (r)
 		snprintf(why, whylen, "ZAP_TLS_PEERS: %s: %s", path, sub);
+	return r;
+}
+
+/* Our certificate and the chain after it, read through tls_files.c. */
+static int load_cert(SSL_CTX *s, const char *path, char *why, size_t whylen)
+{
+	char *pem = NULL, what[512];
+	size_t len = 0;
+	X509 *c;
+	int r;
+
+	r = ztls_file_read("ZAP_TLS_CERT", path, ZTLS_FILE_PUBLIC, CERT_MAX_BYTES, &pem,
+			   &len, why, whylen);
+	if (r)
+		return r;
+	r = -EINVAL;
+	BIO *b = BIO_new_mem_buf(pem, (int)len);
+	c = b ? PEM_read_bio_X509_AUX(b, NULL, NULL, NULL) : NULL;
+	if (!c || SSL_CTX_use_certificate(s, c) != 1)
+		goto out;
+	X509_free(c);
+	SSL_CTX_clear_chain_certs(s);
+	while ((c = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+		if (SSL_CTX_add0_chain_cert(s, c) != 1)
+			goto out;
+	}
+	/* The end of the file, not a damaged certificate after the first. */
+	if (ERR_GET_REASON(ERR_peek_last_error()) == PEM_R_NO_START_LINE) {
+		ERR_clear_error();
+		r = 0;
+	}
+out:
+	if (r) {
+		X509_free(c);
+		snprintf(what, sizeof(what),
+			 "ZAP_TLS_CERT: %s holds no usable PEM certificate", path);
+		ztls_ssl_err(why, whylen, what);
+	}
+	BIO_free(b);
+	free(pem);
+	return r;
+}
+
+/*
+ * The CA bundle, read through tls_files.c (a trust file), into the
+ * context's store. Any chain to any of its roots is trusted, so a bundle
+ * of many roots (a system one) is worth a warning: *@n is their number.
+ */
+static int load_ca(SSL_CTX *s, const char *path, size_t *n, char *why, size_t whylen)
+{
+	X509_STORE *store = SSL_CTX_get_cert_store(s);
+	char *pem = NULL, what[512];
+	size_t len = 0;
+	X509 *c;
+	int r;
+
+	*n = 0;
+	r = ztls_file_read("ZAP_TLS_CA", path, ZTLS_FILE_TRUST, CA_MAX_BYTES, &pem, &len,
+			   why, whylen);
+	if (r)
+		return r;
+	BIO *b = BIO_new_mem_buf(pem, (int)len);
+	while (b && (c = PEM_read_bio_X509_AUX(b, NULL, NULL, NULL))) {
+		int ok = X509_STORE_add_cert(store, c);
+
+		X509_free(c);
+		if (!ok)
+			break;
+		(*n)++;
+	}
+	if (*n && ERR_GET_REASON(ERR_peek_last_error()) == PEM_R_NO_START_LINE) {
+		ERR_clear_error();
+	} else {
+		snprintf(what, sizeof(what), "ZAP_TLS_CA: cannot load %s", path);
+		ztls_ssl_err(why, whylen, what);
+		r = -EINVAL;
+	}
+	BIO_free(b);
+	free(pem);
 	return r;
 }
 
@@ -351,13 +339,9 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 		return -ENOMEM;
 	}
 
-	if (SSL_CTX_use_certificate_chain_file(s, cfg->cert) != 1) {
-		char what[512];
-		snprintf(what, sizeof(what),
-			 "ZAP_TLS_CERT: %s holds no usable PEM certificate", cfg->cert);
-		ztls_ssl_err(why, whylen, what);
-		return access(cfg->cert, R_OK) ? -errno : -EINVAL;
-	}
+	r = load_cert(s, cfg->cert, why, whylen);
+	if (r)
+		return r;
 	X509 *own = SSL_CTX_get0_certificate(s);
 	char sub[120];
 	if (check_validity(own, "this endpoint's", sub, sizeof(sub))) {
@@ -386,14 +370,16 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 	EVP_PKEY_free(key);
 
 	if (cfg->ca) {
-		if (SSL_CTX_load_verify_file(s, cfg->ca) != 1) {
-			char what[512];
-			snprintf(what, sizeof(what), "ZAP_TLS_CA: cannot load %s",
-				 cfg->ca);
-			ztls_ssl_err(why, whylen, what);
-			return -EINVAL;
-		}
+		size_t roots;
+
+		r = load_ca(s, cfg->ca, &roots, why, whylen);
+		if (r)
+			return r;
 		x->has_ca = true;
+		if (roots > ZTLS_CA_FEW)
+			snprintf(x->warning, sizeof(x->warning),
+				 "ZAP_TLS_CA: %s holds %zu certificates: any peer with a certificate from any of them is trusted (a system bundle trusts any public certificate); give only the CA that signs your nodes",
+				 cfg->ca, roots);
 	}
 	if (cfg->peers) {
 		r = load_pins(x, cfg->peers, why, whylen);
@@ -460,6 +446,11 @@ const char *ztls_ctx_fingerprint(const struct ztls_ctx *x)
 const char *ztls_ctx_trust(const struct ztls_ctx *x)
 {
 	return x->trust;
+}
+
+const char *ztls_ctx_warning(const struct ztls_ctx *x)
+{
+	return x->warning[0] ? x->warning : NULL;
 }
 
 bool ztls_ctx_ktls(const struct ztls_ctx *x)

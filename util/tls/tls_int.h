@@ -3,6 +3,7 @@
  * What the files of util/tls share.
  *
  *   tls_pins.c  pin files and fingerprint text (pure, fuzzed)
+ *   tls_files.c reading the certificate, key, CA and pin files safely
  *   tls_ctx.c   an endpoint's identity and trust: files, SSL_CTX, the
  *               certificate check that replaces OpenSSL's chain check
  *   tls_conn.c  one connection: the socket BIO, handshake, read, write
@@ -26,6 +27,7 @@ struct ztls_ctx {
 	char fp[ZTLS_FP_LEN];    /* our own certificate's key */
 	unsigned char fpbin[32]; /* the same, binary */
 	char trust[160];
+	char warning[320]; /* for the caller to log at open, or "" */
 };
 
 struct ztls_conn {
@@ -42,6 +44,22 @@ struct ztls_conn {
 	char vwhy[320]; /* why our certificate check refused */
 	char cipher[64];
 };
+
+/* Which checks ztls_file_read() applies (tls_files.c). */
+enum ztls_file_kind {
+	ZTLS_FILE_PUBLIC, /* the certificate: a regular file */
+	ZTLS_FILE_SECRET, /* the key: ours or root's, no access for others */
+	ZTLS_FILE_TRUST,  /* CA bundle, pins: ours or root's, only we write
+			   * it and every directory on the way to it */
+};
+
+/* Read the whole file @path (named @var in messages), at most @max bytes,
+ * after the checks @kind asks for. 0 with *@buf (free() it; OPENSSL_cleanse
+ * it first if secret) and *@len; or a negative errno with @why: -ENOENT,
+ * -EACCES (open), -EINVAL (not a regular file), -EFBIG, -EPERM (owner or
+ * mode), -ENOMEM. */
+int ztls_file_read(const char *var, const char *path, enum ztls_file_kind kind,
+		   size_t max, char **buf, size_t *len, char *why, size_t whylen);
 
 /* SHA-256 of @cert's DER SubjectPublicKeyInfo. 0, or -1. */
 int ztls_spki_sha256(X509 *cert, unsigned char fp[32]);

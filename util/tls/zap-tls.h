@@ -96,13 +96,34 @@ struct ztls_config {
 struct ztls_ctx;
 
 /*
- * Load and check an endpoint's identity and trust: the key file must be a
- * regular file not accessible by group or others (as ssh requires of
- * private keys) and must match the certificate; the certificate must be
- * within its validity period; a CA bundle or a non-empty pin file is
- * required. Return 0 and *@out, or a negative errno with @why naming the
- * file and the problem: -EINVAL (missing setting, bad PEM, key mismatch,
- * bad pin file), -EPERM (key file mode), -ENOENT/-EACCES (open), -ENOMEM.
+ * The refusal every transport makes when TLS settings come without a
+ * certificate (a key, CA or pins alone): the open fails with this reason,
+ * never runs in plaintext. NULL when the settings are whole or absent.
+ * Header-only, so that a transport without TLS (dpdk) says the same
+ * without linking OpenSSL.
+ */
+static inline const char *ztls_partial_config(const char *cert, const char *key,
+					      const char *ca, const char *peers)
+{
+	if (cert || !(key || ca || peers))
+		return NULL;
+	return "ZAP_TLS_KEY, ZAP_TLS_CA or ZAP_TLS_PEERS set without ZAP_TLS_CERT: "
+	       "refusing to run in plaintext";
+}
+
+/*
+ * Load and check an endpoint's identity and trust: every file must be a
+ * regular file (a FIFO or device is refused, never waited on) of bounded
+ * size; the key file must not be accessible by group or others (as ssh
+ * requires of private keys) and must match the certificate; the CA bundle
+ * and the pin file must be ours or root's and writable by their owner
+ * only, and so must every directory on the way to them (as ssh requires of
+ * authorized_keys; sticky directories such as /tmp excepted); the
+ * certificate must be within its validity period; a CA bundle or a
+ * non-empty pin file is required. Return 0 and *@out, or a negative errno
+ * with @why naming the file and the problem: -EINVAL (missing setting, not
+ * a regular file, bad PEM, key mismatch, bad pin file), -EPERM (owner or
+ * mode of a file or directory), -EFBIG, -ENOENT/-EACCES (open), -ENOMEM.
  */
 int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out, char *why,
 		 size_t whylen);
@@ -112,6 +133,12 @@ void ztls_ctx_free(struct ztls_ctx *x);
 const char *ztls_ctx_fingerprint(const struct ztls_ctx *x);
 /* A one-line description of the trust settings ("pins: 3 keys; CA: file"). */
 const char *ztls_ctx_trust(const struct ztls_ctx *x);
+/* Roots in a CA bundle beyond which ztls_ctx_warning() speaks up. */
+#define ZTLS_CA_FEW 8
+/* A warning for the caller to log once at open, or NULL: a CA bundle of
+ * more than ZTLS_CA_FEW certificates (a system bundle, whose every public
+ * certificate would be trusted as a peer). */
+const char *ztls_ctx_warning(const struct ztls_ctx *x);
 /* Whether kernel TLS was asked for and the kernel offers it (the TLS ULP
  * is listed in /proc/sys/net/ipv4/tcp_available_ulp): then connections use
  * OpenSSL's socket BIO with SSL_OP_ENABLE_KTLS, else a userspace BIO. */

@@ -46,8 +46,7 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 		tw_evict_idle(w, "descriptor limit reached, dialing a new peer");
 	snprintf(r->addr, sizeof(r->addr), "%s", peer);
 	r->dialing = true;
-	r->next = w->routes;
-	w->routes = r;
+	tw_route_add(w, r);
 	pthread_mutex_unlock(&w->mu);
 	err = tw_dial(w, peer, ctx);
 	pthread_mutex_lock(&w->mu);
@@ -690,7 +689,7 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 			  (unsigned long long)w->max_msg);
 	}
 	w->id = tw_rand64();
-	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = -1;
+	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = w->epfd = -1;
 	atomic_init(&w->shut, false);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_t ca;
@@ -737,6 +736,11 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->kick_fd < 0 || w->stop_fd < 0) {
 		r = host->fail(-errno, "%s: eventfd: %s", w->dom, strerror(errno));
+		goto fail;
+	}
+	r = tw_ready_open(w);
+	if (r) {
+		r = host->fail(r, "%s: epoll_create1: %s", w->dom, strerror(-r));
 		goto fail;
 	}
 	r = wire_listen(w, args->listen);
@@ -801,6 +805,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		w->routes = r->next;
 		free(r);
 	}
+	free(w->rtab);
 	while (w->qhead) {
 		struct tcp_rx_msg *m = w->qhead;
 		w->qhead = m->next;
@@ -813,6 +818,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	tcp_kick_put(w->kick); /* closes kick_fd unless a holder remains */
 	if (w->stop_fd >= 0)
 		close(w->stop_fd);
+	tw_ready_close(w);
 	free(w->pfd);
 	free(w->slot);
 	tw_tls_close(w);

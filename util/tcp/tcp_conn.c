@@ -168,9 +168,64 @@ void tw_retire(struct tcp_conn *c)
 	}
 }
 
+/*
+ * Routes are found by address on every send, so by hash (w->rtab), not by
+ * walking a list as long as the number of peers; w->routes links them all
+ * for the walks that need every one (a peer's end, close).
+ */
+static size_t route_bucket(const struct tcp_wire *w, const char *addr)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+
+	for (const unsigned char *c = (const unsigned char *)addr; *c; c++)
+		h = (h ^ *c) * 1099511628211ull;
+	return (size_t)(h & (w->rtab_n - 1));
+}
+
+/* Grow the table to keep about one route a bucket; on failure keep the
+ * one there is (slower, still right). */
+static void route_rehash(struct tcp_wire *w)
+{
+	size_t n = w->rtab_n ? 2 * w->rtab_n : 64;
+	struct tcp_route **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return;
+	free(w->rtab);
+	w->rtab = t;
+	w->rtab_n = n;
+	for (struct tcp_route *r = w->routes; r; r = r->next) {
+		size_t b = route_bucket(w, r->addr);
+		r->hnext = t[b];
+		t[b] = r;
+	}
+}
+
+void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
+{
+	size_t had = w->rtab_n;
+
+	r->next = w->routes;
+	w->routes = r;
+	r->hnext = NULL;
+	if (++w->nroutes > w->rtab_n)
+		route_rehash(w);
+	if (!w->rtab_n || w->rtab_n != had)
+		return; /* no table (found by the list), or rebuilt with @r */
+	size_t b = route_bucket(w, r->addr);
+	r->hnext = w->rtab[b];
+	w->rtab[b] = r;
+}
+
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
 {
-	for (struct tcp_route *r = w->routes; r; r = r->next)
+	if (!w->rtab_n) {
+		for (struct tcp_route *r = w->routes; r; r = r->next)
+			if (!strcmp(r->addr, addr))
+				return r;
+		return NULL;
+	}
+	for (struct tcp_route *r = w->rtab[route_bucket(w, addr)]; r; r = r->hnext)
 		if (!strcmp(r->addr, addr))
 			return r;
 	return NULL;
@@ -184,8 +239,7 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 		if (!r)
 			return NULL;
 		snprintf(r->addr, sizeof(r->addr), "%s", addr);
-		r->next = w->routes;
-		w->routes = r;
+		tw_route_add(w, r);
 	}
 	/* The newest registration wins: an address now names this instance
 	 * (a restarted peer on the same port is a new instance). */
@@ -196,9 +250,17 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 {
+	if (w->rtab_n)
+		for (struct tcp_route **pp = &w->rtab[route_bucket(w, dead->addr)]; *pp;
+		     pp = &(*pp)->hnext)
+			if (*pp == dead) {
+				*pp = dead->hnext;
+				break;
+			}
 	for (struct tcp_route **pp = &w->routes; *pp; pp = &(*pp)->next)
 		if (*pp == dead) {
 			*pp = dead->next;
+			w->nroutes--;
 			free(dead);
 			return;
 		}
@@ -308,15 +370,20 @@ void tw_conn_free(struct tcp_conn *c)
 void tw_reap(struct tcp_wire *w)
 {
 	struct tcp_conn **pp = &w->conns;
+	bool again = false;
 
-	w->reap_due = false;
+	/* Nothing died: nothing to walk (this runs after every send). */
+	if (!w->reap_due)
+		return;
 	while (*pp) {
 		struct tcp_conn *c = *pp;
 		if (!c->dead || c->tx_busy) {
+			again |= c->dead; /* freed once its sender lets go */
 			pp = &c->next;
 			continue;
 		}
 		*pp = c->next;
+		tw_ready_del(w, c);
 		struct tcp_peer *p = c->peer;
 		if (c->rx_charge) {
 			/* Its partial message goes: others may take the budget. */
@@ -332,14 +399,10 @@ void tw_reap(struct tcp_wire *w)
 		w->nconns--;
 		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
-			for (struct tcp_route **rp = &w->routes; *rp;) {
-				if ((*rp)->peer == p) {
-					struct tcp_route *r = *rp;
-					*rp = r->next;
-					free(r);
-				} else {
-					rp = &(*rp)->next;
-				}
+			for (struct tcp_route *r = w->routes, *next; r; r = next) {
+				next = r->next;
+				if (r->peer == p)
+					tw_route_del(w, r);
 			}
 			for (struct tcp_peer **qp = &w->peers; *qp; qp = &(*qp)->next)
 				if (*qp == p) {
@@ -349,6 +412,7 @@ void tw_reap(struct tcp_wire *w)
 			free(p);
 		}
 	}
+	w->reap_due = again;
 }
 
 /*
@@ -456,6 +520,14 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	c->rbuf = malloc(TCP_RBUF);
 	if (!c->rbuf)
 		return -ENOMEM;
+	int r = tw_ready_add(w, c, now_coarse_ms());
+	if (r) {
+		w->host->log(ZAP_LOG_WARN, w->dom, "%s: epoll_ctl: %s", c->raddr,
+			     strerror(-r));
+		free(c->rbuf);
+		c->rbuf = NULL;
+		return -ENOMEM;
+	}
 	c->next = w->conns;
 	w->conns = c;
 	w->nconns++;
@@ -470,6 +542,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	if (!p) {
 		p = calloc(1, sizeof(*p));
 		if (!p) {
+			tw_ready_del(w, c);
 			w->conns = c->next;
 			w->nconns--;
 			free(c->rbuf);

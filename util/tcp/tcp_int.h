@@ -28,6 +28,22 @@
  * or because someone else leads), so two peers sending large messages to
  * each other cannot deadlock.
  *
+ * Readiness: the leader's cost per round depends on the connections with
+ * work, not on how many exist. A connection is *cold* while nothing
+ * happens on it: its socket sits in one epoll set (w->epfd), and the
+ * leader polls only that set's descriptor. When epoll says a cold
+ * connection is readable, the leader makes it *hot* (takes it out of the
+ * epoll set and onto w->hot) and reads it from the next round on, polling
+ * it directly as before: a poll() over a few hot sockets picks a message
+ * up faster than epoll_wait() followed by the read. A hot connection
+ * with nothing to do for TCP_HOT_IDLE_MS goes cold again; one with state
+ * the leader must look at every round (a partial frame, a paused
+ * allocation, data held back, a ring, its end read) stays hot. Timers:
+ * the stall clock only runs on hot connections (a partial frame keeps
+ * one hot), and the idle timeout is checked by one scan of every
+ * connection when the earliest idle deadline comes (w->next_idle_ms),
+ * not every round.
+ *
  * The leader busy-polls its set (poll() with timeout 0) for a while before
  * blocking, while recent waits say a message is due soon, trading CPU time
  * for the kernel's sleep/wake-up on every message; ZAP_TCP_SPIN_US fixes
@@ -166,6 +182,11 @@
  * comes from the kernel a page fault at a time: 1 MiB streaming ran at
  * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
 #define TCP_SHM_BATCH_BYTES (256u << 10)
+/* Readiness (tcp_progress.c): a hot connection with nothing to do for
+ * this long goes back to epoll; the leader takes at most this many cold
+ * connections from epoll per round (the rest stay ready for the next). */
+#define TCP_HOT_IDLE_MS 200u
+#define TCP_EPOLL_BATCH 64u
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 	       "deliver() copies a key or credentials into peer_id");
 
@@ -208,6 +229,11 @@ struct tcp_conn {
 				 * (SO_PEERCRED); "" on TCP */
 	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
 	struct tcp_shm *_Atomic shm; /* set once, see "Shared memory" above */
+
+	/* mu: hot (in the leader's poll set, on w->hot) or cold (in w->epfd);
+	 * see "Readiness" above */
+	bool hot;
+	struct tcp_conn *hprev, *hnext;
 
 	/* mu */
 	bool tx_busy; /* a sender (or the handshake) owns the socket's tx */
@@ -286,6 +312,7 @@ struct tcp_peer {
  */
 struct tcp_route {
 	struct tcp_route *next;
+	struct tcp_route *hnext; /* the next in its w->rtab bucket */
 	struct tcp_peer *peer;
 	bool dialing;
 	bool contested;
@@ -320,7 +347,8 @@ enum {
 	SLOT_CONN,
 	SLOT_WCTX,
 	SLOT_WOUT,
-	SLOT_SHM
+	SLOT_SHM,
+	SLOT_EPOLL
 };
 struct tcp_slot {
 	int kind;
@@ -405,6 +433,14 @@ struct tcp_wire {
 	struct tcp_conn *conns;
 	struct tcp_peer *peers;
 	struct tcp_route *routes;
+	struct tcp_route **rtab; /* mu: routes by address, rtab_n buckets */
+	size_t rtab_n, nroutes;
+	/* Readiness (mu, but epfd itself never changes): the hot connections,
+	 * and when the idle scan is next due. */
+	int epfd;
+	struct tcp_conn *hot;
+	size_t nhot;
+	uint64_t next_idle_ms;
 	struct tcp_dial *dials;
 	struct tcp_rx_msg *qhead, *qtail;
 	struct tcp_waiter *waiters;
@@ -412,10 +448,12 @@ struct tcp_wire {
 	bool leader;
 	struct tcp_waiter *lead; /* the leader's waiter, while there is one */
 
-	/* leader-private poll set */
+	/* leader-private poll set, and the cold connections epoll reported */
 	struct pollfd *pfd;
 	struct tcp_slot *slot;
 	size_t pcap;
+	struct tcp_conn *woke[TCP_EPOLL_BATCH];
+	size_t nwoke;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -509,6 +547,21 @@ void tw_notify(struct tcp_wire *w, bool tx);
 
 /* tcp_conn.c: the connection table, all under w->mu */
 void tw_retire(struct tcp_conn *c);
+/* Readiness (tcp_ready.c; mu held but for open and close). */
+int tw_ready_open(struct tcp_wire *w);
+void tw_ready_close(struct tcp_wire *w);
+/* A new connection, cold; its idle deadline counts from @now. */
+int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now);
+/* Before @c is freed. */
+void tw_ready_del(struct tcp_wire *w, struct tcp_conn *c);
+/* Cold to hot (epoll saw it readable). */
+void tw_conn_heat(struct tcp_wire *w, struct tcp_conn *c);
+/* Hot to cold, if @c has had nothing to do for TCP_HOT_IDLE_MS. */
+bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c, uint64_t now);
+void tw_idle_scan(struct tcp_wire *w, uint64_t now);
+
+/* Link a new route @r (its addr set) into the list and the hash. */
+void tw_route_add(struct tcp_wire *w, struct tcp_route *r);
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr);
 struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p);
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);

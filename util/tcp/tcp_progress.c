@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -636,20 +637,17 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 	 * TCP pushes back on the senders. A recv that drains kicks. */
 	w->q_full = w->qbytes >= w->rxq_max;
 	w->oldest = NULL;
-	for (struct tcp_conn *c = w->conns; c; c = c->next) {
-		if (c->dead)
+	tw_idle_scan(w, now);
+	if (w->next_idle_ms != UINT64_MAX)
+		*timeout = ms_min(*timeout, w->next_idle_ms > now
+						    ? (int)(w->next_idle_ms - now)
+						    : 0);
+	/* Only hot connections can have work without epoll saying so: a
+	 * partial frame, a paused allocation, a ring keep one hot. */
+	for (struct tcp_conn *c = w->hot, *next; c; c = next) {
+		next = c->hnext;
+		if (c->dead || tw_conn_cool(w, c, now))
 			continue;
-		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
-		if (!c->tx_busy && now - last >= w->idle_ms) {
-			w->host->log(
-				ZAP_LOG_INFO, w->dom,
-				"closing the connection to %s (from %s): idle for %u ms",
-				c->raddr, c->src, w->idle_ms);
-			tw_conn_kill(w, c);
-			continue;
-		}
-		if (!c->tx_busy)
-			*timeout = ms_min(*timeout, (int)(last + w->idle_ms - now));
 		if (c->rx_eof || !c->rx_since_ms)
 			continue;
 		if (w->q_full || c->alloc_wait || tw_conn_held(w, c)) {
@@ -680,7 +678,7 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 	}
 	/* Side channels: wake-ups for our senders too, so also while the
 	 * connection is not read (its end seen, paused, the queue full). */
-	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+	for (struct tcp_conn *c = w->hot; c; c = c->hnext) {
 		struct tcp_shm *s = atomic_load(&c->shm);
 		if (!c->dead && s && s->sock >= 0 && !s->side_gone)
 			pollset_add(w, &n, s->sock, POLLIN, SLOT_SHM, c);
@@ -688,7 +686,9 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 	w->lead_rings = 0;
 	if (w->q_full)
 		return n;
-	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+	/* The cold connections, all behind one descriptor. */
+	pollset_add(w, &n, w->epfd, POLLIN, SLOT_EPOLL, NULL);
+	for (struct tcp_conn *c = w->hot; c; c = c->hnext) {
 		if (c->rx_eof || c->dead || c->alloc_wait)
 			continue;
 		if (tw_conn_held(w, c))
@@ -701,7 +701,7 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 		if (s && s->rx_on)
 			w->lead_rings++;
 	}
-	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+	for (struct tcp_conn *c = w->hot; c; c = c->hnext) {
 		if (!c->rx_ready || c->rx_eof || c->dead || c->alloc_wait ||
 		    tw_conn_held(w, c))
 			continue;
@@ -759,12 +759,29 @@ static bool conn_rx_result(struct tcp_wire *w, struct tcp_conn *c)
  */
 static void resume_paused(struct tcp_wire *w)
 {
-	for (struct tcp_conn *c = w->conns; c; c = c->next)
+	/* Paused connections were being read, so they are hot. */
+	for (struct tcp_conn *c = w->hot; c; c = c->hnext)
 		if (c->alloc_wait) {
 			c->alloc_wait = false;
 			c->budget_paused = false;
 			c->rx_ready = true;
 		}
+}
+
+/*
+ * The cold connections epoll has ready, at most TCP_EPOLL_BATCH (the
+ * rest stay ready for the next round): kept in w->woke for
+ * leader_apply(), which heats them under mu. Leader, mu released; a
+ * pointer from epoll stays valid to the end of the round (tcp_ready.c).
+ */
+static void epoll_take(struct tcp_wire *w)
+{
+	struct epoll_event ev[TCP_EPOLL_BATCH];
+	int k = epoll_wait(w->epfd, ev, TCP_EPOLL_BATCH, 0);
+
+	w->nwoke = 0;
+	for (int i = 0; i < k; i++)
+		w->woke[w->nwoke++] = ev[i].data.ptr;
 }
 
 /* Apply what the poll round saw (mu held). Whether anything changed. */
@@ -802,6 +819,19 @@ static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 			break;
 		case SLOT_CONN:
 			changed |= conn_rx_result(w, s->p);
+			break;
+		case SLOT_EPOLL:
+			/* Cold connections epoll found readable: hot from now
+			 * on, read in the next round, which does not wait. */
+			for (size_t k = 0; k < w->nwoke; k++) {
+				struct tcp_conn *c = w->woke[k];
+				if (c->dead || c->hot)
+					continue;
+				tw_conn_heat(w, c);
+				c->rx_ready = true;
+				changed = true;
+			}
+			w->nwoke = 0;
 			break;
 		case SLOT_SHM:
 			if (re) {
@@ -851,13 +881,16 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 	int err = 0;
 
 	tw_reap(w);
-	for (struct tcp_conn *c = w->conns; c; c = c->next)
-		want += 2; /* the connection, and its side channel if any */
+	want += 2 * w->nhot; /* a hot connection, and its side channel if any */
 	want += 2u * w->nwaiters;
 	if (pollset_reserve(w, want))
 		return -ENOMEM;
 	first_conn = pollset_fixed(w, me, w->host->ctx_fd(ctx));
 	n = pollset_conns(w, first_conn, &timeout);
+	/* It closed connections (idle, stalled): free them at the end of
+	 * this round, not after a poll that may wait for ever. */
+	if (w->reap_due)
+		timeout = 0;
 
 	pthread_mutex_unlock(&w->mu);
 	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 &&
@@ -865,6 +898,8 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 		err = -errno;
 	uint64_t now = now_coarse_ms();
 	for (size_t i = first_conn; i < n; i++) {
+		if (w->slot[i].kind == SLOT_EPOLL && w->pfd[i].revents)
+			epoll_take(w);
 		if (w->slot[i].kind != SLOT_CONN)
 			continue;
 		struct tcp_conn *c = w->slot[i].p;

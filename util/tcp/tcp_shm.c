@@ -518,8 +518,14 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 	s->sock = p->fd;
 	pthread_mutex_lock(&w->mu);
 	struct tcp_conn *c = conn_by_nonce(w, m.nonce);
-	if (c)
+	if (c) {
 		atomic_store(&c->shm, s);
+		/* Its ring and side channel are read every round: the
+		 * leader must poll it itself from now on. */
+		tw_conn_heat(w, c);
+		if (w->leader)
+			tw_kick(w);
+	}
 	pthread_mutex_unlock(&w->mu);
 	if (!c) {
 		s->sock = -1;

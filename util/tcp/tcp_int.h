@@ -7,6 +7,7 @@
  *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
  *   tcp_handshake.c  the accept thread and the dialer's handshake
  *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
+ *   tcp_ready.c      hot and cold connections (epoll), the idle timeout
  *   tcp_api.c        open, close, send, recv
  *   tcp_txq.c        writing frames; coalescing the frames of senders
  *                    queued behind each other (one sendmsg() for many)

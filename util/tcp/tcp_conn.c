@@ -520,7 +520,8 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	c->rbuf = malloc(TCP_RBUF);
 	if (!c->rbuf)
 		return -ENOMEM;
-	int r = tw_ready_add(w, c, now_coarse_ms());
+	bool kick;
+	int r = tw_ready_add(w, c, now_coarse_ms(), &kick);
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom, "%s: epoll_ctl: %s", c->raddr,
 			     strerror(-r));
@@ -578,7 +579,9 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);
 out:
-	if (w->leader)
+	/* A leader waiting for something send-side (a dial, a route) looks
+	 * again; a receiving one only when the new connection needs it. */
+	if (w->leader && (kick || (w->lead && w->lead->tx)))
 		tw_kick(w);
 	tw_wake_all(w);
 	return 0;

@@ -551,8 +551,10 @@ void tw_retire(struct tcp_conn *c);
 /* Readiness (tcp_ready.c; mu held but for open and close). */
 int tw_ready_open(struct tcp_wire *w);
 void tw_ready_close(struct tcp_wire *w);
-/* A new connection, cold; its idle deadline counts from @now. */
-int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now);
+/* A new connection, cold; its idle deadline counts from @now. *@kick:
+ * a leader blocked in poll() must look again (a connection registered
+ * while thousands connect at once otherwise costs it nothing). */
+int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now, bool *kick);
 /* Before @c is freed. */
 void tw_ready_del(struct tcp_wire *w, struct tcp_conn *c);
 /* Cold to hot (epoll saw it readable). */

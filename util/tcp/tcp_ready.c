@@ -63,20 +63,24 @@ static void hot_unlink(struct tcp_wire *w, struct tcp_conn *c)
 	w->nhot--;
 }
 
-int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now)
+int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now, bool *kick)
 {
+	*kick = false;
 	/* A connection that moved to shared memory before it was registered
 	 * (the dialer's) is read every round: hot for good. */
 	if (atomic_load(&c->shm)) {
 		hot_link(w, c);
+		*kick = true; /* a blocked leader does not poll it yet */
 	} else {
 		int r = ep_add(w, c);
 		if (r)
 			return r;
 		c->hot = false;
 	}
-	if (now + w->idle_ms < w->next_idle_ms)
+	if (now + w->idle_ms < w->next_idle_ms) {
 		w->next_idle_ms = now + w->idle_ms;
+		*kick = true; /* a blocked leader's timeout may be too long */
+	}
 	return 0;
 }
 

@@ -620,6 +620,19 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags, const struct zap_attr 
 			first_pick_summary(r->name, why);
 			return 0;
 		}
+		/*
+		 * -EINVAL from open is a configuration error (a variable or
+		 * attribute, a TLS file): the operator's to fix, the same
+		 * whatever the preference, and never hidden by a fallback,
+		 * which would read the same settings anyway.
+		 */
+		if (rc == -EINVAL) {
+			char reason[512];
+			snprintf(reason, sizeof(reason), "%s", zap_last_error());
+			first_pick_summary("none", "configuration error");
+			return zap__fail(-EINVAL, "%s: %s", r->name,
+					 unprefixed(r->name, reason));
+		}
 		append(pl.unavailable, sizeof(pl.unavailable), "%s%s: open failed: %s",
 		       pl.unavailable[0] ? "; " : "", r->name,
 		       unprefixed(r->name, zap_last_error()));

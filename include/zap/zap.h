@@ -256,15 +256,19 @@ struct zap_attr {
  *
  * A transport whose open fails (its listen address is taken, say) is
  * treated like an unavailable one: without strict, the next candidate is
- * tried.
+ * tried. A configuration error is not: a bad attribute or variable, or a
+ * TLS file that is missing, unsafe or malformed, fails the pick with
+ * -EINVAL whatever the preference, with no fallback (the next candidate
+ * would read the same settings).
  *
  * Return: 0 on success;
  *  ZAP_ENOTAVAIL: strict and the requested transport is unavailable; or
  *                 not strict and every candidate was excluded, unavailable
  *                 or failed to open (the reason lists each, once);
  *  -EINVAL:       malformed preference, an unknown name in strict mode, a
- *                 bad attribute, or a bad environment value (the reason
- *                 names the variable);
+ *                 bad attribute, a bad environment value, or a TLS setting
+ *                 that cannot be used (the reason names the variable or
+ *                 file); the same code under any preference;
  *  -ENOMEM;
  *  strict only: the open error of the transport asked for (-EADDRINUSE,
  *  -EADDRNOTAVAIL, -EACCES, ...).

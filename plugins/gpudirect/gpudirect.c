@@ -204,7 +204,7 @@ int gd_tls_open(struct gd_tp *t, const struct zap_open_args *args)
 		return 0;
 	rc = ztls_ctx_new(&cfg, &t->tls, why, sizeof(why));
 	if (rc)
-		return t->host->fail(rc, "gpudirect: TLS: %s", why);
+		return t->host->fail(ztls_open_err(rc), "gpudirect: TLS: %s", why);
 	if (ztls_ctx_warning(t->tls))
 		t->host->log(ZAP_LOG_WARN, "gpudirect", "TLS: %s",
 			     ztls_ctx_warning(t->tls));

@@ -521,12 +521,25 @@ static void test_bad_config(void **state)
 	assert_int_equal(chmod(A.key_path, 0644), 0);
 	int r = ep_try(&A, pins, NULL, &t);
 	assert_int_equal(chmod(A.key_path, 0600), 0);
-	assert_int_equal(r, -EPERM);
+	assert_int_equal(r, -EINVAL);
 	assert_non_null(strstr(zap_last_error(), "too open"));
 	/* A key without a certificate: never plaintext. */
 	struct zap_attr a = {.size = sizeof(a), .listen = "127.0.0.1:0",
 			     .tls_key = A.key_path, .tls_peers = pins};
 	assert_int_equal(zap_pick("=default", 0, &a, &t), -EINVAL);
+	/* A configuration error is the same code whatever the preference:
+	 * no fallback hides it, strict or not (docs/loader.md). */
+	struct zap_attr m = {.size = sizeof(m), .listen = "127.0.0.1:0",
+			     .tls_cert = "/nonexistent/cert.pem", .tls_key = A.key_path,
+			     .tls_peers = pins};
+	const char *prefs[] = { NULL, "", "auto", "default", "=default", "uma,default" };
+	for (size_t i = 0; i < sizeof(prefs) / sizeof(prefs[0]); i++) {
+		t = NULL;
+		assert_int_equal(zap_pick(prefs[i], 0, &m, &t), -EINVAL);
+		assert_null(t);
+		assert_non_null(strstr(zap_last_error(), "/nonexistent/cert.pem"));
+	}
+	assert_int_equal(zap_pick(NULL, 0, &a, &t), -EINVAL);
 }
 
 /* ZAP_TLS_CA with more than a handful of roots (a system bundle would

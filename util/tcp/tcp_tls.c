@@ -44,7 +44,7 @@ int tw_tls_open(struct tcp_wire *w, const struct tcp_wire_args *a)
 				   .ktls = true };
 	int r = ztls_ctx_new(&cfg, &w->tls, why, sizeof(why));
 	if (r)
-		return w->host->fail(r, "%s: TLS: %s", w->dom, why);
+		return w->host->fail(ztls_open_err(r), "%s: TLS: %s", w->dom, why);
 	if (ztls_ctx_warning(w->tls))
 		w->host->log(ZAP_LOG_WARN, w->dom, "TLS: %s", ztls_ctx_warning(w->tls));
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "TLS 1.3 on, key %s, trusting %s, %s",

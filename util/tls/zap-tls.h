@@ -25,6 +25,7 @@
 #ifndef ZAP_TLS_H
 #define ZAP_TLS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -125,6 +126,17 @@ static inline const char *ztls_partial_config(const char *cert, const char *key,
  * a regular file, bad PEM, key mismatch, bad pin file), -EPERM (owner or
  * mode of a file or directory), -EFBIG, -ENOENT/-EACCES (open), -ENOMEM.
  */
+/*
+ * What a transport's open returns for a failed ztls_ctx_new() @r: the
+ * settings are wrong whatever errno says why (a missing file, its mode, bad
+ * PEM), and a configuration error is -EINVAL everywhere (docs/loader.md);
+ * only running out of memory stays itself.
+ */
+static inline int ztls_open_err(int r)
+{
+	return r == -ENOMEM ? r : -EINVAL;
+}
+
 int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out, char *why,
 		 size_t whylen);
 void ztls_ctx_free(struct ztls_ctx *x);

@@ -294,6 +294,12 @@ ZAP_EXPORT const char *zap_transport_name(const struct zap_transport *t);
  * that must use a particular interface, should be given an address
  * explicitly: listen on it (attr.listen / ZAP_LISTEN).
  *
+ * The socket transports also dial from the host they listen on (so that a
+ * peer sees the address it can reply to). An endpoint listening on a
+ * loopback address therefore reaches only this host: zap_send() to
+ * another host fails -ENETUNREACH, "bound to 127.0.0.1: cannot reach
+ * 192.0.2.77:7000 from there".
+ *
  * Return: 0; -ENOSPC if @len is too small; -EOPNOTSUPP if the transport has
  * no address of that form; -EBADFD in a fork() child.
  */
@@ -355,7 +361,9 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  *  -EACCES:     TLS: the peer was refused (untrusted key, not the key
  *               the peer string requires) or refused this endpoint;
  *  -EHOSTUNREACH/-ECONNREFUSED/-ECONNRESET/-EPIPE: the peer cannot be
- *               reached or went away (-ENOENT: no socket at a unix: path);
+ *               reached or went away (-ENOENT: no socket at a unix: path;
+ *               -ENETUNREACH: no route, also from a loopback listener to
+ *               another host, see zap_transport_address());
  *  -EPROTO:     the far end answered but is not a peer of this transport
  *               (another protocol, or an incompatible libzap wire
  *               version); the reason says what it sent;

@@ -442,14 +442,14 @@ int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
  * effort: a family mismatch or a failed bind leaves the kernel's choice,
  * and the acceptor then refuses us with a reason.
  */
-static void bind_source(const struct tcp_wire *w, int fd, int family)
+static bool bind_source(const struct tcp_wire *w, int fd, int family)
 {
 	struct zaddr b;
 	struct sockaddr_storage ss = { 0 };
 	socklen_t sl = 0;
 
 	if (zaddr_parse(w->bound, &b) || b.wildcard)
-		return;
+		return false;
 	if (family == AF_INET && b.kind == ZADDR_IPV4) {
 		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 		s4->sin_family = AF_INET;
@@ -466,9 +466,33 @@ static void bind_source(const struct tcp_wire *w, int fd, int family)
 	if (sl) /* pick the port at connect, by the whole 4-tuple */
 		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
 #endif
-	if (sl && bind(fd, (struct sockaddr *)&ss, sl) < 0)
+	if (sl && bind(fd, (struct sockaddr *)&ss, sl) < 0) {
 		w->host->log(ZAP_LOG_DEBUG, w->dom, "cannot dial from %s: %s", b.host,
 			     strerror(errno));
+		return false;
+	}
+	return sl != 0;
+}
+
+/*
+ * connect() failed with @e from a socket bound to our listen host: the
+ * usual cause of EINVAL (and EADDRNOTAVAIL) there is a listener on a
+ * loopback address asked to reach another host, which no route from that
+ * source can. Say so, as unreachable, instead of "Invalid argument".
+ */
+static int dial_refused(const struct tcp_wire *w, const char *peer, int e, bool bound)
+{
+	struct zaddr b;
+
+	if (!bound || (e != EINVAL && e != EADDRNOTAVAIL) || zaddr_parse(w->bound, &b))
+		return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom, peer,
+				     strerror(e),
+				     e == ECONNREFUSED ? " (nothing listens there)" : "");
+	return w->host->fail(-ENETUNREACH,
+			     "%s: bound to %s: cannot reach %s from there (%s); listen "
+			     "on an address of the interface that reaches it, or on "
+			     "0.0.0.0",
+			     w->dom, b.host, peer, strerror(e));
 }
 
 static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo *ai,
@@ -479,16 +503,12 @@ static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo 
 	if (fd < 0)
 		return w->host->fail(-errno, "%s: socket: %s", w->dom, strerror(errno));
 	tw_tune_socket(fd);
-	bind_source(w, fd, ai->ai_family);
+	bool bound = bind_source(w, fd, ai->ai_family);
 	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
 		if (errno != EINPROGRESS) {
 			int e = errno;
 			close(fd);
-			return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom, peer,
-					     strerror(e),
-					     e == ECONNREFUSED
-						     ? " (nothing listens there)"
-						     : "");
+			return dial_refused(w, peer, e, bound);
 		}
 		int r = tw_wait_fd(w, fd, POLLOUT, ctx, -1);
 		if (r) {
@@ -503,11 +523,7 @@ static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo 
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
 		if (soerr) {
 			close(fd);
-			return w->host->fail(-soerr, "%s: connect to %s: %s%s", w->dom,
-					     peer, strerror(soerr),
-					     soerr == ECONNREFUSED
-						     ? " (nothing listens there)"
-						     : "");
+			return dial_refused(w, peer, soerr, bound);
 		}
 	}
 	tw_tune_same_host(w, fd);

@@ -31,6 +31,7 @@ enum {
 struct opts {
 	int verbose;
 	int json;
+	int env; /* --env: the configuration registry, nothing scanned */
 	int isolate;
 	unsigned timeout_ms;
 	const char *transport; /* --transport, or NULL for ZAP_TRANSPORT */
@@ -62,6 +63,13 @@ static void usage(FILE *f)
 "  -v, --verbose         add probe detail lines, full capabilities and the\n"
 "                        TLS settings (mode, key fingerprint, trust, kTLS)\n"
 "  -j, --json            print JSON for scripts (fields below)\n"
+"  -e, --env             list every ZAP_* variable libzap reads: its value\n"
+"                        and where it came from (environment, default,\n"
+"                        ignored under AT_SECURE, invalid: reason); with\n"
+"                        -v also type, range, setuid policy and meaning;\n"
+"                        with --json {version, env: [{name, type, owner,\n"
+"                        default, setuid, doc, min, max, choices, value,\n"
+"                        source, reason}]}. Exit status 2 if one is invalid\n"
 "  -i, --isolate         probe each plugin in a helper process, so a plugin\n"
 "                        that crashes or hangs is reported (the default of\n"
 "                        every libzap program; overrides ZAP_PROBE_INPROCESS)\n"
@@ -229,6 +237,21 @@ static void print_pool(const struct info *in, const struct opts *o)
 	zap_close(t);
 }
 
+/* Variable @name as libzap takes it: its value when set and valid, else
+ * NULL (unset, ignored under AT_SECURE, or invalid). */
+static const char *env_value(const char *name)
+{
+	size_t n = zap_env_count();
+
+	for (size_t i = 0; i < n; i++) {
+		struct zap_env_entry e = { .size = sizeof(e) };
+
+		if (!zap_env_get(i, &e) && !strcmp(e.name, name))
+			return e.source == ZAP_ENV_SET ? e.value : NULL;
+	}
+	return NULL;
+}
+
 /*
  * The TCP wire's TLS settings (default, uma), loaded and checked as an
  * endpoint would load them: the mode, this endpoint's key fingerprint (the
@@ -237,8 +260,8 @@ static void print_pool(const struct info *in, const struct opts *o)
 static void print_tls(void)
 {
 	struct ztls_config cfg = {
-		.cert = getenv("ZAP_TLS_CERT"), .key = getenv("ZAP_TLS_KEY"),
-		.ca = getenv("ZAP_TLS_CA"), .peers = getenv("ZAP_TLS_PEERS"),
+		.cert = env_value("ZAP_TLS_CERT"), .key = env_value("ZAP_TLS_KEY"),
+		.ca = env_value("ZAP_TLS_CA"), .peers = env_value("ZAP_TLS_PEERS"),
 		.ktls = true,
 	};
 	struct ztls_ctx *x = NULL;
@@ -454,6 +477,86 @@ static void json_caps(const struct zap_caps *c)
 #define J2 ",\n      " /* between members of a plugin row */
 #define J3 ",\n    "   /* between members of pick */
 
+/* ---- the configuration registry (--env) ---------------------------------- */
+
+static const char *const env_sources[] = { "default", "environment", "ignored", "invalid" };
+
+static void print_env_json(const struct zap_env_entry *e, const char *sep)
+{
+	const char *in = ",\n      ";
+
+	printf("%s    {", sep);
+	json_kstr("", "name", e->name);
+	json_kstr(in, "type", e->type);
+	json_kstr(in, "owner", e->owner);
+	json_kstr(in, "default", e->def);
+	json_kstr(in, "setuid", e->setuid);
+	json_kstr(in, "doc", e->doc);
+	json_key(in, "min");
+	printf("%llu", (unsigned long long)e->min);
+	json_key(in, "max");
+	printf("%llu", (unsigned long long)e->max);
+	json_key(in, "choices");
+	e->choices ? json_str(e->choices) : (void)fputs("null", stdout);
+	json_key(in, "value");
+	e->value ? json_str(e->value) : (void)fputs("null", stdout);
+	json_kstr(in, "source", env_sources[e->source & 3]);
+	json_kstr(in, "reason", e->reason);
+	fputs("}", stdout);
+}
+
+static void print_env_text(const struct zap_env_entry *e, int verbose)
+{
+	char range[64] = "";
+
+	if (e->source == ZAP_ENV_SET)
+		printf("%-30s %s  (environment)\n", e->name, e->value);
+	else if (e->source == ZAP_ENV_DEFAULT)
+		printf("%-30s %s  (default)\n", e->name, e->def);
+	else if (e->source == ZAP_ENV_IGNORED)
+		printf("%-30s %s  (ignored under AT_SECURE: '%s'; default)\n", e->name,
+		       e->def, e->value);
+	else
+		printf("%-30s '%s'  (invalid: %s)\n", e->name, e->value, e->reason);
+	if (!verbose)
+		return;
+	if (e->choices)
+		snprintf(range, sizeof(range), ": %s", e->choices);
+	else if (strcmp(e->type, "string") && strcmp(e->type, "list") &&
+		 strcmp(e->type, "bool"))
+		snprintf(range, sizeof(range), " %llu..%llu", (unsigned long long)e->min,
+			 (unsigned long long)e->max);
+	printf("    %s%s, owner %s, setuid: %s; %s\n", e->type, range, e->owner,
+	       e->setuid, e->doc);
+}
+
+/* --env: every variable of the registry; 2 when one is invalid. */
+static int print_env(const struct opts *o)
+{
+	size_t n = zap_env_count();
+	int bad = 0;
+
+	if (o->json) {
+		fputs("{\n  ", stdout);
+		json_kstr("", "version", zap_version());
+		fputs(",\n  \"env\": [\n", stdout);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct zap_env_entry e = { .size = sizeof(e) };
+
+		if (zap_env_get(i, &e))
+			return EXIT_USAGE;
+		bad |= e.source == ZAP_ENV_INVALID;
+		if (o->json)
+			print_env_json(&e, i ? ",\n" : "");
+		else
+			print_env_text(&e, o->verbose);
+	}
+	if (o->json)
+		fputs("\n  ]\n}\n", stdout);
+	return bad ? EXIT_USAGE : 0;
+}
+
 static void print_json(const struct info *in, const struct opts *o)
 {
 	int i;
@@ -588,7 +691,7 @@ static int gather_report(struct info *in, const struct opts *o)
  * status that follows from it. */
 static void gather_pick(struct info *in, const struct opts *o)
 {
-	const char *env = getenv("ZAP_TRANSPORT");
+	const char *env = env_value("ZAP_TRANSPORT");
 
 	if (o->transport) {
 		in->request = o->transport;
@@ -640,6 +743,7 @@ int main(int argc, char **argv)
 		{ "transport", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "env", no_argument, NULL, 'e' },
 		{ "isolate", no_argument, NULL, 'i' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
@@ -652,7 +756,7 @@ int main(int argc, char **argv)
 	unsigned long ms;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "t:vjihV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:vjeihV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			o.transport = optarg;
@@ -662,6 +766,9 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			o.json = 1;
+			break;
+		case 'e':
+			o.env = 1;
 			break;
 		case 'i':
 			o.isolate = 1;
@@ -695,6 +802,8 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 
+	if (o.env)
+		return print_env(&o);
 	if (gather(&in, &o) != 0)
 		return EXIT_USAGE;
 	if (o.json)

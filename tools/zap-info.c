@@ -17,6 +17,7 @@
 #include <zap/zap.h>
 #include <zap/zap-plugin.h>
 
+#include "zap-info.h"
 #include "zap-tls.h"
 
 /* Documented in usage() and zap-info(1); scripts rely on them. */
@@ -237,21 +238,6 @@ static void print_pool(const struct info *in, const struct opts *o)
 	zap_close(t);
 }
 
-/* Variable @name as libzap takes it: its value when set and valid, else
- * NULL (unset, ignored under AT_SECURE, or invalid). */
-static const char *env_value(const char *name)
-{
-	size_t n = zap_env_count();
-
-	for (size_t i = 0; i < n; i++) {
-		struct zap_env_entry e = { .size = sizeof(e) };
-
-		if (!zap_env_get(i, &e) && !strcmp(e.name, name))
-			return e.source == ZAP_ENV_SET ? e.value : NULL;
-	}
-	return NULL;
-}
-
 /*
  * The TCP wire's TLS settings (default, uma), loaded and checked as an
  * endpoint would load them: the mode, this endpoint's key fingerprint (the
@@ -260,8 +246,8 @@ static const char *env_value(const char *name)
 static void print_tls(void)
 {
 	struct ztls_config cfg = {
-		.cert = env_value("ZAP_TLS_CERT"), .key = env_value("ZAP_TLS_KEY"),
-		.ca = env_value("ZAP_TLS_CA"), .peers = env_value("ZAP_TLS_PEERS"),
+		.cert = zi_env_value("ZAP_TLS_CERT"), .key = zi_env_value("ZAP_TLS_KEY"),
+		.ca = zi_env_value("ZAP_TLS_CA"), .peers = zi_env_value("ZAP_TLS_PEERS"),
 		.ktls = true,
 	};
 	struct ztls_ctx *x = NULL;
@@ -394,7 +380,7 @@ static size_t utf8_len(const unsigned char *s)
 }
 
 /* A JSON string; bytes that are not UTF-8 (odd file names) become U+FFFD. */
-static void json_str(const char *s)
+void json_str(const char *s)
 {
 	const unsigned char *p = (const unsigned char *)(s ? s : "");
 
@@ -431,14 +417,14 @@ static void json_str(const char *s)
  * ", " inside one-line objects, ",\n" plus indentation otherwise, "" for
  * the first.
  */
-static void json_key(const char *sep, const char *key)
+void json_key(const char *sep, const char *key)
 {
 	fputs(sep, stdout);
 	json_str(key);
 	fputs(": ", stdout);
 }
 
-static void json_kstr(const char *sep, const char *key, const char *v)
+void json_kstr(const char *sep, const char *key, const char *v)
 {
 	json_key(sep, key);
 	json_str(v);
@@ -476,86 +462,6 @@ static void json_caps(const struct zap_caps *c)
 #define J1 ",\n  "     /* between top-level members */
 #define J2 ",\n      " /* between members of a plugin row */
 #define J3 ",\n    "   /* between members of pick */
-
-/* ---- the configuration registry (--env) ---------------------------------- */
-
-static const char *const env_sources[] = { "default", "environment", "ignored", "invalid" };
-
-static void print_env_json(const struct zap_env_entry *e, const char *sep)
-{
-	const char *in = ",\n      ";
-
-	printf("%s    {", sep);
-	json_kstr("", "name", e->name);
-	json_kstr(in, "type", e->type);
-	json_kstr(in, "owner", e->owner);
-	json_kstr(in, "default", e->def);
-	json_kstr(in, "setuid", e->setuid);
-	json_kstr(in, "doc", e->doc);
-	json_key(in, "min");
-	printf("%llu", (unsigned long long)e->min);
-	json_key(in, "max");
-	printf("%llu", (unsigned long long)e->max);
-	json_key(in, "choices");
-	e->choices ? json_str(e->choices) : (void)fputs("null", stdout);
-	json_key(in, "value");
-	e->value ? json_str(e->value) : (void)fputs("null", stdout);
-	json_kstr(in, "source", env_sources[e->source & 3]);
-	json_kstr(in, "reason", e->reason);
-	fputs("}", stdout);
-}
-
-static void print_env_text(const struct zap_env_entry *e, int verbose)
-{
-	char range[64] = "";
-
-	if (e->source == ZAP_ENV_SET)
-		printf("%-30s %s  (environment)\n", e->name, e->value);
-	else if (e->source == ZAP_ENV_DEFAULT)
-		printf("%-30s %s  (default)\n", e->name, e->def);
-	else if (e->source == ZAP_ENV_IGNORED)
-		printf("%-30s %s  (ignored under AT_SECURE: '%s'; default)\n", e->name,
-		       e->def, e->value);
-	else
-		printf("%-30s '%s'  (invalid: %s)\n", e->name, e->value, e->reason);
-	if (!verbose)
-		return;
-	if (e->choices)
-		snprintf(range, sizeof(range), ": %s", e->choices);
-	else if (strcmp(e->type, "string") && strcmp(e->type, "list") &&
-		 strcmp(e->type, "bool"))
-		snprintf(range, sizeof(range), " %llu..%llu", (unsigned long long)e->min,
-			 (unsigned long long)e->max);
-	printf("    %s%s, owner %s, setuid: %s; %s\n", e->type, range, e->owner,
-	       e->setuid, e->doc);
-}
-
-/* --env: every variable of the registry; 2 when one is invalid. */
-static int print_env(const struct opts *o)
-{
-	size_t n = zap_env_count();
-	int bad = 0;
-
-	if (o->json) {
-		fputs("{\n  ", stdout);
-		json_kstr("", "version", zap_version());
-		fputs(",\n  \"env\": [\n", stdout);
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct zap_env_entry e = { .size = sizeof(e) };
-
-		if (zap_env_get(i, &e))
-			return EXIT_USAGE;
-		bad |= e.source == ZAP_ENV_INVALID;
-		if (o->json)
-			print_env_json(&e, i ? ",\n" : "");
-		else
-			print_env_text(&e, o->verbose);
-	}
-	if (o->json)
-		fputs("\n  ]\n}\n", stdout);
-	return bad ? EXIT_USAGE : 0;
-}
 
 static void print_json(const struct info *in, const struct opts *o)
 {
@@ -691,7 +597,7 @@ static int gather_report(struct info *in, const struct opts *o)
  * status that follows from it. */
 static void gather_pick(struct info *in, const struct opts *o)
 {
-	const char *env = env_value("ZAP_TRANSPORT");
+	const char *env = zi_env_value("ZAP_TRANSPORT");
 
 	if (o->transport) {
 		in->request = o->transport;
@@ -803,7 +709,7 @@ int main(int argc, char **argv)
 	}
 
 	if (o.env)
-		return print_env(&o);
+		return zi_print_env(o.json, o.verbose);
 	if (gather(&in, &o) != 0)
 		return EXIT_USAGE;
 	if (o.json)

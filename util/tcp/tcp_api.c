@@ -579,25 +579,19 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 }
 
 /*
- * A variable of the TCP wire through libzap's registry (zap_host.config_u64:
- * its grammar, range, default and setuid policy are declared there once).
- * Return 1 when set, 0 for the default, or a negative errno; the registry
- * has recorded the reason, naming the variable (the core prefixes the
- * transport's name when the open fails).
+ * The wire's variables are read through libzap's registry
+ * (zap_host.config_u64: grammar, range, default and setuid policy are
+ * declared there once): 1 when set, 0 for the default, or a negative errno
+ * after the registry recorded the reason, naming the variable (the core
+ * prefixes the transport's name when the open fails).
  */
-static int conf_u64(const struct zap_host *host, const char *dom, const char *name,
-		    uint64_t *out)
-{
-	(void)dom;
-	return host->config_u64(name, out);
-}
 
 /* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping (0: never
  * spin). Unset: learned from traffic (tcp_spin.c). */
 static int spin_setting(const struct zap_host *host, const char *dom, struct tcp_spin *s)
 {
 	uint64_t n;
-	int rc = conf_u64(host, dom, TCP_SPIN_ENV, &n);
+	int rc = host->config_u64(TCP_SPIN_ENV, &n);
 
 	tw_spin_init(s, false, 0);
 	if (rc < 0)
@@ -612,7 +606,7 @@ static int spin_setting(const struct zap_host *host, const char *dom, struct tcp
 static int same_host_cc_setting(const struct zap_host *host, const char *dom, bool *keep)
 {
 	uint64_t n;
-	int rc = conf_u64(host, dom, TCP_SAME_HOST_CC_ENV, &n);
+	int rc = host->config_u64(TCP_SAME_HOST_CC_ENV, &n);
 
 	*keep = rc >= 0 && n == 1;
 	return rc < 0 ? rc : 0;
@@ -623,7 +617,7 @@ static int env_limit(const struct zap_host *host, const char *dom, const char *n
 		     unsigned *out)
 {
 	uint64_t n;
-	int rc = conf_u64(host, dom, name, &n);
+	int rc = host->config_u64(name, &n);
 
 	*out = rc < 0 ? 0 : (unsigned)n;
 	return rc < 0 ? rc : 0;
@@ -690,10 +684,10 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		r = env_limit(host, w->dom, TCP_PENDING_ENV, &w->pending_max);
 	if (!r)
 		r = env_limit(host, w->dom, TCP_STALL_ENV, &w->stall_ms);
-	if (!r && conf_u64(host, w->dom, TCP_PARTIAL_ENV, &w->partial_max) < 0)
-		r = -EINVAL;
-	if (!r && conf_u64(host, w->dom, TCP_RXQ_ENV, &w->rxq_max) < 0)
-		r = -EINVAL;
+	if (!r)
+		r = host->config_u64(TCP_PARTIAL_ENV, &w->partial_max) < 0 ? -EINVAL : 0;
+	if (!r)
+		r = host->config_u64(TCP_RXQ_ENV, &w->rxq_max) < 0 ? -EINVAL : 0;
 	if (!r)
 		r = env_limit(host, w->dom, TCP_IDLE_ENV, &w->idle_ms);
 	if (!r)

@@ -4,7 +4,9 @@
  * environment table): the whole config reader (zap__config_read(): log
  * level, quiet flag, ZAP_TRANSPORT, ZAP_LISTEN, ZAP_MAX_MSG_BYTES), the
  * byte-count parser every plugin's size variable goes through
- * (zap__env_bytes(), host->env_bytes), and the log level parser.
+ * (zap__env_bytes(), host->env_bytes), the log level parser, and the
+ * registry's host op (config_u64) for a size, two counts, an octal mode and
+ * an enumeration.
  *
  * Input: up to six values separated by 0xff bytes (an absent value is an
  * unset variable); the last one also feeds zap__env_bytes() with bounds
@@ -18,6 +20,7 @@
 #include <strings.h>
 
 #include "fuzz.h"
+#include "zap-config.h"
 #include "zap-private.h"
 
 static const char *const vars[] = {
@@ -77,6 +80,87 @@ static int ref_bool(const char *t)
 			return 0;
 	}
 	return -1;
+}
+
+/* The documented count grammar: decimal digits only, fitting 64 bits. */
+static int ref_count(const char *s, uint64_t *out)
+{
+	unsigned __int128 v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (!isdigit((unsigned char)*s))
+			return -EINVAL;
+		v = v * 10 + (unsigned)(*s - '0');
+		if (v > UINT64_MAX)
+			return -ERANGE;
+	}
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/*
+ * @t read as registry variables of each numeric type through the host op
+ * plugins call (zap_host.config_u64), against the references: a value is
+ * accepted exactly when the documented grammar and range say so, and a
+ * refusal names the variable.
+ */
+static void check_registry(const char *t)
+{
+	static const char *const shm[] = { "user", "group", "off", "1", "0" };
+	static const uint64_t shm_val[] = { 0, 1, 2, 0, 2 };
+	static const struct {
+		const char *name;
+		int kind; /* 0 size, 1 count, 2 octal, 3 ZAP_SHM */
+		uint64_t min, max;
+	} rvars[] = {
+		{ "ZAP_TCP_RX_QUEUE_BYTES", 0, 64ull << 10, 1ull << 40 },
+		{ "ZAP_TCP_MAX_PENDING", 1, 1, 1048576 },
+		{ "ZAP_TCP_HANDSHAKE_MS", 1, 10, 3600000 },
+		{ "ZAP_UNIX_SOCKET_MODE", 2, 0, 0777 },
+		{ "ZAP_SHM", 3, 0, 2 },
+	};
+
+	for (size_t k = 0; k < sizeof(rvars) / sizeof(rvars[0]); k++) {
+		uint64_t got = 0, want = 0;
+		int ok = 0, rc;
+
+		setenv(rvars[k].name, t, 1);
+		rc = zap__host_config_u64(rvars[k].name, &got);
+		unsetenv(rvars[k].name);
+		if (!*t) {
+			FUZZ_CHECK(rc == 0);
+			continue;
+		}
+		switch (rvars[k].kind) {
+		case 0:
+			ok = !ref_bytes(t, &want);
+			break;
+		case 1:
+			ok = !ref_count(t, &want);
+			break;
+		case 2:
+			ok = strlen(t) <= 4 && strspn(t, "01234567") == strlen(t) &&
+			     !ref_count(t, &want);
+			if (ok) /* the digits were read as decimal above */
+				want = strtoull(t, NULL, 8);
+			break;
+		default:
+			for (size_t i = 0; i < 5 && !ok; i++)
+				if (!strcasecmp(t, shm[i])) {
+					ok = 1;
+					want = shm_val[i];
+				}
+		}
+		ok = ok && want >= rvars[k].min && want <= rvars[k].max;
+		if (ok) {
+			FUZZ_CHECK(rc == 1 && got == want);
+		} else {
+			FUZZ_CHECK(rc == -EINVAL);
+			FUZZ_CHECK(strstr(zap_last_error(), rvars[k].name));
+		}
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -188,6 +272,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(rc == 0 && out == b);
 		}
 	}
+
+	/* Every value through the registry's grammars. */
+	for (i = 0; i < NVARS; i++)
+		if (val[i])
+			check_registry(val[i]);
 
 	zap__clear_error();
 	for (i = 0; i < NVARS; i++) {

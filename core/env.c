@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The core's environment variables, read once per process
- * (docs/environment.md). A bad value is never replaced silently: it is remembered with
- * a message naming the variable, and zap_pick() fails with it.
+ * The core's own variables, read once per process through the registry
+ * (core/zap-config.h, docs/environment.md), and the compatibility services of
+ * the host table (env_get, env_bytes) for plugins built before it. A bad
+ * value is never replaced silently: it is remembered with a message naming
+ * the variable, and zap_pick() fails with it.
+ *
+ * Shared state: @config, written once under pthread_once and then only
+ * read; @env_forbidden, an atomic flag set once by the probe helper.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,24 +18,13 @@
 #include <strings.h>
 #include <sys/auxv.h>
 
+#include "zap-config.h"
 #include "zap-addr.h"
 #include "zap-private.h"
 
 static struct zap_config config;
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static atomic_bool env_forbidden;
-
-typedef const char *(*env_fn)(const char *name);
-
-static const char *plain_getenv(const char *name)
-{
-	return getenv(name);
-}
-
-static const char *core_secure_getenv(const char *name)
-{
-	return secure_getenv(name);
-}
 
 bool zap__env_secure(void)
 {
@@ -48,7 +41,9 @@ void zap__env_forbid(void)
  * privileges of its file but the environment of its caller: a plugin that
  * read ZAP_DPDK_EAL_ARGS there would let the caller pick the libraries
  * DPDK loads ("-d some.so") into a privileged process. So plugins see no
- * variable at all there; they report themselves not configured.
+ * variable at all there; they report themselves not configured. Kept for
+ * plugins that read variables the registry does not know (out-of-tree
+ * ones); in-tree code reads through config_u64 and config_str.
  */
 const char *zap__env_get(const char *name)
 {
@@ -57,129 +52,39 @@ const char *zap__env_get(const char *name)
 	return getenv(name);
 }
 
-/*
- * Trimmed copy of an env value into @buf; NULL when unset or blank. A value
- * that does not fit is never cut short (its head could be valid on its
- * own): @buf gets "" and *@toolong its trimmed length.
- */
-static const char *env_trimmed_with(env_fn get, const char *name, char *buf, size_t len,
-				    size_t *toolong)
-{
-	const char *v = get(name);
-	size_t n;
-
-	*toolong = 0;
-	if (!v)
-		return NULL;
-	while (isspace((unsigned char)*v))
-		v++;
-	n = strlen(v);
-	while (n && isspace((unsigned char)v[n - 1]))
-		n--;
-	if (!n)
-		return NULL;
-	if (n >= len) {
-		*toolong = n;
-		buf[0] = '\0';
-		return buf;
-	}
-	memcpy(buf, v, n);
-	buf[n] = '\0';
-	return buf;
-}
-
-static const char *env_trimmed(const char *name, char *buf, size_t len, size_t *toolong)
-{
-	return env_trimmed_with(plain_getenv, name, buf, len, toolong);
-}
-
-static void config_error(struct zap_config *c, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void config_error(struct zap_config *c, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (c->error) /* keep the first */
-		return;
-	c->error = -EINVAL;
-	va_start(ap, fmt);
-	vsnprintf(c->error_msg, sizeof(c->error_msg), fmt, ap);
-	va_end(ap);
-}
-
 int zap__parse_bytes(const char *s, uint64_t *out)
 {
-	static const struct {
-		const char *suffix;
-		unsigned shift;
-	} units[] = {
-		{ "", 0 },     { "b", 0 },   { "k", 10 },   { "kb", 10 },  { "kib", 10 },
-		{ "m", 20 },   { "mb", 20 }, { "mib", 20 }, { "g", 30 },   { "gb", 30 },
-		{ "gib", 30 }, { "t", 40 },  { "tb", 40 },  { "tib", 40 },
-	};
-	uint64_t v = 0;
-	const char *p = s;
-
-	while (isspace((unsigned char)*p))
-		p++;
-	if (!isdigit((unsigned char)*p))
-		return -EINVAL;
-	for (; isdigit((unsigned char)*p); p++) {
-		uint64_t d = (uint64_t)(*p - '0');
-
-		/* Exact: 18446744073709551615 is still a byte count. */
-		if (v > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		v = v * 10 + d;
-	}
-	while (isspace((unsigned char)*p))
-		p++;
-	for (size_t i = 0; i < ZAP_ARRAY_SIZE(units); i++) {
-		size_t n = strlen(units[i].suffix);
-		const char *q = p + n;
-
-		if (strncasecmp(p, units[i].suffix, n))
-			continue;
-		while (isspace((unsigned char)*q))
-			q++;
-		if (*q)
-			continue;
-		if (units[i].shift && v > (UINT64_MAX >> units[i].shift))
-			return -ERANGE;
-		*out = v << units[i].shift;
-		return 0;
-	}
-	return -EINVAL;
+	return zap__cfg_parse_size(s, out);
 }
 
-static int env_bytes_with(env_fn get, const char *name, uint64_t def, uint64_t min,
-			  uint64_t max, uint64_t *out)
+/* A byte count from @name (read by @get) in [@min, @max], in the size
+ * grammar of the registry; unset or empty: @def. */
+static int env_bytes_with(const char *(*get)(const char *), const char *name,
+			  uint64_t def, uint64_t min, uint64_t max, uint64_t *out)
 {
-	char buf[64];
-	size_t toolong;
-	const char *v = env_trimmed_with(get, name, buf, sizeof(buf), &toolong);
+	const char *v = get(name);
 	uint64_t n;
-	int rc;
 
-	if (!v) {
+	if (!v || !*v) {
 		*out = def;
 		return 0;
 	}
-	if (toolong)
+	if (zap__cfg_parse_size(v, &n))
 		return zap__fail(-EINVAL,
-				 "%s is too long (%zu characters) for a byte count", name,
-				 toolong);
-	rc = zap__parse_bytes(v, &n);
-	if (rc)
-		return zap__fail(-EINVAL,
-				 "%s='%s' is not a byte count (e.g. 4096, 64M, 4GiB)",
-				 name, get(name));
+				 "%s='%.40s' is not a byte count (decimal, or with K, M, "
+				 "G or T: 64M)",
+				 name, v);
 	if (n < min || n > max)
 		return zap__fail(-EINVAL, "%s=%s is out of range [%llu, %llu] bytes",
 				 name, v, (unsigned long long)min,
 				 (unsigned long long)max);
 	*out = n;
 	return 0;
+}
+
+static const char *plain_getenv(const char *name)
+{
+	return getenv(name);
 }
 
 int zap__env_bytes(const char *name, uint64_t def, uint64_t min, uint64_t max,
@@ -246,129 +151,118 @@ int zap__parse_log_level(const char *s, enum zap_log_level *out)
 	return -EINVAL;
 }
 
+/* Read @name through the registry into @val; a bad value becomes @c's
+ * error (the first one is kept). Return whether it was set. */
+static bool read_var(struct zap_config *c, const char *name, struct zap_cfg_val *val)
+{
+	const struct zap_cfg_var *v = zap__cfg_find(name);
+
+	if (zap__cfg_get(v, val) && !c->error) {
+		c->error = -EINVAL;
+		snprintf(c->error_msg, sizeof(c->error_msg), "%s", val->why);
+	}
+	return val->source == ZAP_CFG_FROM_ENV;
+}
+
+/* A string variable copied into @buf (sized by the registry's limit). */
+static const char *read_str(struct zap_config *c, const char *name, char *buf, size_t len)
+{
+	struct zap_cfg_val val;
+
+	if (!read_var(c, name, &val) || strlen(val.str) >= len)
+		return NULL;
+	return strcpy(buf, val.str);
+}
+
+static const char *const tls_vars[4] = { "ZAP_TLS_CERT", "ZAP_TLS_KEY", "ZAP_TLS_CA",
+					 "ZAP_TLS_PEERS" };
+
+/*
+ * TLS files: refused under AT_SECURE (the caller could point the program
+ * at files of its choosing), but not as a config error: a program that
+ * passes the zap_attr field overrides the variable, so the refusal counts
+ * only at an open that would have used it (zap__config_tls()).
+ */
+static void read_tls(struct zap_config *c)
+{
+	for (int i = 0; i < 4; i++) {
+		const struct zap_cfg_var *v = zap__cfg_find(tls_vars[i]);
+		struct zap_cfg_val val;
+		int rc = zap__cfg_get(v, &val);
+
+		if (rc == -EPERM) {
+			c->tls_refused |= 1u << i;
+			if (!c->tls_refused_msg[0])
+				snprintf(c->tls_refused_msg, sizeof(c->tls_refused_msg),
+					 "%s", val.why);
+		} else if (rc && !c->error) {
+			c->error = rc;
+			snprintf(c->error_msg, sizeof(c->error_msg), "%s", val.why);
+		} else if (!rc && val.str) {
+			c->tls[i] = strcpy(c->tls_buf[i], val.str);
+		}
+	}
+}
+
+int zap__config_tls(const struct zap_config *c, unsigned i, const char *attr,
+		    const char **out)
+{
+	*out = attr;
+	if (attr || i >= 4)
+		return 0;
+	if (c->tls_refused & (1u << i))
+		return zap__fail(-EPERM, "%s", c->tls_refused_msg);
+	*out = c->tls[i];
+	return 0;
+}
+
 /*
  * Read and check the core's variables into @c (zeroed here). Separate from
- * the once-per-process zap__config() so that the fuzz harness can run it on
- * any environment.
+ * the once-per-process zap__config() so that the fuzz harness and the unit
+ * tests can run it on any environment.
  */
-/* A number of milliseconds in [0, UINT32_MAX] from @name; unset: 0. */
-static void env_millis(struct zap_config *c, const char *name, const char *zero,
-		       uint64_t *out)
-{
-	char buf[64], *end;
-	size_t toolong;
-	unsigned long long ms;
-	const char *v = env_trimmed(name, buf, sizeof(buf), &toolong);
-
-	if (toolong) {
-		config_error(c, "%s is too long (%zu characters)", name, toolong);
-		return;
-	}
-	if (!v)
-		return;
-	errno = 0;
-	ms = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-' || ms > UINT32_MAX)
-		config_error(c, "%s='%s' is not a number of milliseconds in [0, %u] (%s)",
-			     name, v, UINT32_MAX, zero);
-	else
-		*out = ms;
-}
-
-/* A boolean (ZAP_BOOL_SPELLINGS) from @name, read with @get; unset or
- * empty: *@out untouched. */
-static void env_boolean(struct zap_config *c, env_fn get, const char *name, bool *out)
-{
-	char buf[16];
-	size_t toolong;
-	const char *v = env_trimmed_with(get, name, buf, sizeof(buf), &toolong);
-	int b;
-
-	if (toolong) {
-		config_error(c,
-			     "%s is not a boolean (%zu characters; " ZAP_BOOL_SPELLINGS
-			     ")",
-			     name, toolong);
-		return;
-	}
-	if (!v)
-		return;
-	b = zap__parse_bool(v);
-	if (b < 0)
-		config_error(c, "%s='%s' is not a boolean (" ZAP_BOOL_SPELLINGS ")", name,
-			     v);
-	else
-		*out = b;
-}
-
 void zap__config_read(struct zap_config *c)
 {
-	char buf[64];
-	size_t toolong;
-	const char *v;
+	struct zap_cfg_val val;
 
 	memset(c, 0, sizeof(*c));
-	c->log_level = ZAP_LOG_WARN;
-	v = env_trimmed("ZAP_LOG_LEVEL", buf, sizeof(buf), &toolong);
-	if (toolong) {
-		config_error(c, "ZAP_LOG_LEVEL is too long (%zu characters)", toolong);
-	} else if (v) {
-		if (!zap__parse_log_level(v, &c->log_level))
-			c->log_level_set = true;
-		else
-			config_error(
-				c,
-				"ZAP_LOG_LEVEL='%s' is not one of error, warn, info, debug",
-				v);
-	}
-
-	env_boolean(c, plain_getenv, "ZAP_TRANSPORT_QUIET", &c->quiet);
-	/* Not in a privileged program: there the caller could choose to have
-	 * plugins probed inside it. */
-	env_boolean(c, core_secure_getenv, "ZAP_PROBE_INPROCESS", &c->probe_inprocess);
-
+	c->log_level_set = read_var(c, "ZAP_LOG_LEVEL", &val);
+	c->log_level = (enum zap_log_level)val.num;
+	read_var(c, "ZAP_TRANSPORT_QUIET", &val);
+	c->quiet = val.num;
+	read_var(c, "ZAP_PROBE_INPROCESS", &val);
+	c->probe_inprocess = val.num;
 	/* Syntax is checked by the pick parser, which names the variable. */
-	if (getenv("ZAP_TRANSPORT")) {
-		const char *t = getenv("ZAP_TRANSPORT");
-
-		if (strlen(t) >= sizeof(c->transport_buf))
-			config_error(c, "ZAP_TRANSPORT is too long (%zu characters)",
-				     strlen(t));
-		else
-			c->transport = strcpy(c->transport_buf, t);
+	c->transport = read_str(c, "ZAP_TRANSPORT", c->transport_buf,
+				sizeof(c->transport_buf));
+	c->listen = read_str(c, "ZAP_LISTEN", c->listen_buf, sizeof(c->listen_buf));
+	if (c->listen && zap__check_address("ZAP_LISTEN", c->listen) && !c->error) {
+		c->error = -EINVAL;
+		snprintf(c->error_msg, sizeof(c->error_msg), "%s", zap_last_error());
 	}
-
-	v = env_trimmed("ZAP_LISTEN", c->listen_buf, sizeof(c->listen_buf), &toolong);
-	if (toolong) {
-		config_error(c, "ZAP_LISTEN is too long (%zu characters)", toolong);
-	} else if (v) {
-		if (zap__check_address("ZAP_LISTEN", v))
-			config_error(c, "%s", zap_last_error());
-		c->listen = v;
-	}
-
-	if (zap__env_bytes("ZAP_MAX_MSG_BYTES", 0, 1, ZAP_MAX_MSG_LIMIT,
-			   &c->max_msg_size))
-		config_error(c, "%s", zap_last_error());
-
-	env_millis(c, "ZAP_SEND_TIMEOUT_MS", "0: no timeout", &c->send_timeout_ms);
-	env_millis(c, "ZAP_PROBE_TIMEOUT_MS", "0: the default, 5000",
-		   &c->probe_timeout_ms);
-
-	/* TLS files: not in a privileged program, where the caller could
-	 * point it at a file of its choosing (such programs pass zap_attr). */
-	static const char *const tls_vars[4] = { "ZAP_TLS_CERT", "ZAP_TLS_KEY",
-						 "ZAP_TLS_CA", "ZAP_TLS_PEERS" };
-	for (int i = 0; i < 4; i++) {
-		v = env_trimmed_with(core_secure_getenv, tls_vars[i], c->tls_buf[i],
-				     sizeof(c->tls_buf[i]), &toolong);
-		if (toolong)
-			config_error(c, "%s is too long (%zu characters)", tls_vars[i],
-				     toolong);
-		else if (v && *v)
-			c->tls[i] = v;
-	}
+	/* 0: unset (zap_attr or the default decides). */
+	if (read_var(c, "ZAP_MAX_MSG_BYTES", &val))
+		c->max_msg_size = val.num;
+	read_var(c, "ZAP_SEND_TIMEOUT_MS", &val);
+	c->send_timeout_ms = val.num;
+	read_var(c, "ZAP_PROBE_TIMEOUT_MS", &val);
+	c->probe_timeout_ms = val.num;
+	read_tls(c);
 	zap__clear_error();
+}
+
+const char *zap__config_path(const char *name)
+{
+	const struct zap_cfg_var *v = zap__cfg_find(name);
+	struct zap_cfg_val val;
+
+	if (!v)
+		return NULL;
+	if (zap__cfg_get(v, &val)) {
+		zap__log(ZAP_LOG_WARN, "core", "%s: ignored", val.why);
+		return NULL;
+	}
+	return val.str;
 }
 
 static void config_load(void)

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The service table every plugin (and the built-in default) receives. */
+#include "zap-config.h"
 #include "zap-private.h"
 
 const struct zap_host zap__host = {
@@ -21,4 +22,7 @@ const struct zap_host zap__host = {
 	.pool_try_alloc = zap__pool_try_alloc,
 	.last_error = zap_last_error,
 	.env_get = zap__env_get,
+	/* ABI 1.4 */
+	.config_u64 = zap__host_config_u64,
+	.config_str = zap__host_config_str,
 };

@@ -519,7 +519,7 @@ static int cmp_rank(const void *a, const void *b)
 
 static void run_scan(void)
 {
-	const char *env = secure_getenv("ZAP_PLUGIN_PATH");
+	const char *env = zap__config_path("ZAP_PLUGIN_PATH");
 	struct zap_prec *r;
 	struct zap_outcome o;
 

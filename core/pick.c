@@ -529,12 +529,16 @@ static int resolve_attr(const struct zap_attr *attr, struct zap_open_args *args,
 		*send_timeout_ms = attr->send_timeout_ms == ZAP_TIMEOUT_NONE
 					   ? 0
 					   : attr->send_timeout_ms;
-	/* TLS: each attribute, else its variable (core/env.c). */
-	args->tls_cert = HAS(tls_cert) && attr->tls_cert ? attr->tls_cert : cfg->tls[0];
-	args->tls_key = HAS(tls_key) && attr->tls_key ? attr->tls_key : cfg->tls[1];
-	args->tls_ca = HAS(tls_ca) && attr->tls_ca ? attr->tls_ca : cfg->tls[2];
-	args->tls_peers = HAS(tls_peers) && attr->tls_peers ? attr->tls_peers
-							    : cfg->tls[3];
+	/* TLS: each attribute, else its variable (core/env.c), which an
+	 * AT_SECURE program refuses rather than run without it. */
+	if (zap__config_tls(cfg, 0, HAS(tls_cert) ? attr->tls_cert : NULL,
+			    &args->tls_cert) ||
+	    zap__config_tls(cfg, 1, HAS(tls_key) ? attr->tls_key : NULL,
+			    &args->tls_key) ||
+	    zap__config_tls(cfg, 2, HAS(tls_ca) ? attr->tls_ca : NULL, &args->tls_ca) ||
+	    zap__config_tls(cfg, 3, HAS(tls_peers) ? attr->tls_peers : NULL,
+			    &args->tls_peers))
+		return -EPERM;
 #undef HAS
 	return 0;
 }

@@ -61,7 +61,7 @@ static const char *helper_path(void)
 {
 	/* For the build tree (meson test, meson devenv); never in a
 	 * privileged program. */
-	const char *p = secure_getenv("ZAP_PROBE_HELPER");
+	const char *p = zap__config_path("ZAP_PROBE_HELPER");
 
 	return p && *p ? p : ZAP_PROBE_HELPER_PATH;
 }

@@ -47,15 +47,32 @@ struct zap_config {
 	uint64_t probe_timeout_ms; /* ZAP_PROBE_TIMEOUT_MS, or 0 (default) */
 	char transport_buf[256];   /* storage for @transport and @listen */
 	char listen_buf[ZAP_PEER_MAX];
-	/* ZAP_TLS_CERT, _KEY, _CA, _PEERS (secure_getenv), or NULL. */
+	/* ZAP_TLS_CERT, _KEY, _CA, _PEERS, or NULL. */
 	const char *tls[4];
 	char tls_buf[4][4096];
+	/* Bit i: tls[i]'s variable is set under AT_SECURE, where it is
+	 * refused (zap__config_tls()); the reason for the first. */
+	unsigned tls_refused;
+	char tls_refused_msg[256];
 };
 const struct zap_config *zap__config(void);
 /* Read the environment into @c now (zap__config() does it once); for the
  * fuzz harnesses. */
 void zap__config_read(struct zap_config *c);
 int zap__parse_log_level(const char *s, enum zap_log_level *out);
+/*
+ * TLS setting @i (0 cert, 1 key, 2 CA, 3 peers) for an open: @attr (the
+ * zap_attr field) when not NULL, else the variable's value (NULL: unset).
+ * -EPERM, with the reason recorded, when the variable is set in an
+ * AT_SECURE program and @attr does not override it: the open fails
+ * rather than run without the TLS the caller asked for.
+ */
+int zap__config_tls(const struct zap_config *c, unsigned i, const char *attr,
+		    const char **out);
+/* A string or list variable of the registry read now under its setuid
+ * policy (ZAP_PLUGIN_PATH, ZAP_PROBE_HELPER): NULL when unset, ignored
+ * or refused (logged at WARN). */
+const char *zap__config_path(const char *name);
 /*
  * A boolean variable's value (already trimmed): 1 for 1/yes/true/on, 0 for
  * 0/no/false/off (any case), -EINVAL otherwise. Every boolean ZAP_*

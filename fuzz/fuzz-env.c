@@ -4,20 +4,23 @@
  * environment table): the whole config reader (zap__config_read(): log
  * level, quiet flag, ZAP_TRANSPORT, ZAP_LISTEN, ZAP_MAX_MSG_BYTES), the
  * byte-count parser every plugin's size variable goes through
- * (zap__env_bytes(), host->env_bytes), and the log level parser.
+ * (zap__env_bytes(), host->env_bytes), the log level parser, and the
+ * registry's host op (config_u64) for a size, two counts, an octal mode and
+ * an enumeration.
  *
  * Input: up to six values separated by 0xff bytes (an absent value is an
  * unset variable); the last one also feeds zap__env_bytes() with bounds
  * from the first bytes. The rules checked: a bad value is an error whose
  * message names the variable, and an accepted value is taken exactly as
- * given (never truncated or replaced), with the meaning an independent
- * reading of the documented syntax gives it.
+ * given (never trimmed, truncated or replaced), with the meaning an
+ * independent reading of the documented syntax gives it.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <strings.h>
 
 #include "fuzz.h"
+#include "zap-config.h"
 #include "zap-private.h"
 
 static const char *const vars[] = {
@@ -26,29 +29,15 @@ static const char *const vars[] = {
 };
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 
-/* The value with blanks trimmed, as a new string. */
-static char *trimmed(const char *v)
-{
-	while (isspace((unsigned char)*v))
-		v++;
-	size_t n = strlen(v);
-	while (n && isspace((unsigned char)v[n - 1]))
-		n--;
-	return fuzz_strndup((const uint8_t *)v, n);
-}
-
-/* The documented byte-count syntax: digits, blanks, an optional unit
- * (b, k, kb, kib, ... t, tb, tib; any case), blanks. */
+/* The documented byte-count syntax (docs/environment.md, one grammar for
+ * every size): decimal digits, then at most one unit k, m, g or t (any
+ * case, powers of 1024); nothing else, not even blanks. */
 static int ref_bytes(const char *s, uint64_t *out)
 {
-	static const char *const units[] = { "", "k", "m", "g", "t" };
+	static const char units[] = "kmgt";
 	unsigned __int128 v = 0;
 	const char *p = s;
-	char u[8];
-	size_t un = 0;
 
-	while (isspace((unsigned char)*p))
-		p++;
 	if (!isdigit((unsigned char)*p))
 		return -EINVAL;
 	for (; isdigit((unsigned char)*p); p++) {
@@ -56,34 +45,17 @@ static int ref_bytes(const char *s, uint64_t *out)
 		if (v > UINT64_MAX)
 			return -ERANGE;
 	}
-	while (isspace((unsigned char)*p))
-		p++;
-	while (*p && !isspace((unsigned char)*p)) {
-		if (un == sizeof(u) - 1)
-			return -EINVAL;
-		u[un++] = (char)tolower((unsigned char)*p++);
-	}
-	u[un] = '\0';
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p)
-		return -EINVAL;
-	for (unsigned i = 0; i < 5; i++) {
-		char a[4], b[4], c[4];
+	if (*p) {
+		const char *u = strchr(units, tolower((unsigned char)*p));
 
-		snprintf(a, sizeof(a), "%s", i ? units[i] : "b");
-		snprintf(b, sizeof(b), "%sb", units[i]);
-		snprintf(c, sizeof(c), "%sib", units[i]);
-		if (!strcmp(u, i ? units[i] : "") || !strcmp(u, a) ||
-		    (i && (!strcmp(u, b) || !strcmp(u, c)))) {
-			v <<= 10 * i;
-			if (v > UINT64_MAX)
-				return -ERANGE;
-			*out = (uint64_t)v;
-			return 0;
-		}
+		if (!u || !*u || p[1])
+			return -EINVAL;
+		v <<= 10 * (u - units + 1);
+		if (v > UINT64_MAX)
+			return -ERANGE;
 	}
-	return -EINVAL;
+	*out = (uint64_t)v;
+	return 0;
 }
 
 static uint64_t get64(const uint8_t *p)
@@ -108,6 +80,87 @@ static int ref_bool(const char *t)
 			return 0;
 	}
 	return -1;
+}
+
+/* The documented count grammar: decimal digits only, fitting 64 bits. */
+static int ref_count(const char *s, uint64_t *out)
+{
+	unsigned __int128 v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (!isdigit((unsigned char)*s))
+			return -EINVAL;
+		v = v * 10 + (unsigned)(*s - '0');
+		if (v > UINT64_MAX)
+			return -ERANGE;
+	}
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/*
+ * @t read as registry variables of each numeric type through the host op
+ * plugins call (zap_host.config_u64), against the references: a value is
+ * accepted exactly when the documented grammar and range say so, and a
+ * refusal names the variable.
+ */
+static void check_registry(const char *t)
+{
+	static const char *const shm[] = { "user", "group", "off", "1", "0" };
+	static const uint64_t shm_val[] = { 0, 1, 2, 0, 2 };
+	static const struct {
+		const char *name;
+		int kind; /* 0 size, 1 count, 2 octal, 3 ZAP_SHM */
+		uint64_t min, max;
+	} rvars[] = {
+		{ "ZAP_TCP_RX_QUEUE_BYTES", 0, 64ull << 10, 1ull << 40 },
+		{ "ZAP_TCP_MAX_PENDING", 1, 1, 1048576 },
+		{ "ZAP_TCP_HANDSHAKE_MS", 1, 10, 3600000 },
+		{ "ZAP_UNIX_SOCKET_MODE", 2, 0, 0777 },
+		{ "ZAP_SHM", 3, 0, 2 },
+	};
+
+	for (size_t k = 0; k < sizeof(rvars) / sizeof(rvars[0]); k++) {
+		uint64_t got = 0, want = 0;
+		int ok = 0, rc;
+
+		setenv(rvars[k].name, t, 1);
+		rc = zap__host_config_u64(rvars[k].name, &got);
+		unsetenv(rvars[k].name);
+		if (!*t) {
+			FUZZ_CHECK(rc == 0);
+			continue;
+		}
+		switch (rvars[k].kind) {
+		case 0:
+			ok = !ref_bytes(t, &want);
+			break;
+		case 1:
+			ok = !ref_count(t, &want);
+			break;
+		case 2:
+			ok = strlen(t) <= 4 && strspn(t, "01234567") == strlen(t) &&
+			     !ref_count(t, &want);
+			if (ok) /* the digits were read as decimal above */
+				want = strtoull(t, NULL, 8);
+			break;
+		default:
+			for (size_t i = 0; i < 5 && !ok; i++)
+				if (!strcasecmp(t, shm[i])) {
+					ok = 1;
+					want = shm_val[i];
+				}
+		}
+		ok = ok && want >= rvars[k].min && want <= rvars[k].max;
+		if (ok) {
+			FUZZ_CHECK(rc == 1 && got == want);
+		} else {
+			FUZZ_CHECK(rc == -EINVAL);
+			FUZZ_CHECK(strstr(zap_last_error(), rvars[k].name));
+		}
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -147,7 +200,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(strstr(c.error_msg, "ZAP_"));
 	} else {
 		for (i = 0; i < 5; i++) {
-			char *t = val[i] ? trimmed(val[i]) : NULL;
+			/* Values are taken exactly as set; empty is unset. */
+			const char *t = val[i];
 			enum zap_log_level lvl;
 			uint64_t b;
 
@@ -166,8 +220,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				FUZZ_CHECK(!t || !*t || ref_bool(t) >= 0);
 				break;
 			case 2: /* ZAP_TRANSPORT: taken whole, parsed at pick */
-				FUZZ_CHECK(!val[i] == !c.transport);
-				if (val[i])
+				FUZZ_CHECK(!(t && *t) == !c.transport);
+				if (t && *t)
 					FUZZ_CHECK(!strcmp(c.transport, val[i]));
 				break;
 			case 3: /* ZAP_LISTEN */
@@ -187,7 +241,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				}
 				break;
 			}
-			free(t);
 		}
 	}
 
@@ -207,21 +260,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* host->env_bytes, as every plugin calls it, with fuzzed bounds. */
 	{
 		uint64_t out = 0, b = 0;
-		char *t = val[5] ? trimmed(val[5]) : NULL;
+		const char *t = val[5];
 		int rc = zap__env_bytes("ZAP_FUZZ_BYTES", def, lo, hi, &out);
 
 		if (!t || !*t) {
 			FUZZ_CHECK(rc == 0 && out == def);
-		} else if (strlen(t) >= 64 || ref_bytes(t, &b) || b < lo || b > hi) {
-			/* A byte count is read through a 64-byte buffer:
-			 * longer values are refused whole, never cut. */
+		} else if (ref_bytes(t, &b) || b < lo || b > hi) {
 			FUZZ_CHECK(rc == -EINVAL);
 			FUZZ_CHECK(strstr(zap_last_error(), "ZAP_FUZZ_BYTES"));
 		} else {
 			FUZZ_CHECK(rc == 0 && out == b);
 		}
-		free(t);
 	}
+
+	/* Every value through the registry's grammars. */
+	for (i = 0; i < NVARS; i++)
+		if (val[i])
+			check_registry(val[i]);
 
 	zap__clear_error();
 	for (i = 0; i < NVARS; i++) {

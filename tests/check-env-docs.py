@@ -1,29 +1,66 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Every ZAP_* variable libzap reads is documented.
+"""docs/environment.md and libzap's configuration registry agree.
 
-Scans the C sources of core/, util/, plugins/ and tools/ for environment
-reads: a call to getenv(), secure_getenv() or any function whose name
-contains "env" (env_bytes, env_u64, env_bool, env_trimmed, host->env_bytes,
-...) whose first argument (or second, after a context) is a "ZAP_..." literal or a macro #defined to
-one. Every string literal naming a ZAP_ variable counts too (messages that
-name a variable the code reads). Each name must appear in
-man/libzap.7.in and in docs/environment.md, and README.md must link
-docs/environment.md.
+The registry (core/config-vars.c) is read through the library itself:
+`zap-info --env --json` lists every variable with its type, owner,
+default and setuid policy. Checked:
 
-Usage: check-env-docs.py SOURCE_ROOT
+- every registry variable has exactly one row in docs/environment.md,
+  in the section of its owner, whose type, default and setuid columns
+  are the registry's; every row there names a registry variable (the
+  "Tests, benchmarks and packaging only" section excepted);
+- man/libzap.7.in names every registry variable; README.md links
+  docs/environment.md;
+- every "ZAP_..." literal in core/, util/, plugins/ and tools/ is a
+  registry variable (a new variable must be declared there first);
+- util/, plugins/ and tools/ call no getenv() or secure_getenv():
+  configuration comes through the registry (the host table).
+
+Usage: check-env-docs.py SOURCE_ROOT ZAP_INFO
 """
+import json
 import os
 import re
+import subprocess
 import sys
 
 DIRS = ("core", "util", "plugins", "tools")
 NAME = r"ZAP_[A-Z0-9_]+"
-DEFINE = re.compile(r'#\s*define\s+(\w+)\s+"(' + NAME + r')"')
-# The name is the first argument, or the second after a context pointer
-# (env_millis(c, "ZAP_...", ...)).
-CALL = re.compile(r'([A-Za-z_][\w]*(?:->|\.)?[\w]*)\s*\(\s*(?:[a-z_]\w*\s*,\s*)?("(' + NAME + r')"|([A-Z_][A-Z0-9_]*))')
 LITERAL = re.compile(r'"(' + NAME + r')')
+GETENV = re.compile(r"\b(secure_)?getenv\s*\(")
+ROW = re.compile(r"^\| `(" + NAME + r")` \| ([^|]*) \| ([^|]*) \| ([^|]*) \|")
+# Section heading words -> registry owner.
+SECTIONS = (("Core", "core"), ("TCP wire", "tcp"), ("TLS", "tls"),
+            ("CUDA", "cuda"), ("uma", "uma"), ("gpudirect", "gpudirect"),
+            ("dpdk", "dpdk"))
+# Literals that are not variables the library reads: macros and words
+# that only look like one.
+NOT_VARS = {"ZAP_BOOL_SPELLINGS"}
+
+
+def registry(zap_info):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("ZAP_"):
+            del env[k]  # the defaults, whatever the caller set
+    out = subprocess.run([zap_info, "--env", "--json"], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return {e["name"]: e for e in json.loads(out)["env"]}
+
+
+def doc_rows(text):
+    rows, owner, tests = {}, None, False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            tests = line.startswith("## Tests")
+            owner = next((o for w, o in SECTIONS if line[3:].startswith(w)), None)
+            continue
+        m = ROW.match(line)
+        if m and not tests:
+            rows.setdefault(m.group(1), []).append(
+                (owner, m.group(2).strip(), m.group(3).strip(), m.group(4).strip()))
+    return rows
 
 
 def sources(root):
@@ -31,54 +68,57 @@ def sources(root):
         for base, _, files in os.walk(os.path.join(root, d)):
             for f in files:
                 if f.endswith((".c", ".h")):
-                    yield os.path.join(base, f)
+                    yield d, os.path.join(base, f)
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else "."
-    macros, reads, literals = {}, {}, {}
-    texts = {p: open(p, encoding="utf-8", errors="replace").read()
-             for p in sources(root)}
-    for p, t in texts.items():
-        for m in DEFINE.finditer(t):
-            macros[m.group(1)] = m.group(2)
-    for p, t in texts.items():
-        rel = os.path.relpath(p, root)
-        for m in CALL.finditer(t):
-            fn = m.group(1)
-            if "env" not in fn.lower():
-                continue
-            name = m.group(3) or macros.get(m.group(4) or "")
-            if name:
-                reads.setdefault(name, set()).add(rel)
-        for m in LITERAL.finditer(t):
-            literals.setdefault(m.group(1), set()).add(rel)
-    # Sanity: the scan must see reads of every kind it claims to handle.
-    for must in ("ZAP_PLUGIN_PATH", "ZAP_LOG_LEVEL", "ZAP_TCP_SPIN_US",
-                 "ZAP_UMA_POOL_BYTES", "ZAP_SEND_TIMEOUT_MS"):
-        if must not in reads:
-            print(f"check-env-docs: the scan missed {must}: fix the scanner")
-            return 1
-    names = dict(literals)
-    for k, v in reads.items():
-        names.setdefault(k, set()).update(v)
-    docs = {
-        "man/libzap.7.in": open(os.path.join(root, "man/libzap.7.in")).read(),
-        "docs/environment.md": open(os.path.join(root, "docs/environment.md")).read(),
-    }
-    bad = 0
-    for name in sorted(names):
-        for doc, text in docs.items():
-            if not re.search(r"(?<![A-Z0-9_])" + name + r"(?![A-Z0-9_])", text):
-                print(f"{name} (read in {', '.join(sorted(names[name]))}) "
-                      f"is not documented in {doc}")
-                bad += 1
-    readme = open(os.path.join(root, "README.md")).read()
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    root, zap_info = sys.argv[1], sys.argv[2]
+    reg = registry(zap_info)
+    bad = []
+    if len(reg) < 50:
+        bad.append(f"zap-info --env listed only {len(reg)} variables")
+    doc = open(os.path.join(root, "docs/environment.md"), encoding="utf-8").read()
+    man = open(os.path.join(root, "man/libzap.7.in"), encoding="utf-8").read()
+    rows = doc_rows(doc)
+    for name, e in sorted(reg.items()):
+        r = rows.get(name, [])
+        if len(r) != 1:
+            bad.append(f"{name}: {len(r)} rows in docs/environment.md, want 1")
+            continue
+        owner, typ, default, setuid = r[0]
+        want = (e["owner"], e["type"], e["default"], e["setuid"])
+        if (owner, typ, default, setuid) != want:
+            bad.append(f"{name}: docs/environment.md says section {owner}, type "
+                       f"{typ!r}, default {default!r}, setuid {setuid!r}; the "
+                       f"registry {want[0]}, {want[1]!r}, {want[2]!r}, {want[3]!r}")
+        if not re.search(r"(?<![A-Z0-9_])" + name + r"(?![A-Z0-9_])", man):
+            bad.append(f"{name} is not named in man/libzap.7.in")
+    for name in sorted(set(rows) - set(reg)):
+        bad.append(f"{name} has a row in docs/environment.md but is not in the "
+                   "registry (core/config-vars.c)")
+    for d, path in sources(root):
+        rel = os.path.relpath(path, root)
+        text = open(path, encoding="utf-8", errors="replace").read()
+        for m in LITERAL.finditer(text):
+            if m.group(1) not in reg and m.group(1) not in NOT_VARS:
+                bad.append(f"{rel}: names {m.group(1)}, which is not in the "
+                           "registry (core/config-vars.c)")
+        if d != "core":
+            for m in GETENV.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                bad.append(f"{rel}:{line}: calls {m.group(0).rstrip('(').strip()}(): "
+                           "read configuration through the registry (zap_host."
+                           "config_u64/config_str) instead")
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
     if "docs/environment.md" not in readme:
-        print("README.md does not link docs/environment.md")
-        bad += 1
-    print(f"# {len(reads)} variables read, {len(names)} named in the sources; "
-          f"{bad} problems")
+        bad.append("README.md does not link docs/environment.md")
+    for b in bad:
+        print(b)
+    print(f"# {len(reg)} variables in the registry, {len(rows)} documented; "
+          f"{len(bad)} problems")
     return 1 if bad else 0
 
 

@@ -58,7 +58,7 @@ def listed(path):
             errors.append("%s:%d: neither ' symbol@NODE version' nor '* field': %r"
                           % (path, n, line))
             continue
-        m = re.fullmatch(r" (\w+)@([\w.]+) (\S+)\n?", line)
+        m = re.fullmatch(r" ([\w.]+)@([\w.]+) (\S+)\n?", line)
         if not m:
             errors.append("%s:%d: not 'symbol@NODE version': %r" % (path, n, line))
             continue

@@ -17,6 +17,7 @@
 #include <zap/zap.h>
 #include <zap/zap-plugin.h>
 
+#include "zap-info.h"
 #include "zap-tls.h"
 
 /* Documented in usage() and zap-info(1); scripts rely on them. */
@@ -31,6 +32,7 @@ enum {
 struct opts {
 	int verbose;
 	int json;
+	int env; /* --env: the configuration registry, nothing scanned */
 	int isolate;
 	unsigned timeout_ms;
 	const char *transport; /* --transport, or NULL for ZAP_TRANSPORT */
@@ -62,6 +64,13 @@ static void usage(FILE *f)
 "  -v, --verbose         add probe detail lines, full capabilities and the\n"
 "                        TLS settings (mode, key fingerprint, trust, kTLS)\n"
 "  -j, --json            print JSON for scripts (fields below)\n"
+"  -e, --env             list every ZAP_* variable libzap reads: its value\n"
+"                        and where it came from (environment, default,\n"
+"                        ignored under AT_SECURE, invalid: reason); with\n"
+"                        -v also type, range, setuid policy and meaning;\n"
+"                        with --json {version, env: [{name, type, owner,\n"
+"                        default, setuid, doc, min, max, choices, value,\n"
+"                        source, reason}]}. Exit status 2 if one is invalid\n"
 "  -i, --isolate         probe each plugin in a helper process, so a plugin\n"
 "                        that crashes or hangs is reported (the default of\n"
 "                        every libzap program; overrides ZAP_PROBE_INPROCESS)\n"
@@ -237,8 +246,8 @@ static void print_pool(const struct info *in, const struct opts *o)
 static void print_tls(void)
 {
 	struct ztls_config cfg = {
-		.cert = getenv("ZAP_TLS_CERT"), .key = getenv("ZAP_TLS_KEY"),
-		.ca = getenv("ZAP_TLS_CA"), .peers = getenv("ZAP_TLS_PEERS"),
+		.cert = zi_env_value("ZAP_TLS_CERT"), .key = zi_env_value("ZAP_TLS_KEY"),
+		.ca = zi_env_value("ZAP_TLS_CA"), .peers = zi_env_value("ZAP_TLS_PEERS"),
 		.ktls = true,
 	};
 	struct ztls_ctx *x = NULL;
@@ -371,7 +380,7 @@ static size_t utf8_len(const unsigned char *s)
 }
 
 /* A JSON string; bytes that are not UTF-8 (odd file names) become U+FFFD. */
-static void json_str(const char *s)
+void json_str(const char *s)
 {
 	const unsigned char *p = (const unsigned char *)(s ? s : "");
 
@@ -408,14 +417,14 @@ static void json_str(const char *s)
  * ", " inside one-line objects, ",\n" plus indentation otherwise, "" for
  * the first.
  */
-static void json_key(const char *sep, const char *key)
+void json_key(const char *sep, const char *key)
 {
 	fputs(sep, stdout);
 	json_str(key);
 	fputs(": ", stdout);
 }
 
-static void json_kstr(const char *sep, const char *key, const char *v)
+void json_kstr(const char *sep, const char *key, const char *v)
 {
 	json_key(sep, key);
 	json_str(v);
@@ -588,7 +597,7 @@ static int gather_report(struct info *in, const struct opts *o)
  * status that follows from it. */
 static void gather_pick(struct info *in, const struct opts *o)
 {
-	const char *env = getenv("ZAP_TRANSPORT");
+	const char *env = zi_env_value("ZAP_TRANSPORT");
 
 	if (o->transport) {
 		in->request = o->transport;
@@ -640,6 +649,7 @@ int main(int argc, char **argv)
 		{ "transport", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "env", no_argument, NULL, 'e' },
 		{ "isolate", no_argument, NULL, 'i' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
@@ -652,7 +662,7 @@ int main(int argc, char **argv)
 	unsigned long ms;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "t:vjihV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:vjeihV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			o.transport = optarg;
@@ -662,6 +672,9 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			o.json = 1;
+			break;
+		case 'e':
+			o.env = 1;
 			break;
 		case 'i':
 			o.isolate = 1;
@@ -695,6 +708,8 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 
+	if (o.env)
+		return zi_print_env(o.json, o.verbose);
 	if (gather(&in, &o) != 0)
 		return EXIT_USAGE;
 	if (o.json)

@@ -88,9 +88,14 @@ static enum zap_probe_result inproc_probe(const struct zap_host *host,
 {
 	uint64_t max = ZAP_DEFAULT_MAX_MSG_BYTES;
 
-	/* Nothing to detect: a process can always talk to itself. */
-	if (host->env_bytes("ZAP_MAX_MSG_BYTES", ZAP_DEFAULT_MAX_MSG_BYTES, 1,
-			    UINT64_MAX, &max))
+	/* Nothing to detect: a process can always talk to itself. A
+	 * variable libzap's registry knows is read through it (ABI 1.4:
+	 * its grammar, default and setuid policy); an older libzap has
+	 * env_bytes(). A bad value is reported by the core at open. */
+	if (ZAP_HOST_HAS(host, config_u64) ? host->config_u64("ZAP_MAX_MSG_BYTES", &max) < 0
+					  : host->env_bytes("ZAP_MAX_MSG_BYTES",
+							    ZAP_DEFAULT_MAX_MSG_BYTES, 1,
+							    UINT64_MAX, &max) != 0)
 		max = ZAP_DEFAULT_MAX_MSG_BYTES;
 	if (info->size >= offsetof(struct zap_probe_info, reason) + sizeof(info->reason))
 		snprintf(info->reason, sizeof(info->reason),

@@ -106,7 +106,8 @@
  *  - History: 1.0 first release; 1.1 added zap_host.pool_try_alloc,
  *    zap_host.last_error (so plugins need not link libzap.so) and
  *    zap_host.env_get; 1.2 added zap_plugin_ops.peer_path; 1.3 added
- *    zap_plugin_ops.send_burst.
+ *    zap_plugin_ops.send_burst; 1.4 added zap_host.config_u64 and
+ *    zap_host.config_str (the configuration registry).
  *
  * A plugin's probe normally runs in a helper process (zap-probe, under the
  * library's libexec directory), and only the plugin a pick chooses is
@@ -127,7 +128,7 @@ extern "C" {
 #endif
 
 #define ZAP_PLUGIN_ABI_MAJOR 1
-#define ZAP_PLUGIN_ABI_MINOR 3
+#define ZAP_PLUGIN_ABI_MINOR 4
 
 #define ZAP_PLUGIN_CAT_(a, b) a##b
 #define ZAP_PLUGIN_CAT(a, b) ZAP_PLUGIN_CAT_(a, b)
@@ -332,6 +333,31 @@ struct zap_host {
 	 * string is getenv()'s: copy it before the environment may change.
 	 */
 	const char *(*env_get)(const char *name);
+
+	/* -- ABI 1.4: check host->size before use (see ZAP_HOST_HAS) ------- */
+
+	/**
+	 * Read variable @name through libzap's configuration registry
+	 * (docs/environment.md lists it; `zap-info --env` shows it), which
+	 * knows its type, grammar, range, default and setuid policy: the way
+	 * plugins read configuration since 1.4, instead of env_get() and
+	 * env_bytes(). For numeric types (booleans, sizes, counts, durations,
+	 * octal modes, and enumerations, answered as the index of the
+	 * choice): *@out is the value, or the registry's default when the
+	 * variable is unset, empty, or ignored in an AT_SECURE program.
+	 * Return: 1 (set in the environment), 0 (the default), -EINVAL (a
+	 * malformed or out-of-range value), -EPERM (set where AT_SECURE
+	 * refuses it), -ENOENT (not in the registry, or not numeric); every
+	 * error records a reason naming the variable (last_error()).
+	 */
+	int (*config_u64)(const char *name, uint64_t *out);
+	/**
+	 * The same for string and list variables: *@out is the value (the
+	 * environment's string: copy it before the environment may change),
+	 * or NULL when unset, empty or ignored. Return as config_u64(); a
+	 * value longer than the registry allows is -EINVAL.
+	 */
+	int (*config_str)(const char *name, const char **out);
 };
 
 /**

@@ -717,6 +717,49 @@ struct zap_choice {
  */
 ZAP_EXPORT int zap_pick_explain(const char *pref, unsigned flags, struct zap_choice *out);
 
+/** Where a variable's value came from (struct zap_env_entry.source). */
+enum zap_env_source {
+	ZAP_ENV_DEFAULT = 0, /**< unset or empty: the default */
+	ZAP_ENV_SET = 1,     /**< set in the environment, and valid */
+	ZAP_ENV_IGNORED = 2, /**< set, ignored in this AT_SECURE program */
+	ZAP_ENV_INVALID = 3, /**< set and refused: @reason says why */
+};
+
+/**
+ * struct zap_env_entry - one ZAP_* variable of libzap's configuration
+ * registry (docs/environment.md), as zap_env_get() reads it now.
+ */
+struct zap_env_entry {
+	size_t size;         /**< sizeof(struct zap_env_entry) */
+	const char *name;    /**< "ZAP_..." */
+	const char *type;    /**< bool, size, count, milliseconds,
+	                          microseconds, octal, enum, string, list */
+	const char *owner;   /**< core, tcp, tls, cuda, uma, gpudirect, dpdk */
+	const char *def;     /**< the default, as the docs say it */
+	const char *setuid;  /**< in an AT_SECURE (setuid, setgid,
+	                          file-capability) program: "honoured",
+	                          "ignored" or "refused" (the open fails) */
+	const char *doc;     /**< one line */
+	uint64_t min, max;   /**< numeric types: the range; strings: max is
+	                          the longest value + 1 */
+	const char *choices; /**< enum: "a, b, c"; else NULL */
+	const char *value;   /**< the environment's value, or NULL when
+	                          unset or empty (getenv()'s string) */
+	int source;          /**< enum zap_env_source */
+	char reason[256];    /**< ZAP_ENV_INVALID: the reason, naming it */
+};
+
+/** zap_env_count() - the number of variables in the registry (since 0.2). */
+ZAP_EXPORT size_t zap_env_count(void);
+
+/**
+ * zap_env_get() - variable @index of the registry, read now (caller sets
+ * e->size); since 0.2 (symbol version LIBZAP_0.2). Strings other than @value stay valid for the life of the
+ * process; @value until the environment changes.
+ * Return: 0; -ERANGE past the end; -EINVAL for a bad @e.
+ */
+ZAP_EXPORT int zap_env_get(size_t index, struct zap_env_entry *e);
+
 /** zap_version() - the library version string, e.g. "0.1.0". */
 ZAP_EXPORT const char *zap_version(void);
 

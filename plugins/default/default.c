@@ -149,8 +149,7 @@ static enum zap_probe_result tcp_probe(const struct zap_host *host,
 
 	/* A bad value is reported by the core when it opens; the probe only
 	 * shows what an instance would accept. */
-	if (host->env_bytes("ZAP_MAX_MSG_BYTES", ZAP_DEFAULT_MAX_MSG_BYTES, 1, UINT64_MAX,
-			    &max))
+	if (host->config_u64("ZAP_MAX_MSG_BYTES", &max) < 0)
 		max = ZAP_DEFAULT_MAX_MSG_BYTES;
 	if (info->size >= offsetof(struct zap_probe_info, reason) + sizeof(info->reason))
 		strcpy(info->reason, "kernel TCP sockets");

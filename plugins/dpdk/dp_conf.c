@@ -18,23 +18,45 @@
 #include "dp_int.h"
 
 /*
- * The environment through the host (zap_host.env_get): in a setuid or
- * file-capability program every variable reads as unset, so a caller
- * cannot hand EAL arguments ("-d lib.so") to a privileged process and dpdk
- * reports itself not configured. A host without env_get: secure_getenv().
+ * The variables through libzap's registry (zap_host.config_u64 and
+ * config_str, which hold their grammar, range and default): in a setuid or
+ * file-capability program every one reads as unset, so a caller cannot
+ * hand EAL arguments ("-d lib.so") to a privileged process and dpdk
+ * reports itself not configured. A host older than plugin ABI 1.4:
+ * env_get(), the same policy, and the checks below.
  */
 static const char *dp_getenv(const struct zap_host *h, const char *name)
 {
-	return ZAP_HOST_HAS(h, env_get) ? h->env_get(name) : secure_getenv(name);
+	const char *v = NULL;
+
+	if (ZAP_HOST_HAS(h, config_str))
+		return h->config_str(name, &v) < 0 ? NULL : v;
+	return ZAP_HOST_HAS(h, env_get) ? h->env_get(name) : NULL;
 }
 
+/* A number through the registry, also bounded by [@min, @max] here. */
 static int env_u64(const struct zap_host *h, const char *name, uint64_t def, uint64_t min,
 		   uint64_t max, uint64_t *out, char *why, size_t len)
 {
-	const char *v = dp_getenv(h, name);
+	const char *v;
 	unsigned long long x;
 	char *end;
+	int rc;
 
+	if (ZAP_HOST_HAS(h, config_u64)) {
+		rc = h->config_u64(name, out);
+		if (rc >= 0 && (*out < min || *out > max)) {
+			snprintf(why, len,
+				 "bad %s=%llu (want an integer in [%llu, %llu])", name,
+				 (unsigned long long)*out, (unsigned long long)min,
+				 (unsigned long long)max);
+			return -EINVAL;
+		}
+		if (rc < 0)
+			snprintf(why, len, "%s", h->last_error());
+		return rc < 0 ? -EINVAL : 0;
+	}
+	v = dp_getenv(h, name);
 	if (!v || !*v) {
 		*out = def;
 		return 0;
@@ -50,15 +72,18 @@ static int env_u64(const struct zap_host *h, const char *name, uint64_t def, uin
 	return 0;
 }
 
-/* A boolean variable: 1/0, yes/no, true/false, on/off in any case, as
- * every boolean ZAP_* variable (libzap(7)). */
+/* A boolean variable: the registry's (1/0, yes/no, true/false, on/off in
+ * any case), a number 0 or 1. */
 static int env_bool(const struct zap_host *h, const char *name, uint64_t def,
 		    uint64_t *out, char *why, size_t len)
 {
 	static const char *const yes[] = { "1", "yes", "true", "on" };
 	static const char *const no[] = { "0", "no", "false", "off" };
-	const char *v = dp_getenv(h, name);
+	const char *v;
 
+	if (ZAP_HOST_HAS(h, config_u64))
+		return env_u64(h, name, def, 0, 1, out, why, len);
+	v = dp_getenv(h, name);
 	if (!v || !*v) {
 		*out = def;
 		return 0;
@@ -143,11 +168,11 @@ static int conf_addressing(const struct zap_host *h, struct dp_conf *c, char *wh
 	rc = env_u64(h, "ZAP_DPDK_PORT", 0, 0, RTE_MAX_ETHPORTS - 1, &x, why, len);
 	c->port = (unsigned)x;
 	c->udp_port = -1;
-	v = dp_getenv(h, "ZAP_DPDK_UDP_PORT");
-	if (!rc && v && *v) {
-		rc = env_u64(h, "ZAP_DPDK_UDP_PORT", 0, 1, 65535, &x, why, len);
+	/* 0 (the default): the listen address's port, else 47000. */
+	if (!rc)
+		rc = env_u64(h, "ZAP_DPDK_UDP_PORT", 0, 0, 65535, &x, why, len);
+	if (!rc && x)
 		c->udp_port = (int)x;
-	}
 	v = dp_getenv(h, "ZAP_DPDK_NEIGHBORS");
 	if (!rc && v && *v)
 		rc = parse_neighbors(c, v, why, len);

@@ -33,7 +33,7 @@ int gd_dev_open(const struct zap_host *host, struct gd_dev **out)
 	if (!d)
 		return -ENOMEM;
 	d->host = host;
-	if (gd_select(&d->sel, why, sizeof(why)) != ZAP_PROBE_OK) {
+	if (gd_select(host, &d->sel, why, sizeof(why)) != ZAP_PROBE_OK) {
 		free(d);
 		return host->fail(ZAP_ENOTAVAIL, "gpudirect: %s", why);
 	}

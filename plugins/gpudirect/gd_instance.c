@@ -26,13 +26,7 @@
 #include "gd_instance.h"
 #include "gd_verbs.h"
 
-#define GD_DEFAULT_POOL_BYTES (1ull << 30)
-#define GD_DEFAULT_CHUNK (1u << 20)
-#define GD_DEFAULT_SLOTS 16u
-#define GD_DEFAULT_PEER_PIN (64ull << 20) /* per pair: slots + host staging */
-#define GD_DEFAULT_PIN (4ull << 30)       /* all pairs */
-#define GD_DEFAULT_HANDSHAKES 128
-#define GD_DEFAULT_HANDSHAKE_MS 10000
+/* Defaults and ranges of the ZAP_GPUDIRECT_* variables: core/config-vars.c. */
 
 static void *progress_main(void *arg)
 {
@@ -121,20 +115,17 @@ struct gd_limits {
 static int read_env(const struct zap_host *host, uint64_t *chunk, uint64_t *slots,
 		    uint64_t *pool, struct gd_limits *l)
 {
-	if (host->env_bytes("ZAP_GPUDIRECT_CHUNK_BYTES", GD_DEFAULT_CHUNK, GD_SLOT_MIN,
-			    GD_SLOT_MAX, chunk) ||
-	    host->env_bytes("ZAP_GPUDIRECT_RECV_SLOTS", GD_DEFAULT_SLOTS, 1, GD_SLOTS_MAX,
-			    slots) ||
-	    host->env_bytes("ZAP_GPUDIRECT_POOL_BYTES", GD_DEFAULT_POOL_BYTES, 1 << 20,
-			    1ull << 50, pool) ||
-	    host->env_bytes("ZAP_GPUDIRECT_PEER_PIN_BYTES", GD_DEFAULT_PEER_PIN, 1 << 20,
-			    1ull << 40, &l->peer_pin) ||
-	    host->env_bytes("ZAP_GPUDIRECT_PIN_BYTES", GD_DEFAULT_PIN, 1 << 20,
-			    1ull << 50, &l->pin) ||
-	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKES", GD_DEFAULT_HANDSHAKES, 1, 4096,
-			    &l->hs_max) ||
-	    host->env_bytes("ZAP_GPUDIRECT_HANDSHAKE_MS", GD_DEFAULT_HANDSHAKE_MS, 10,
-			    600000, &l->hs_ms))
+	/* Through libzap's registry, which holds their defaults and ranges. */
+	if (!ZAP_HOST_HAS(host, config_u64))
+		return host->fail(-ENOTSUP, "gpudirect: libzap is too old (needs plugin "
+					    "ABI 1.4)");
+	if (host->config_u64("ZAP_GPUDIRECT_CHUNK_BYTES", chunk) < 0 ||
+	    host->config_u64("ZAP_GPUDIRECT_RECV_SLOTS", slots) < 0 ||
+	    host->config_u64("ZAP_GPUDIRECT_POOL_BYTES", pool) < 0 ||
+	    host->config_u64("ZAP_GPUDIRECT_PEER_PIN_BYTES", &l->peer_pin) < 0 ||
+	    host->config_u64("ZAP_GPUDIRECT_PIN_BYTES", &l->pin) < 0 ||
+	    host->config_u64("ZAP_GPUDIRECT_HANDSHAKES", &l->hs_max) < 0 ||
+	    host->config_u64("ZAP_GPUDIRECT_HANDSHAKE_MS", &l->hs_ms) < 0)
 		return -EINVAL;
 	if (*chunk & (*chunk - 1))
 		return host->fail(-EINVAL,
@@ -182,7 +173,7 @@ static enum zap_probe_result gd_probe(const struct zap_host *host,
 			 "libzap is too old for this plugin (needs plugin ABI 1.1)");
 		return ZAP_PROBE_ERROR;
 	}
-	r = gd_select(&s, pi->reason, sizeof(pi->reason));
+	r = gd_select(host, &s, pi->reason, sizeof(pi->reason));
 	if (r != ZAP_PROBE_OK)
 		return r;
 	if (read_env(host, &chunk, &slots, &pool, &lim)) {

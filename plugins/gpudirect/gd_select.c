@@ -130,15 +130,19 @@ static int parse_dev_env(const char *v, char *name, size_t nl, uint8_t *port)
 
 static enum zap_probe_result pick_port(struct gd_sel *s, char *why, size_t wl)
 {
-	/* secure_getenv: unset under AT_SECURE, as zap_host.env_get answers
-	 * (this code has no host table at hand). */
-	const char *env = secure_getenv("ZAP_GPUDIRECT_DEVICE");
+	/* Through libzap's registry (zap_host.config_str). */
+	const char *env = NULL;
 	char want[IBV_SYSFS_NAME_MAX] = "", seen[512] = "", names[256] = "";
 	struct ibv_device **list;
 	enum zap_probe_result r = ZAP_PROBE_NOT_PRESENT;
 	uint8_t port = 0;
 	int n = 0, matched = 0;
 
+	if (ZAP_HOST_HAS(s->host, config_str) &&
+	    s->host->config_str("ZAP_GPUDIRECT_DEVICE", &env) < 0) {
+		snprintf(why, wl, "%s", s->host->last_error());
+		return ZAP_PROBE_ERROR;
+	}
 	if (env && *env && parse_dev_env(env, want, sizeof(want), &port)) {
 		snprintf(why, wl,
 			 "ZAP_GPUDIRECT_DEVICE='%s' is not <verbs device>[:<port>]", env);
@@ -232,15 +236,17 @@ static void pick_gpu(struct gd_sel *s)
 {
 	const struct zcu *cu = s->cu;
 	char nic[PATH_MAX], p[PATH_MAX], gpu[PATH_MAX], bus[32];
-	/* secure_getenv: see pick_port(). */
-	const char *env = secure_getenv("ZAP_CUDA_DEVICE");
+	uint64_t ord;
+	char why[8];
+	/* Set (or bad: gd_select() already refused it): that device. */
+	bool env = zcu_env_device(s->host, &ord, why, sizeof(why)) != 0;
 	int n = 0, best = -1, best_d = INT_MAX;
 
 	s->gpu_distance = -1;
 	snprintf(p, sizeof(p), "/sys/class/infiniband/%s/device", s->dev);
 	if (!realpath(p, nic))
 		nic[0] = '\0';
-	if (env && *env) {
+	if (env) {
 		if (*nic &&
 		    !gpu_sysfs(cu, s->gpu.dev, s->gpu_bus, sizeof(s->gpu_bus), gpu))
 			s->gpu_distance = hops(nic, gpu);
@@ -271,12 +277,14 @@ static void pick_gpu(struct gd_sel *s)
 	gpu_sysfs(cu, s->gpu.dev, s->gpu_bus, sizeof(s->gpu_bus), gpu);
 }
 
-enum zap_probe_result gd_select(struct gd_sel *s, char *why, size_t wl)
+enum zap_probe_result gd_select(const struct zap_host *host, struct gd_sel *s, char *why,
+				size_t wl)
 {
 	enum zap_probe_result r;
 	int dmabuf_attr = 0;
 
 	memset(s, 0, sizeof(*s));
+	s->host = host;
 	/* libibverbs is linked, so asking it is cheapest; libcuda.so.1 next. */
 	r = pick_port(s, why, wl);
 	if (r != ZAP_PROBE_OK)
@@ -284,7 +292,7 @@ enum zap_probe_result gd_select(struct gd_sel *s, char *why, size_t wl)
 	r = zcu_load(&s->cu, why, wl);
 	if (r != ZAP_PROBE_OK)
 		return r;
-	r = zcu_open_device(NULL, s->cu, &s->gpu, why, wl);
+	r = zcu_open_device(host, s->cu, &s->gpu, why, wl);
 	if (r != ZAP_PROBE_OK)
 		return r;
 	pick_gpu(s);

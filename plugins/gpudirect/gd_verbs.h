@@ -30,6 +30,7 @@ enum gd_reg_path {
 
 /* What the probe (and open) settled on. */
 struct gd_sel {
+	const struct zap_host *host; /* reads ZAP_GPUDIRECT_DEVICE, ZAP_CUDA_DEVICE */
 	char dev[IBV_SYSFS_NAME_MAX];
 	uint8_t port;
 	uint8_t link_layer; /* IBV_LINK_LAYER_* */
@@ -50,7 +51,8 @@ struct gd_sel {
  * NOT_PRESENT: something is missing (why names it); ERROR: a bad variable
  * or a broken driver.
  */
-enum zap_probe_result gd_select(struct gd_sel *s, char *why, size_t wl);
+enum zap_probe_result gd_select(const struct zap_host *host, struct gd_sel *s, char *why,
+				size_t wl);
 
 /* One line per fact, for `zap-info -v`. */
 void gd_sel_detail(const struct gd_sel *s, char *buf, size_t len);

@@ -147,6 +147,16 @@ static void uma_fill_caps(const struct zcu_device_info *info, struct zap_caps *c
 	c->gpu_resident = info->concurrent_managed != 0;
 }
 
+/* ZAP_UMA_POOL_BYTES: through libzap's registry (plugin ABI 1.4), which
+ * holds its default and range; an older libzap: env_bytes(), the same. */
+static int pool_cap(const struct zap_host *host, uint64_t *cap)
+{
+	if (ZAP_HOST_HAS(host, config_u64))
+		return host->config_u64("ZAP_UMA_POOL_BYTES", cap) < 0 ? -EINVAL : 0;
+	return host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES, 4096,
+			       1ull << 50, cap);
+}
+
 static enum zap_probe_result uma_probe(const struct zap_host *host,
 				       struct zap_probe_info *pi)
 {
@@ -163,9 +173,8 @@ static enum zap_probe_result uma_probe(const struct zap_host *host,
 	r = uma_check(host, &cu, &info, pi->reason, sizeof(pi->reason));
 	if (r != ZAP_PROBE_OK)
 		return r;
-	if (host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES, 4096,
-			    1ull << 50, &cap)) {
-		snprintf(pi->reason, sizeof(pi->reason), "%s", "bad ZAP_UMA_POOL_BYTES");
+	if (pool_cap(host, &cap)) {
+		snprintf(pi->reason, sizeof(pi->reason), "%s", host->last_error());
 		return ZAP_PROBE_ERROR;
 	}
 	snprintf(pi->detail, sizeof(pi->detail),
@@ -255,8 +264,7 @@ static int uma_open(const struct zap_host *host, const struct zap_open_args *arg
 	if (uma_check(host, &cu, &(struct zcu_device_info){ 0 }, why, sizeof(why)) !=
 	    ZAP_PROBE_OK)
 		return host->fail(ZAP_ENOTAVAIL, "uma: %s", why);
-	if (!cap && host->env_bytes("ZAP_UMA_POOL_BYTES", UMA_DEFAULT_POOL_BYTES, 4096,
-				    1ull << 50, &cap))
+	if (!cap && pool_cap(host, &cap))
 		return -EINVAL;
 	u = calloc(1, sizeof(*u));
 	mem = calloc(1, sizeof(*mem));

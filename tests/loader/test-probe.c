@@ -611,7 +611,8 @@ static void test_secure(void **state)
 	char dir[PATH_MAX], cmd[4 * PATH_MAX], prog[PATH_MAX], plugins[PATH_MAX];
 	const char *dpdk = BUILD_ROOT "/plugins/dpdk/libzap-dpdk.so";
 	const char *envs[] = { "ZAP_FIXTURE_SECRET=leaked", "ZAP_DPDK_EAL_ARGS=-d /tmp/evil.so",
-			       "ZAP_DPDK_IP=10.0.0.1", NULL };
+			       "ZAP_DPDK_IP=10.0.0.1", "ZAP_SHM=group",
+			       "ZAP_TLS_CERT=/tmp/caller.pem", "ZAP_MAX_MSG_BYTES=1M", NULL };
 	const char *argv[16];
 	struct th_proc p;
 	int k = 0;
@@ -644,7 +645,13 @@ static void test_secure(void **state)
 	argv[k++] = plugins;
 	argv[k] = NULL;
 	th_spawn(argv, envs, TIMEOUT_MS, &p);
-	printf("# %s", p.out);
+	/* Every line as a TAP comment. */
+	for (const char *l = p.out; *l;) {
+		size_t n = strcspn(l, "\n");
+
+		printf("# %.*s\n", (int)n, l);
+		l += n + (l[n] == '\n');
+	}
 	if (p.status != 0)
 		fail_msg("secure-scan exited %d: %s%s", p.status, p.out, p.err);
 	assert_non_null(strstr(p.out, "AT_SECURE=1"));
@@ -652,6 +659,15 @@ static void test_secure(void **state)
 	assert_null(strstr(p.out, "leaked"));
 	if (access(dpdk, R_OK) == 0)
 		assert_non_null(strstr(p.out, "dpdk | not present | not configured"));
+	/* The registry's policy (core/config-vars.c): plugin variables
+	 * ignored (2), a core limit honoured (1), and a TLS setting that
+	 * cannot be honoured fails the open instead of running plaintext. */
+	assert_non_null(strstr(p.out, "env ZAP_SHM | 2\n"));
+	assert_non_null(strstr(p.out, "env ZAP_DPDK_EAL_ARGS | 2\n"));
+	assert_non_null(strstr(p.out, "env ZAP_MAX_MSG_BYTES | 1\n"));
+	assert_non_null(strstr(p.out, "env ZAP_TLS_CERT | 3\n"));
+	assert_non_null(strstr(p.out, "pick default | -1 | "));
+	assert_non_null(strstr(p.out, "ZAP_TLS_CERT is set, but this program runs with AT_SECURE"));
 	th_proc_free(&p);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	run_cmd(cmd);

@@ -398,6 +398,35 @@ static void test_missing_dir(void **state)
 	th_proc_free(&p);
 }
 
+/* --env: each variable of the registry, its value and where it came from;
+ * exit 2 when one is invalid. */
+static void test_env(void **state)
+{
+	const char *argv[] = { ZAP_INFO_PATH, "--env", "-v", NULL };
+	const char *env[] = { "ZAP_MAX_MSG_BYTES=128M", "ZAP_TCP_RX_QUEUE_BYTES=128M",
+			      "ZAP_TCP_MAX_PENDING=+1", "ZAP_SHM", "ZAP_LOG_LEVEL", NULL };
+	const char *ok_env[] = { "ZAP_MAX_MSG_BYTES=1G", "ZAP_TCP_MAX_PENDING", NULL };
+	struct th_proc p;
+
+	(void)state;
+	th_spawn(argv, env, TIMEOUT_MS, &p);
+	EXPECT_STATUS(&p, 2);
+	EXPECT_OUT(&p, "ZAP_MAX_MSG_BYTES              128M  (environment)");
+	EXPECT_OUT(&p, "ZAP_TCP_RX_QUEUE_BYTES         128M  (environment)");
+	EXPECT_OUT(&p, "ZAP_TCP_MAX_PENDING            '+1'  (invalid: ZAP_TCP_MAX_PENDING='+1'");
+	EXPECT_OUT(&p, "ZAP_SHM                        user  (default)");
+	EXPECT_OUT(&p, "size 65536..1099511627776, owner tcp, setuid: ignored;");
+	EXPECT_OUT(&p, "enum: user, group, off, 1, 0, owner tcp, setuid: ignored;");
+	EXPECT_OUT(&p, "setuid: refused;");
+	th_proc_free(&p);
+	argv[2] = "--json";
+	th_spawn(argv, ok_env, TIMEOUT_MS, &p);
+	EXPECT_STATUS(&p, 0);
+	EXPECT_OUT(&p, "\"name\": \"ZAP_MAX_MSG_BYTES\"");
+	EXPECT_OUT(&p, "\"value\": \"1G\",\n      \"source\": \"environment\"");
+	th_proc_free(&p);
+}
+
 /* Fast: the goal is 5 ms; allow slack for loaded CI hosts and sanitizers. */
 static void test_fast(void **state)
 {
@@ -423,6 +452,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_text),
+		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_verbose),
 		cmocka_unit_test(test_json),
 		cmocka_unit_test(test_json_fallback),

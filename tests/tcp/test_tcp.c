@@ -2247,14 +2247,15 @@ static void test_env_garbage(void **state)
 	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "99999999999999999999999"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", "200us"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_SPIN_US", " 200"), 0);
-	/* The trust limits: plain decimal in range. */
-	assert_int_equal(child_pick("ZAP_TCP_PARTIAL_BYTES", "64M"), 0);
+	/* The trust limits: sizes (64M is one) in range. */
+	assert_int_equal(child_pick("ZAP_TCP_PARTIAL_BYTES", "64X"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_PARTIAL_BYTES", "+64M"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_PARTIAL_BYTES", "1000"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_RX_QUEUE_BYTES", "-1"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_STALL_MS", "0"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_IDLE_MS", "forever"), 0);
 	assert_int_equal(child_pick("ZAP_TCP_SAME_HOST_CC", "bbr"), 0);
-	assert_int_equal(child_pick("ZAP_TCP_SAME_HOST_CC", "KEEP"), 0);
+	assert_int_equal(child_pick("ZAP_TCP_SAME_HOST_CC", "kept"), 0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -91,6 +91,13 @@ static int h_ctx_err(const struct zap_ctx *ctx)
 	return c && now_ns() >= c->deadline_ns ? -ETIMEDOUT : 0;
 }
 
+/* The configuration registry is libzap's own (core/config.c): these tests
+ * link the core's objects for it, so the wire reads its variables exactly
+ * as under libzap. */
+int zap__host_config_u64(const char *name, uint64_t *out);
+int zap__host_config_str(const char *name, const char **out);
+const char *zap_last_error(void);
+
 static const struct zap_host host = {
 	.size = sizeof(struct zap_host),
 	.abi_major = ZAP_PLUGIN_ABI_MAJOR,
@@ -101,6 +108,9 @@ static const struct zap_host host = {
 	.ctx_fd = h_ctx_fd,
 	.ctx_timeout_ms = h_ctx_timeout_ms,
 	.ctx_err = h_ctx_err,
+	.last_error = zap_last_error,
+	.config_u64 = zap__host_config_u64,
+	.config_str = zap__host_config_str,
 };
 
 static struct zap_ctx *within_ms(struct tctx *c, unsigned ms)

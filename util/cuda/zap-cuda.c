@@ -128,11 +128,26 @@ const char *zcu_error_name(const struct zcu *c, zcu_result r, char *buf, size_t 
 	return buf;
 }
 
+int zcu_env_device(const struct zap_host *host, uint64_t *ord, char *why, size_t len)
+{
+	int rc;
+
+	*ord = 0;
+	if (!host || !ZAP_HOST_HAS(host, config_u64))
+		return 0;
+	rc = host->config_u64("ZAP_CUDA_DEVICE", ord);
+	if (rc < 0) {
+		snprintf(why, len, "%s", host->last_error());
+		return -EINVAL;
+	}
+	return rc;
+}
+
 enum zap_probe_result zcu_open_device(const struct zap_host *host, const struct zcu *c,
 				      struct zcu_device_info *info, char *why, size_t len)
 {
-	/* secure_getenv: unset under AT_SECURE (setuid or file capabilities). */
-	const char *env = secure_getenv("ZAP_CUDA_DEVICE");
+	uint64_t ord;
+	int set = zcu_env_device(host, &ord, why, len);
 	char err[96];
 	zcu_result r;
 	int n = 0;
@@ -152,19 +167,16 @@ enum zap_probe_result zcu_open_device(const struct zap_host *host, const struct 
 			 r != ZCU_SUCCESS ? zcu_error_name(c, r, err, sizeof(err)) : "");
 		return ZAP_PROBE_NOT_PRESENT;
 	}
-	if (env && *env) {
-		char *end;
-		long v;
-
-		errno = 0;
-		v = strtol(env, &end, 10);
-		if (errno || *end || end == env || v < 0 || v >= n) {
+	if (set < 0)
+		return ZAP_PROBE_ERROR;
+	if (set) {
+		if (ord >= (uint64_t)n) {
 			snprintf(why, len,
-				 "ZAP_CUDA_DEVICE='%s' is not a device ordinal in [0, %d]",
-				 env, n - 1);
+				 "ZAP_CUDA_DEVICE=%llu is not a device ordinal in [0, %d]",
+				 (unsigned long long)ord, n - 1);
 			return ZAP_PROBE_ERROR;
 		}
-		info->ordinal = (int)v;
+		info->ordinal = (int)ord;
 	}
 	r = c->DeviceGet(&info->dev, info->ordinal);
 	if (r != ZCU_SUCCESS) {

@@ -95,6 +95,13 @@ enum zap_probe_result zcu_load(const struct zcu **cu, char *why, size_t len);
 const char *zcu_error_name(const struct zcu *cu, zcu_result r, char *buf, size_t len);
 
 /*
+ * ZAP_CUDA_DEVICE through libzap's registry (zap_host.config_u64): 1 and
+ * the ordinal in *@ord when set, 0 when unset (or @host is NULL or older
+ * than plugin ABI 1.4: *@ord = 0), -EINVAL with @why for a bad value.
+ */
+int zcu_env_device(const struct zap_host *host, uint64_t *ord, char *why, size_t len);
+
+/*
  * cuInit, then the device ZAP_CUDA_DEVICE names (an ordinal, default 0)
  * and its attributes. NOT_PRESENT with the failed step (cuInit failed,
  * no device); ERROR for a bad ZAP_CUDA_DEVICE.

@@ -577,57 +577,49 @@ static int wire_listen(struct tcp_wire *w, const char *listen_addr)
 	return 0;
 }
 
-/* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping; plain
- * decimal, 0..TCP_SPIN_MAX_US (0: never spin). Unset or empty: learned
- * from traffic (tcp_spin.c). */
+/*
+ * The wire's variables are read through libzap's registry
+ * (zap_host.config_u64: grammar, range, default and setuid policy are
+ * declared there once): 1 when set, 0 for the default, or a negative errno
+ * after the registry recorded the reason, naming the variable (the core
+ * prefixes the transport's name when the open fails).
+ */
+
+/* ZAP_TCP_SPIN_US: microseconds to busy-poll before sleeping (0: never
+ * spin). Unset: learned from traffic (tcp_spin.c). */
 static int spin_setting(const struct zap_host *host, const char *dom, struct tcp_spin *s)
 {
-	const char *v = getenv(TCP_SPIN_ENV);
 	uint64_t n;
+	int rc = host->config_u64(TCP_SPIN_ENV, &n);
 
 	tw_spin_init(s, false, 0);
-	if (!v || !*v)
-		return 0;
-	if (tcp_parse_uint(v, 0, TCP_SPIN_MAX_US, &n))
-		return host->fail(
-			-EINVAL,
-			"%s: %s=\"%.32s\" is not a number of microseconds from 0 to %u",
-			dom, TCP_SPIN_ENV, v, TCP_SPIN_MAX_US);
-	tw_spin_init(s, true, (unsigned)n);
+	if (rc < 0)
+		return rc;
+	if (rc)
+		tw_spin_init(s, true, (unsigned)n);
 	return 0;
 }
-/* ZAP_TCP_SAME_HOST_CC: "auto" (unset or empty: the same), or "keep" the
- * host's congestion control on connections within this host too
+/* ZAP_TCP_SAME_HOST_CC: "auto" (choice 0), or "keep" the host's
+ * congestion control on connections within this host too
  * (tw_tune_same_host()). */
 static int same_host_cc_setting(const struct zap_host *host, const char *dom, bool *keep)
 {
-	const char *v = getenv(TCP_SAME_HOST_CC_ENV);
+	uint64_t n;
+	int rc = host->config_u64(TCP_SAME_HOST_CC_ENV, &n);
 
-	*keep = v && !strcmp(v, "keep");
-	if (!v || !*v || *keep || !strcmp(v, "auto"))
-		return 0;
-	return host->fail(-EINVAL, "%s: %s=\"%.32s\" is neither \"auto\" nor \"keep\"",
-			  dom, TCP_SAME_HOST_CC_ENV, v);
+	*keep = rc >= 0 && n == 1;
+	return rc < 0 ? rc : 0;
 }
 
-/* A limit from the environment: plain decimal in [@min, @max]; unset or
- * empty: @def. A bad value fails the open, naming the variable. */
+/* A limit from the registry, which bounds it (@out is unsigned). */
 static int env_limit(const struct zap_host *host, const char *dom, const char *name,
-		     unsigned def, unsigned min, unsigned max, const char *unit,
 		     unsigned *out)
 {
-	const char *v = getenv(name);
 	uint64_t n;
+	int rc = host->config_u64(name, &n);
 
-	*out = def;
-	if (!v || !*v)
-		return 0;
-	if (tcp_parse_uint(v, min, max, &n))
-		return host->fail(-EINVAL,
-				  "%s: %s=\"%.32s\" is not a number of %s from %u to %u",
-				  dom, name, v, unit, min, max);
-	*out = (unsigned)n;
-	return 0;
+	*out = rc < 0 ? 0 : (unsigned)n;
+	return rc < 0 ? rc : 0;
 }
 
 /*
@@ -644,25 +636,6 @@ static size_t conn_limit(void)
 		n = rl.rlim_cur;
 	n = n > TCP_FD_HEADROOM ? (n - TCP_FD_HEADROOM) * 3 / 4 : 0;
 	return n < 8 ? 8 : (size_t)n;
-}
-
-/* A byte count from the environment: plain decimal like the other
- * ZAP_TCP_* limits, TCP_BYTES_MIN..TCP_BYTES_MAX; unset or empty: @def. */
-static int env_size(const struct zap_host *host, const char *dom, const char *name,
-		    uint64_t def, uint64_t *out)
-{
-	const char *v = getenv(name);
-
-	*out = def;
-	if (!v || !*v)
-		return 0;
-	if (tcp_parse_uint(v, TCP_BYTES_MIN, TCP_BYTES_MAX, out))
-		return host->fail(
-			-EINVAL,
-			"%s: %s=\"%.32s\" is not a number of bytes from %llu to %llu",
-			dom, name, v, (unsigned long long)TCP_BYTES_MIN,
-			(unsigned long long)TCP_BYTES_MAX);
-	return 0;
 }
 
 int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
@@ -698,24 +671,24 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	pthread_cond_init(&w->cond, &ca);
 	pthread_condattr_destroy(&ca);
 
-	r = spin_setting(host, w->dom, &w->spin);
+	r = ZAP_HOST_HAS(host, config_u64)
+		    ? 0
+		    : host->fail(-ENOTSUP, "%s: libzap is too old (needs plugin ABI 1.4)",
+				 w->dom);
 	if (!r)
-		r = env_limit(host, w->dom, TCP_HS_ENV, TCP_HS_TIMEOUT_MS, TCP_HS_MIN_MS,
-			      TCP_HS_MAX_MS, "milliseconds", &w->hs_timeout_ms);
+		r = spin_setting(host, w->dom, &w->spin);
 	if (!r)
-		r = env_limit(host, w->dom, TCP_PENDING_ENV, TCP_PENDING_MAX, 1,
-			      TCP_PENDING_LIMIT, "connections", &w->pending_max);
+		r = env_limit(host, w->dom, TCP_HS_ENV, &w->hs_timeout_ms);
 	if (!r)
-		r = env_limit(host, w->dom, TCP_STALL_ENV, TCP_STALL_MS, TCP_HS_MIN_MS,
-			      TCP_HS_MAX_MS, "milliseconds", &w->stall_ms);
+		r = env_limit(host, w->dom, TCP_PENDING_ENV, &w->pending_max);
 	if (!r)
-		r = env_size(host, w->dom, TCP_PARTIAL_ENV, TCP_PARTIAL_DEF,
-			     &w->partial_max);
+		r = env_limit(host, w->dom, TCP_STALL_ENV, &w->stall_ms);
 	if (!r)
-		r = env_size(host, w->dom, TCP_RXQ_ENV, TCP_RXQ_DEF, &w->rxq_max);
+		r = host->config_u64(TCP_PARTIAL_ENV, &w->partial_max) < 0 ? -EINVAL : 0;
 	if (!r)
-		r = env_limit(host, w->dom, TCP_IDLE_ENV, TCP_IDLE_MS, TCP_HS_MIN_MS,
-			      TCP_IDLE_MAX_MS, "milliseconds", &w->idle_ms);
+		r = host->config_u64(TCP_RXQ_ENV, &w->rxq_max) < 0 ? -EINVAL : 0;
+	if (!r)
+		r = env_limit(host, w->dom, TCP_IDLE_ENV, &w->idle_ms);
 	if (!r)
 		r = same_host_cc_setting(host, w->dom, &w->keep_cc);
 	w->conn_max = conn_limit();

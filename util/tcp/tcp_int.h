@@ -118,30 +118,19 @@
 #define TCP_HELLO_FIXED 24
 #define TCP_HELLO_MAX (TCP_HELLO_FIXED + ZAP_PEER_MAX - 1)
 #define TCP_RBUF (64 * 1024)
-/* Handshake limits (WIRE.md): defaults and their environment variables. */
-#define TCP_HS_TIMEOUT_MS 10000
+/* Limits (WIRE.md) are read at open through libzap's configuration
+ * registry, which holds their defaults and ranges (core/config-vars.c). */
 #define TCP_HS_ENV "ZAP_TCP_HANDSHAKE_MS"
-#define TCP_HS_MIN_MS 10u
-#define TCP_HS_MAX_MS 3600000u
-#define TCP_PENDING_MAX 4096
 #define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
-#define TCP_PENDING_LIMIT 1048576u
 #define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
 /* Congestion control on connections within this host (tw_tune_same_host()). */
 #define TCP_SAME_HOST_CC_ENV "ZAP_TCP_SAME_HOST_CC"
 /* Memory limits (WIRE.md, "Limits against floods"). */
 #define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
-#define TCP_PARTIAL_DEF (64ull << 20)
 #define TCP_RXQ_ENV "ZAP_TCP_RX_QUEUE_BYTES"
-#define TCP_RXQ_DEF (128ull << 20)
-#define TCP_BYTES_MIN (64ull << 10)
-#define TCP_BYTES_MAX (1ull << 40)
 #define TCP_STALL_ENV "ZAP_TCP_STALL_MS"
-#define TCP_STALL_MS 30000
 /* Descriptors (WIRE.md, "Limits against floods"). */
 #define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
-#define TCP_IDLE_MS 300000
-#define TCP_IDLE_MAX_MS 86400000u
 #define TCP_FD_HEADROOM 64 /* descriptors left to the application */
 #define TCP_EVICT_MIN_IDLE_MS 250
 /* Who listens at a route's address is proven again by a dial (send_claim())
@@ -149,7 +138,6 @@
 #define TCP_VERIFY_MS 1000
 /* A large message's first allocation when the allocator can grow it. */
 #define TCP_GROW_FIRST (256u << 10)
-#define TCP_SPIN_MAX_US 1000000u
 /* Coalescing (tcp_txq.c): frames up to TCP_TXQ_FRAME_MAX queue behind a
  * busy tx side, at most TCP_TXQ_MAX per connection; an owner writes its
  * own frame and up to TCP_TXQ_BATCH queued ones with one sendmsg(), and

@@ -107,21 +107,18 @@ static socklen_t side_name(uint64_t id, struct sockaddr_un *sun)
 
 int tw_shm_open(struct tcp_wire *w)
 {
-	const char *v = getenv(TCP_SHM_ENV);
+	/* Through libzap's registry: user (0), group (1) or off (2). */
+	uint64_t policy;
+	int rc = w->host->config_u64(TCP_SHM_ENV, &policy);
 	struct sockaddr_un sun;
 
 	w->shm_lfd = -1;
 	atomic_init(&w->nshm, 0);
-	if (!v || !*v || !strcmp(v, "user") || !strcmp(v, "1"))
-		w->shm_policy = TW_SHM_USER;
-	else if (!strcmp(v, "group"))
-		w->shm_policy = TW_SHM_GROUP;
-	else if (!strcmp(v, "off") || !strcmp(v, "0"))
-		w->shm_policy = TW_SHM_OFF;
-	else
-		return w->host->fail(-EINVAL,
-				     "%s: %s=\"%.32s\" is not one of user, group, off",
-				     w->dom, TCP_SHM_ENV, v);
+	if (rc < 0)
+		return rc; /* the registry recorded the reason, naming it */
+	w->shm_policy = policy == 1   ? TW_SHM_GROUP
+			: policy == 2 ? TW_SHM_OFF
+				      : TW_SHM_USER;
 	if (w->shm_policy == TW_SHM_OFF)
 		return 0;
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -42,28 +42,15 @@
 #include <unistd.h>
 
 /* ZAP_UNIX_SOCKET_MODE: octal permission bits of a listen socket file,
- * 1-4 digits, at most 0777; unset or empty: TCP_UNIX_MODE. */
+ * read through libzap's registry (its default: TCP_UNIX_MODE). */
 static int unix_mode(const struct tcp_wire *w, mode_t *out)
 {
-	const char *v = getenv(TCP_UNIX_MODE_ENV);
-	size_t n = v ? strlen(v) : 0;
-	unsigned m = 0;
-	bool ok = n <= 4;
+	uint64_t m = TCP_UNIX_MODE;
+	int rc = w->host->config_u64(TCP_UNIX_MODE_ENV, &m);
 
-	*out = TCP_UNIX_MODE;
-	if (!n)
-		return 0;
-	for (size_t i = 0; ok && i < n; i++) {
-		ok = v[i] >= '0' && v[i] <= '7';
-		m = m * 8 + (unsigned)(v[i] - '0');
-	}
-	if (!ok || m > 0777)
-		return w->host
-			->fail(-EINVAL,
-			       "%s: %s=\"%.32s\" is not an octal mode from 0 to 0777",
-			       w->dom, TCP_UNIX_MODE_ENV, v);
+	/* A bad value: the registry recorded the reason, naming it. */
 	*out = (mode_t)m;
-	return 0;
+	return rc < 0 ? rc : 0;
 }
 
 /*

@@ -269,6 +269,9 @@ struct zap_attr {
  *                 bad attribute, a bad environment value, or a TLS setting
  *                 that cannot be used (the reason names the variable or
  *                 file); the same code under any preference;
+ *  -EPERM:        a ZAP_TLS_* variable set in a setuid, setgid or
+ *                 file-capability program, which does not read them: pass
+ *                 the zap_attr tls_* fields instead (never plaintext);
  *  -ENOMEM;
  *  strict only: the open error of the transport asked for (-EADDRINUSE,
  *  -EADDRNOTAVAIL, -EACCES, ...).

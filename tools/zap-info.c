@@ -593,6 +593,38 @@ static int gather_report(struct info *in, const struct opts *o)
 	return 0;
 }
 
+/*
+ * Whether the TLS settings would make opening @name fail (the transports
+ * that run TLS: default, uma and gpudirect's bootstrap), with the reason.
+ * zap_pick_explain() opens nothing, so without this a pick that fails on
+ * its first open would read "ok".
+ */
+static bool tls_unusable(const char *name, char *why, size_t len)
+{
+	struct ztls_config cfg = {
+		.cert = zi_env_value("ZAP_TLS_CERT"), .key = zi_env_value("ZAP_TLS_KEY"),
+		.ca = zi_env_value("ZAP_TLS_CA"), .peers = zi_env_value("ZAP_TLS_PEERS"),
+	};
+	struct ztls_ctx *x = NULL;
+	const char *partial;
+
+	if (strcmp(name, "default") && strcmp(name, "uma") && strcmp(name, "gpudirect"))
+		return false;
+	partial = ztls_partial_config(cfg.cert, cfg.key, cfg.ca, cfg.peers);
+	if (partial) {
+		snprintf(why, len, "%.32s: open would fail: %s", name, partial);
+		return true;
+	}
+	if (!cfg.cert || ztls_ctx_new(&cfg, &x, why, len) == 0) {
+		ztls_ctx_free(x);
+		return false;
+	}
+	char tls[400];
+	snprintf(tls, sizeof(tls), "%.399s", why);
+	snprintf(why, len, "%.32s: open would fail: TLS: %s", name, tls);
+	return true;
+}
+
 /* What a pick would do now with the requested preference, and the exit
  * status that follows from it. */
 static void gather_pick(struct info *in, const struct opts *o)
@@ -611,6 +643,10 @@ static void gather_pick(struct info *in, const struct opts *o)
 	}
 	in->choice.size = sizeof(in->choice);
 	in->pick_err = zap_pick_explain(o->transport, 0, &in->choice);
+	/* A configuration error fails every pick (-EINVAL, docs/loader.md). */
+	if (in->pick_err == 0 &&
+	    tls_unusable(in->choice.name, in->choice.reason, sizeof(in->choice.reason)))
+		in->pick_err = -EINVAL;
 	if (in->pick_err == 0) {
 		in->pick_status = in->choice.fallback ? "fallback" : "ok";
 		in->exit_status = in->choice.fallback ? EXIT_FALLBACK

@@ -247,6 +247,38 @@ static const struct status_case status_cases[] = {
 };
 
 /*
+ * TLS settings that make every open of default fail are not "ok": status
+ * "error" and exit 2, the reason on stderr (a configuration error fails
+ * every pick with -EINVAL, whatever the preference).
+ */
+static void test_tls_unusable(void **state)
+{
+	const char *const def[] = { "-t", "default", NULL };
+	struct th_proc p;
+
+	(void)state;
+	setenv("ZAP_TLS_PEERS", "/etc/hostname", 1);
+	zap_info(&p, std_dir(), NULL, def);
+	unsetenv("ZAP_TLS_PEERS");
+	EXPECT_STATUS(&p, 2);
+	EXPECT_OUT(&p, "status:  error");
+	if (!strstr(p.err, "refusing to run in plaintext"))
+		fail_msg("no reason on stderr:\n%s", p.err);
+	th_proc_free(&p);
+	setenv("ZAP_TLS_CERT", "/nonexistent/cert.pem", 1);
+	setenv("ZAP_TLS_KEY", "/nonexistent/key.pem", 1);
+	setenv("ZAP_TLS_PEERS", "/etc/hostname", 1);
+	zap_info(&p, std_dir(), NULL, def);
+	unsetenv("ZAP_TLS_CERT");
+	unsetenv("ZAP_TLS_KEY");
+	unsetenv("ZAP_TLS_PEERS");
+	EXPECT_STATUS(&p, 2);
+	if (!strstr(p.err, "/nonexistent/cert.pem"))
+		fail_msg("no reason on stderr:\n%s", p.err);
+	th_proc_free(&p);
+}
+
+/*
  * The three outcomes a script tells apart, and the reason on stderr for
  * the two that are not success (nothing on stderr for success).
  */
@@ -477,6 +509,7 @@ int main(void)
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[16]),
 		cmocka_unit_test_prestate(test_status, (void *)&status_cases[17]),
 		cmocka_unit_test(test_status_stderr),
+		cmocka_unit_test(test_tls_unusable),
 		cmocka_unit_test(test_isolate),
 		cmocka_unit_test(test_default_survives),
 		cmocka_unit_test(test_isolate_json),

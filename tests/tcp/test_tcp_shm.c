@@ -503,7 +503,7 @@ static void child_in_netns(const char *server)
 	snprintf(path, sizeof(path), "/run/netns/%s", getenv("ZT_NETNS"));
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
-	struct zap_transport *t = child_ep("10.201.0.2:0");
+	struct zap_transport *t = child_ep(getenv("ZT_NETNS_PEER"));
 	CK(zap_send(t, server, "over veth", 9, NULL) == 0);
 	zap_msg_release(child_recv(t));
 	char p[16];
@@ -521,29 +521,58 @@ static int sh(const char *fmt, ...)
 	return system(cmd);
 }
 
+/* The veth pair's /30 in 10.201/16, and its device number: this run's
+ * own, so that a concurrent run, or the leftovers of one that was killed,
+ * routes nothing of ours (one 10.201.0.0/30 for every run did). */
+static int netns_id(void)
+{
+	return (int)getpid() % 16384;
+}
+
+static void netns_teardown_(void)
+{
+	if (ns_name[0])
+		sh("ip link del zs%da 2>/dev/null; ip netns del %s 2>/dev/null", netns_id(),
+		   ns_name);
+	ns_name[0] = '\0';
+}
+
+/* Whether or not the test passed. */
+static int netns_teardown(void **state)
+{
+	(void)state;
+	netns_teardown_();
+	return 0;
+}
+
 /* A peer in another namespace reaches us over TCP (a veth pair); its
  * abstract socket names are its namespace's, so it never upgrades. */
 static void test_other_netns(void **state)
 {
-	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX];
+	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX], ours[40], theirs[40];
+	int id = netns_id(), net = id << 2;
 	(void)state;
 	snprintf(ns_name, sizeof(ns_name), "zapshm%d", (int)getpid());
+	snprintf(ours, sizeof(ours), "10.201.%d.%d", net >> 8, (net & 255) + 1);
+	snprintf(theirs, sizeof(theirs), "10.201.%d.%d:0", net >> 8, (net & 255) + 2);
 	setenv("ZT_NETNS", ns_name, 1);
+	setenv("ZT_NETNS_PEER", theirs, 1);
 	if (geteuid() != 0 ||
 	    sh("ip netns add %s 2>/dev/null && ip link add zs%da type veth peer name zs%db "
 	       "2>/dev/null",
-	       ns_name, (int)getpid() % 10000, (int)getpid() % 10000)) {
-		sh("ip netns del %s 2>/dev/null", ns_name);
+	       ns_name, id, id)) {
+		netns_teardown_();
 		fprintf(stderr, "skip: needs root and ip netns / veth\n");
 		skip();
 	}
-	int id = (int)getpid() % 10000;
-	assert_int_equal(sh("ip link set zs%db netns %s && ip addr add 10.201.0.1/30 dev zs%da && "
-			    "ip link set zs%da up && ip -n %s addr add 10.201.0.2/30 dev zs%db && "
+	theirs[strlen(theirs) - 2] = '\0'; /* the address alone */
+	assert_int_equal(sh("ip link set zs%db netns %s && ip addr add %s/30 dev zs%da && "
+			    "ip link set zs%da up && ip -n %s addr add %s/30 dev zs%db && "
 			    "ip -n %s link set zs%db up && ip -n %s link set lo up",
-			    id, ns_name, id, id, ns_name, id, ns_name, id, ns_name),
+			    id, ns_name, ours, id, id, ns_name, theirs, id, ns_name, id, ns_name),
 			 0);
-	struct zap_transport *s = ep("10.201.0.1:0", sa);
+	snprintf(sa, sizeof(sa), "%s:0", ours);
+	struct zap_transport *s = ep(sa, sa);
 	pid_t pid = peer_start("netns", sa);
 	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 9);
@@ -553,7 +582,6 @@ static void test_other_netns(void **state)
 	path_is(s, peer, "tcp");
 	peer_wait(pid);
 	zap_close(s);
-	sh("ip link del zs%da 2>/dev/null; ip netns del %s", id, ns_name);
 }
 
 /* ---- raw side-channel requests that lie --------------------------------- */
@@ -791,7 +819,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_two_users),
 		cmocka_unit_test(test_ring_cap),
 		cmocka_unit_test(test_env),
-		cmocka_unit_test(test_other_netns),
+		cmocka_unit_test_teardown(test_other_netns, netns_teardown),
 		cmocka_unit_test(test_hostile_requests),
 	};
 	signal(SIGPIPE, SIG_IGN);

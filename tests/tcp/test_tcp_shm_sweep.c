@@ -8,12 +8,13 @@
  * meson's timeout); nothing is timed.
  *
  * Where the test process receives, the page faults of the second half of
- * each zap_send() stream of 4 KiB to 4 MiB messages are counted: received
+ * each zap_send() stream of 4 KiB to 64 MiB messages are counted: received
  * messages must reuse released memory (plugins/default/default.c).
  * Streaming 4-64 KiB messages through shared memory used to run at
  * 0.3-0.6 GB/s because the heap was handed back to the kernel and faulted
  * in again between every two poll rounds (issue 33; 528 faults for 1024
- * pages at 4 KiB, now 0). The burst streams' faults are printed, not
+ * pages at 4 KiB, now 0), and 64 MiB ones at 0.13 GB/s, a fresh mapping
+ * faulted in for every message. The burst streams' faults are printed, not
  * checked: 0-65 for 1024 pages here, up to 443 under ThreadSanitizer,
  * though the allocator's cache missed there exactly as in the zap_send()
  * streams (one round's blocks per size, counted with a debug print):
@@ -167,7 +168,7 @@ static long minflt(void)
 static void recv_stream(struct zap_transport *s, size_t i, bool burst)
 {
 	unsigned n = sweep_n(i), half = n / 2;
-	bool counted = sweep[i] >= (4u << 10) && sweep[i] <= (4u << 20);
+	bool counted = sweep[i] >= (4u << 10);
 	bool checked = counted && !burst;
 	long f0 = 0;
 

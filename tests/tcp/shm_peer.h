@@ -130,4 +130,14 @@ static inline void peer_wait(pid_t pid)
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* The peer's first message ("hi") into @peer's address, then "go": for
+ * peers that wait until the test knows them. */
+static inline void peer_greet(struct zap_transport *s, char *peer)
+{
+	struct zap_msg *m = recv_ok(s);
+	snprintf(peer, ZAP_PEER_MAX, "%s", zap_msg_peer(m));
+	zap_msg_release(m);
+	assert_int_equal(zap_send(s, peer, "go", 2, NULL), 0);
+}
+
 #endif /* ZAP_TEST_SHM_PEER_H */

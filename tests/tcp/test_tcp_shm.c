@@ -218,13 +218,10 @@ static void test_burst(void **state)
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
 	pid_t pid = peer_start("burst", sa);
-	struct zap_msg *m = recv_ok(s);
-	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
-	zap_msg_release(m);
-	assert_int_equal(zap_send(s, peer, "go", 2, NULL), 0);
+	peer_greet(s, peer);
 	usleep(300000); /* the child fills the ring meanwhile */
 	for (unsigned i = 0; i < NBURST_BIG; i++) {
-		m = recv_ok(s);
+		struct zap_msg *m = recv_ok(s);
 		assert_int_equal(zap_msg_len(m), BURST_BIG);
 		assert_int_equal(zt_check_fill(zap_msg_data(m), BURST_BIG, i + 1), BURST_BIG);
 		zap_msg_release(m);

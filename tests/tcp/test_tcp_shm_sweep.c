@@ -194,17 +194,14 @@ static void test_sweep(void **state)
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
 	pid_t pid = peer_start("sweep", sa);
-	struct zap_msg *m = recv_ok(s);
 
-	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
-	zap_msg_release(m);
-	assert_int_equal(zap_send(s, peer, "go", 2, NULL), 0);
+	peer_greet(s, peer);
 	for (size_t i = 0; i < NSWEEP; i++)
 		for (int b = 0; b <= (int)bursts(i); b++)
 			recv_stream(s, i, b);
 	path_is(s, peer, "shm");
 	send_sweep(s, peer, test_check);
-	m = recv_ok(s);
+	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 4);
 	assert_memory_equal(zap_msg_data(m), "done", 4);
 	zap_msg_release(m);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,24 +26,73 @@ struct tcp_tp {
 };
 
 /*
- * Large received messages reuse recently released memory. A fresh block of
- * a megabyte comes from the kernel a page at a time (a fault every 4 KiB),
- * and glibc hands such blocks back on free(): measured here, streaming
- * 1 MiB messages through shared memory ran at 1.1 GB/s with the faults
- * costing more than the copies, and at 3-3.8 GB/s without them. So a few
- * released blocks of at least CACHE_MIN bytes stay cached, at most
- * CACHE_SLOTS of them and CACHE_BYTES in all, process-wide (messages
- * outlive their transport); the smallest one that fits is reused.
+ * Received messages reuse recently released memory, process-wide
+ * (messages outlive their transport), under cache_mu, while an endpoint
+ * of this transport is open (nopen): the last one to close frees what is
+ * cached, and a message released after that is freed at once, so the
+ * memory kept is an open endpoint's cost.
+ *
+ * Large blocks: a fresh block of a megabyte comes from the kernel a page
+ * at a time (a fault every 4 KiB), and glibc hands such blocks back on
+ * free(): measured here, streaming 1 MiB messages through shared memory
+ * ran at 1.1 GB/s with the faults costing more than the copies, and at
+ * 3-3.8 GB/s without them. So a few released blocks of at least CACHE_MIN
+ * bytes stay cached, at most CACHE_SLOTS of them and CACHE_BYTES in all
+ * (two messages of the default largest size: glibc maps blocks above 32
+ * MiB afresh every time, and with 16 MiB here, streaming 64 MiB messages
+ * faulted in every page of every one, 279,425 faults for 16 messages, and
+ * ran at 130 MB/s; 33,647 faults with this bound); the smallest one that
+ * fits is reused.
+ *
+ * Mid-sized blocks (MID_MIN up to CACHE_MIN) come from the heap, and a
+ * stream of them cycles it: a poll round delivers up to a few hundred KiB
+ * of messages (tcp_int.h, TCP_SHM_BATCH_BYTES) before the application
+ * releases any, and once it released them, glibc finds more than its trim
+ * threshold (128 KiB) free at the heap's top and gives it back to the
+ * kernel (brk), so the next round faults every page in again. Both cost a
+ * lot (the shrink flushes the TLB), and streaming 4-64 KiB messages
+ * through shared memory ran at 0.3-0.6 GB/s. So released mid-sized blocks
+ * stay on a list per quarter-octave class (linked through the blocks
+ * themselves), at most MID_BYTES in all: more than a round, so the heap
+ * no longer shrinks and grows between rounds. A block is allocated at its
+ * class's size (at most a quarter more than asked for), so that any block
+ * of a class fits any request of it. Below MID_MIN, a round of
+ * TCP_SHM_BATCH messages stays under the trim threshold.
  */
 #define CACHE_MIN (128u << 10)
 #define CACHE_SLOTS 4
-#define CACHE_BYTES (16u << 20)
+#define CACHE_BYTES (130u << 20)
+#define MID_LOG2 10u /* MID_MIN: 1 KiB */
+#define MID_MIN (1u << MID_LOG2)
+#define MID_CLASSES 28 /* 1 KiB up to 112 KiB, four a power of two */
+#define MID_BYTES (1u << 20)
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	void *p;
 	size_t cap;
 } cache[CACHE_SLOTS];
 static size_t cache_bytes;
+static void *mid_list[MID_CLASSES]; /* each block's first bytes: the next */
+static size_t mid_bytes;
+static unsigned nopen; /* endpoints of this transport open */
+
+_Static_assert((size_t)(7u << (MID_LOG2 + MID_CLASSES / 4 - 3)) < CACHE_MIN &&
+		       (size_t)(4u << (MID_LOG2 + MID_CLASSES / 4 - 2)) == CACHE_MIN,
+	       "the mid classes end where the large cache begins");
+
+/* The largest class not above @n bytes (MID_MIN <= @n < CACHE_MIN). */
+static unsigned mid_class(size_t n)
+{
+	unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)n);
+
+	return (k - MID_LOG2) * 4u + (unsigned)((n >> (k - 2u)) & 3u);
+}
+
+/* The bytes of a block of class @i. */
+static size_t mid_size(unsigned i)
+{
+	return (size_t)(4u + i % 4u) << (MID_LOG2 + i / 4u - 2u);
+}
 
 static void *cache_take(size_t need)
 {
@@ -65,25 +115,158 @@ static void *cache_take(size_t need)
 	return p;
 }
 
+/* A block of at least @need bytes: a cached one, or a new one (NULL when
+ * out of memory). */
+static void *block_get(size_t need)
+{
+	void *p = NULL;
+
+	if (need >= MID_MIN && need < CACHE_MIN) {
+		unsigned i = mid_class(need);
+		if (mid_size(i) < need)
+			i++;
+		if (i == MID_CLASSES) {
+			need = CACHE_MIN; /* the large cache's smallest */
+		} else {
+			pthread_mutex_lock(&cache_mu);
+			p = mid_list[i];
+			if (p) {
+				memcpy(&mid_list[i], p, sizeof(void *));
+				mid_bytes -= malloc_usable_size(p);
+			}
+			pthread_mutex_unlock(&cache_mu);
+			return p ? p : malloc(mid_size(i));
+		}
+	}
+	p = cache_take(need);
+	return p ? p : malloc(need);
+}
+
+/* Free the blocks linked through their first bytes from @gone on. */
+static void free_list(void *gone)
+{
+	while (gone) {
+		void *next;
+		memcpy(&next, gone, sizeof(next));
+		free(gone);
+		gone = next;
+	}
+}
+
+/*
+ * Make room for a block of @cap bytes of class @keep (cache_mu held):
+ * blocks of other classes go, onto *@gone for the caller to free once the
+ * lock is released. What streams now takes the room, not a size that came
+ * before (without this, 1 MiB of 16 KiB blocks left by one stream kept the
+ * next stream's 64 KiB blocks out, and the heap cycled again).
+ */
+static void mid_evict(unsigned keep, size_t cap, void **gone)
+{
+	for (unsigned i = 0; i < MID_CLASSES && mid_bytes + cap > MID_BYTES; i++) {
+		while (i != keep && mid_list[i] && mid_bytes + cap > MID_BYTES) {
+			void *v = mid_list[i];
+			memcpy(&mid_list[i], v, sizeof(void *));
+			mid_bytes -= malloc_usable_size(v);
+			memcpy(v, gone, sizeof(void *));
+			*gone = v;
+		}
+	}
+}
+
+/* Keep the mid-sized block @m of @cap usable bytes; whether kept. */
+static bool mid_put(void *m, size_t cap)
+{
+	unsigned i = mid_class(cap);
+	void *gone = NULL;
+	bool kept = false;
+
+	pthread_mutex_lock(&cache_mu);
+	mid_evict(i, cap, &gone);
+	if (nopen && mid_bytes + cap <= MID_BYTES) {
+		memcpy(m, &mid_list[i], sizeof(void *));
+		mid_list[i] = m;
+		mid_bytes += cap;
+		kept = true;
+	}
+	pthread_mutex_unlock(&cache_mu);
+	free_list(gone);
+	return kept;
+}
+
+/*
+ * Keep the large block @m of @cap usable bytes (cache_mu held), making
+ * room by evicting the smallest cached ones onto *@gone: the newest takes
+ * the room, as in mid_evict(); a cached block serves any smaller request.
+ */
+static bool large_put(void *m, size_t cap, void **gone)
+{
+	for (;;) {
+		int slot = -1, small = -1;
+		for (int i = 0; i < CACHE_SLOTS; i++)
+			if (!cache[i].p)
+				slot = i;
+			else if (small < 0 || cache[i].cap < cache[small].cap)
+				small = i;
+		if (slot >= 0 && cache_bytes + cap <= CACHE_BYTES) {
+			cache[slot].p = m;
+			cache[slot].cap = cap;
+			cache_bytes += cap;
+			return true;
+		}
+		if (small < 0)
+			return false;
+		memcpy(cache[small].p, gone, sizeof(void *));
+		*gone = cache[small].p;
+		cache[small].p = NULL;
+		cache_bytes -= cache[small].cap;
+	}
+}
+
+/* Keep the block @m of @cap usable bytes if it may be; whether kept. */
+static bool cache_put(void *m, size_t cap)
+{
+	void *gone = NULL;
+	bool kept;
+
+	if (cap < MID_MIN || cap > CACHE_BYTES)
+		return false;
+	if (cap < CACHE_MIN)
+		return mid_put(m, cap);
+	pthread_mutex_lock(&cache_mu);
+	kept = nopen && large_put(m, cap, &gone);
+	pthread_mutex_unlock(&cache_mu);
+	free_list(gone);
+	return kept;
+}
+
+/* An endpoint opens (@open) or closes: the last to close frees the cache. */
+static void cache_users(bool open)
+{
+	void *gone = NULL;
+
+	pthread_mutex_lock(&cache_mu);
+	if (open)
+		nopen++;
+	else if (!--nopen) {
+		for (int i = 0; i < CACHE_SLOTS; i++)
+			if (cache[i].p) {
+				memcpy(cache[i].p, &gone, sizeof(void *));
+				gone = cache[i].p;
+				cache[i].p = NULL;
+			}
+		cache_bytes = 0;
+		mid_evict(MID_CLASSES, MID_BYTES + 1, &gone); /* every class */
+	}
+	pthread_mutex_unlock(&cache_mu);
+	free_list(gone);
+}
+
 static void tcp_msg_release(struct zap_msg *m)
 {
 	/* The record and payload are one allocation, independent of the
 	 * transport, so messages outlive zap_close(). */
-	size_t cap = malloc_usable_size(m);
-
-	if (cap >= CACHE_MIN && cap <= CACHE_BYTES) {
-		pthread_mutex_lock(&cache_mu);
-		for (int i = 0; i < CACHE_SLOTS && cache_bytes + cap <= CACHE_BYTES; i++)
-			if (!cache[i].p) {
-				cache[i].p = m;
-				cache[i].cap = cap;
-				cache_bytes += cap;
-				m = NULL;
-				break;
-			}
-		pthread_mutex_unlock(&cache_mu);
-	}
-	free(m);
+	if (!cache_put(m, malloc_usable_size(m)))
+		free(m);
 }
 
 static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
@@ -93,9 +276,7 @@ static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 	(void)user;
 	if (len > SIZE_MAX - sizeof(*m))
 		return -ENOMEM;
-	m = cache_take(sizeof(*m) + len);
-	if (!m)
-		m = malloc(sizeof(*m) + len);
+	m = block_get(sizeof(*m) + len);
 	if (!m)
 		return -ENOMEM;
 	memset(m, 0, sizeof(*m));
@@ -188,6 +369,7 @@ static int tcp_open(const struct zap_host *host, const struct zap_open_args *arg
 		free(tp);
 		return r;
 	}
+	cache_users(true);
 	*tpp = tp;
 	return 0;
 }
@@ -205,6 +387,7 @@ static void tcp_destroy(void *p)
 		return;
 	tcp_wire_destroy(tp->wire);
 	free(tp);
+	cache_users(false);
 }
 
 static int tcp_send(void *p, const char *peer, const void *buf, size_t len,

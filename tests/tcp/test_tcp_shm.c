@@ -36,118 +36,8 @@
 #include <zap/zap.h>
 
 #include "log-capture.h"
+#include "shm_peer.h"
 #include "zap-test.h"
-
-#define BIG (64u << 20)
-
-/* ---- endpoints ---------------------------------------------------------- */
-
-static int ep_try(const char *listen, struct zap_transport **t)
-{
-	struct zap_attr a = { .size = sizeof(a), .listen = listen,
-			      .max_msg_size = BIG };
-	return zap_pick("=default", 0, &a, t);
-}
-
-static struct zap_transport *ep(const char *listen, char *addr)
-{
-	struct zap_transport *t = NULL;
-	int r = ep_try(listen, &t);
-	if (r)
-		fprintf(stderr, "zap_pick(%s): %s\n", listen, zap_last_error());
-	assert_int_equal(r, 0);
-	if (addr)
-		assert_int_equal(zap_transport_address(t, addr, ZAP_PEER_MAX), 0);
-	return t;
-}
-
-static struct zap_msg *recv_in(struct zap_transport *t, unsigned ms, int *err)
-{
-	struct zap_ctx *ctx;
-	struct zap_msg *m = NULL;
-	assert_int_equal(zap_ctx_new(&ctx), 0);
-	zap_ctx_set_timeout(ctx, ms * 1000000ull);
-	*err = zap_recv(t, ctx, &m);
-	zap_ctx_free(ctx);
-	return m;
-}
-
-static struct zap_msg *recv_ok(struct zap_transport *t)
-{
-	int r;
-	struct zap_msg *m = recv_in(t, 30000, &r);
-	if (r)
-		fprintf(stderr, "zap_recv: %s (%s)\n", zap_strerror(r), zap_last_error());
-	assert_int_equal(r, 0);
-	return m;
-}
-
-static void path_is(struct zap_transport *t, const char *peer, const char *want)
-{
-	char p[16] = "";
-	int r = zap_peer_path(t, peer, p, sizeof(p));
-	if (r || strcmp(p, want))
-		fprintf(stderr, "path to %s: %d \"%s\", want \"%s\"\n", peer, r, p, want);
-	assert_int_equal(r, 0);
-	assert_string_equal(p, want);
-}
-
-/* ---- the peer process --------------------------------------------------- */
-
-/* In a child: checks that exit with a code instead of cmocka's jumps. */
-#define CK(cond)                                                              \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "peer: %s:%d: %s (%s)\n", __FILE__,   \
-				__LINE__, #cond, zap_last_error());           \
-			_exit(3);                                             \
-		}                                                             \
-	} while (0)
-
-static struct zap_transport *child_ep(const char *listen)
-{
-	struct zap_transport *t = NULL;
-	CK(ep_try(listen, &t) == 0);
-	return t;
-}
-
-static struct zap_msg *child_recv(struct zap_transport *t)
-{
-	struct zap_msg *m = NULL;
-	struct zap_ctx *ctx;
-	CK(zap_ctx_new(&ctx) == 0);
-	zap_ctx_set_timeout(ctx, 60ull * 1000000000u);
-	CK(zap_recv(t, ctx, &m) == 0);
-	zap_ctx_free(ctx);
-	return m;
-}
-
-/*
- * Start the peer @name (a child_* function, see peers[] by main()) with
- * @arg in a new process: fork and exec this program, so that the peer
- * starts with no thread and no endpoint of ours (ThreadSanitizer cannot
- * follow a fork of a threaded process, and the peer should be a stranger).
- */
-static pid_t peer_start(const char *name, const char *arg)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execl("/proc/self/exe", "test-tcp-shm", "--peer", name, arg, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
-}
-
-static void peer_wait(pid_t pid)
-{
-	int st;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (!WIFEXITED(st) || WEXITSTATUS(st))
-		fprintf(stderr, "peer status 0x%x\n", st);
-	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
 
 static const size_t sizes[] = { 0, 1, 7, 64, 4095, 4096, 65536, 1u << 20,
 				(3u << 20) + 5, (24u << 20) + 3, BIG };
@@ -206,11 +96,13 @@ static void test_sizes_tcp(void **state)
 /* Both Unix forms: the credentials stay the identity (peer_id). */
 static void test_sizes_unix(void **state)
 {
-	char sa[ZAP_PEER_MAX], dir[64], path[128];
+	char sa[ZAP_PEER_MAX], dir[64], path[128], abstract[64];
 	(void)state;
 	assert_non_null(zt_mkdtemp(dir, sizeof(dir), "shm"));
 	snprintf(path, sizeof(path), "unix:%s/s.sock", dir);
-	const char *addrs[] = { path, "unix:@zap-shm-test-abstract" };
+	/* This run's own: the namespace's other runs see abstract names. */
+	snprintf(abstract, sizeof(abstract), "unix:@zap-shm-test-%d", (int)getpid());
+	const char *addrs[] = { path, abstract };
 	for (int k = 0; k < 2; k++) {
 		struct zap_transport *s = ep(addrs[k], sa);
 		pid_t pid = peer_start("sizes", sa);
@@ -326,13 +218,10 @@ static void test_burst(void **state)
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
 	pid_t pid = peer_start("burst", sa);
-	struct zap_msg *m = recv_ok(s);
-	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
-	zap_msg_release(m);
-	assert_int_equal(zap_send(s, peer, "go", 2, NULL), 0);
+	peer_greet(s, peer);
 	usleep(300000); /* the child fills the ring meanwhile */
 	for (unsigned i = 0; i < NBURST_BIG; i++) {
-		m = recv_ok(s);
+		struct zap_msg *m = recv_ok(s);
 		assert_int_equal(zap_msg_len(m), BURST_BIG);
 		assert_int_equal(zt_check_fill(zap_msg_data(m), BURST_BIG, i + 1), BURST_BIG);
 		zap_msg_release(m);
@@ -613,7 +502,7 @@ static void child_in_netns(const char *server)
 	snprintf(path, sizeof(path), "/run/netns/%s", getenv("ZT_NETNS"));
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
-	struct zap_transport *t = child_ep("10.201.0.2:0");
+	struct zap_transport *t = child_ep(getenv("ZT_NETNS_PEER"));
 	CK(zap_send(t, server, "over veth", 9, NULL) == 0);
 	zap_msg_release(child_recv(t));
 	char p[16];
@@ -631,29 +520,58 @@ static int sh(const char *fmt, ...)
 	return system(cmd);
 }
 
+/* The veth pair's /30 in 10.201/16, and its device number: this run's
+ * own, so that a concurrent run, or the leftovers of one that was killed,
+ * routes nothing of ours (one 10.201.0.0/30 for every run did). */
+static int netns_id(void)
+{
+	return (int)getpid() % 16384;
+}
+
+static void netns_teardown_(void)
+{
+	if (ns_name[0])
+		sh("ip link del zs%da 2>/dev/null; ip netns del %s 2>/dev/null", netns_id(),
+		   ns_name);
+	ns_name[0] = '\0';
+}
+
+/* Whether or not the test passed. */
+static int netns_teardown(void **state)
+{
+	(void)state;
+	netns_teardown_();
+	return 0;
+}
+
 /* A peer in another namespace reaches us over TCP (a veth pair); its
  * abstract socket names are its namespace's, so it never upgrades. */
 static void test_other_netns(void **state)
 {
-	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX];
+	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX], ours[40], theirs[40];
+	int id = netns_id(), net = id << 2;
 	(void)state;
 	snprintf(ns_name, sizeof(ns_name), "zapshm%d", (int)getpid());
+	snprintf(ours, sizeof(ours), "10.201.%d.%d", net >> 8, (net & 255) + 1);
+	snprintf(theirs, sizeof(theirs), "10.201.%d.%d:0", net >> 8, (net & 255) + 2);
 	setenv("ZT_NETNS", ns_name, 1);
+	setenv("ZT_NETNS_PEER", theirs, 1);
 	if (geteuid() != 0 ||
 	    sh("ip netns add %s 2>/dev/null && ip link add zs%da type veth peer name zs%db "
 	       "2>/dev/null",
-	       ns_name, (int)getpid() % 10000, (int)getpid() % 10000)) {
-		sh("ip netns del %s 2>/dev/null", ns_name);
+	       ns_name, id, id)) {
+		netns_teardown_();
 		fprintf(stderr, "skip: needs root and ip netns / veth\n");
 		skip();
 	}
-	int id = (int)getpid() % 10000;
-	assert_int_equal(sh("ip link set zs%db netns %s && ip addr add 10.201.0.1/30 dev zs%da && "
-			    "ip link set zs%da up && ip -n %s addr add 10.201.0.2/30 dev zs%db && "
+	theirs[strlen(theirs) - 2] = '\0'; /* the address alone */
+	assert_int_equal(sh("ip link set zs%db netns %s && ip addr add %s/30 dev zs%da && "
+			    "ip link set zs%da up && ip -n %s addr add %s/30 dev zs%db && "
 			    "ip -n %s link set zs%db up && ip -n %s link set lo up",
-			    id, ns_name, id, id, ns_name, id, ns_name, id, ns_name),
+			    id, ns_name, ours, id, id, ns_name, theirs, id, ns_name, id, ns_name),
 			 0);
-	struct zap_transport *s = ep("10.201.0.1:0", sa);
+	snprintf(sa, sizeof(sa), "%s:0", ours);
+	struct zap_transport *s = ep(sa, sa);
 	pid_t pid = peer_start("netns", sa);
 	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 9);
@@ -663,7 +581,6 @@ static void test_other_netns(void **state)
 	path_is(s, peer, "tcp");
 	peer_wait(pid);
 	zap_close(s);
-	sh("ip link del zs%da 2>/dev/null; ip netns del %s", id, ns_name);
 }
 
 /* ---- raw side-channel requests that lie --------------------------------- */
@@ -901,7 +818,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_two_users),
 		cmocka_unit_test(test_ring_cap),
 		cmocka_unit_test(test_env),
-		cmocka_unit_test(test_other_netns),
+		cmocka_unit_test_teardown(test_other_netns, netns_teardown),
 		cmocka_unit_test(test_hostile_requests),
 	};
 	signal(SIGPIPE, SIG_IGN);

@@ -15,12 +15,22 @@
 #          goals: shm bandwidth >= TCP's and >= 0.8x UCX posix, shm latency
 #          <= 1.5x UCX posix, 64 B shm rate with zap_send() >= UCX posix;
 #          TCP bandwidth >= UCX tcp and latency <= UCX tcp.
+#   peers  (issue 34: cost independent of idle peers) an echo server on
+#          one core holding 0, 1,000 and 10,000 idle peers (raw-wire
+#          sockets in holder processes, each with a HELLO and a round trip
+#          behind it; bench/idle_peers), pinged with 64 B from a separate
+#          endpoint over TCP: round trip median / p99 / max, the server's
+#          memory per idle peer and its CPU while nothing happens, and the
+#          round trip while 5,000 new peers connect at once. Best of REPS
+#          (lowest median). Goals: median with 10,000 within 1.2x of none,
+#          idle CPU 0, p99 during the burst within 10x of the idle p99.
 #
 # Before measuring, it lists the processes that kept a core busy for a
 # second, and stops when one is a leftover zap-perf or ucx_perftest.
 #
 # usage: bench/traffic.sh [BUILD_DIR]     (default: build)
-# env:   SECTIONS (sweep) REPS (3) CPUS ("0,1")
+# env:   SECTIONS (sweep; "sweep,peers" or "all") REPS (3) CPUS ("0,1")
+#        PEERS (0,1000,10000) BURST (5000) PINGS (20000): the peers section
 #        SIZES (64,256,1K,4K,16K,64K,256K,1M,4M,16M,64M)
 #        ITERS (10000) latency round trips (zap-perf takes fewer above 64K)
 #        BYTES (512M) streamed per size; MSGS (100000) rate-test messages
@@ -219,4 +229,69 @@ PY
 	read -r l1 l5 _ < /proc/loadavg
 	echo "  (load average at the end: $l1 $l5 on $(nproc) cores; above the core" \
 		"count, libzap waits without spinning and latency is not comparable)"
+fi
+
+# ---- peers ---------------------------------------------------------------
+
+if section peers; then
+	idle=$build/bench/idle_peers
+	need_built "$idle"
+	PEERS=${PEERS:-0,1000,10000}
+	echo
+	echo "== idle peers: 64 B round trip to an echo server holding N idle peers (TCP)"
+	for rep in $(seq "$REPS"); do
+		for n in ${PEERS//,/ }; do
+			b=0
+			[ "$n" = "${PEERS##*,}" ] && b=${BURST:-5000}
+			ZAP_SHM=off "$idle" "$n" "${PINGS:-20000}" "$b" >> "$tmp/peers.$n" ||
+				echo "  idle_peers $n failed" >&2
+		done
+	done
+	python3 - "$tmp" "$PEERS" <<'PY'
+import sys
+tmp, counts = sys.argv[1], sys.argv[2].split(",")
+def runs(n):
+    out = []
+    try:
+        for line in open(f"{tmp}/peers.{n}"):
+            out.append(dict(kv.split("=", 1) for kv in line.split()))
+    except OSError:
+        pass
+    return out
+best = {}
+for n in counts:
+    r = runs(n)
+    if r:
+        best[n] = min(r, key=lambda d: float(d["rtt_med_us"]))
+print(f"  {'peers':>7}{'median us':>11}{'p99 us':>10}{'max us':>10}{'x none':>8}"
+      f"{'B/peer':>9}{'idle CPU %':>11}")
+base = best.get("0")
+for n in counts:
+    d = best.get(n)
+    if not d:
+        print(f"  {n:>7}  (no result)")
+        continue
+    x = float(d["rtt_med_us"]) / float(base["rtt_med_us"]) if base else float("nan")
+    print(f"  {n:>7}{float(d['rtt_med_us']):>11.1f}{float(d['rtt_p99_us']):>10.1f}"
+          f"{float(d['rtt_max_us']):>10.1f}{x:>8.2f}{d['rss_per_peer_b']:>9}"
+          f"{float(d['idle_cpu_pct']):>11.2f}")
+missed = []
+big = best.get(counts[-1])
+if base and big:
+    x = float(big["rtt_med_us"]) / float(base["rtt_med_us"])
+    print(f"  goal: median with {counts[-1]} peers <= 1.2x none: {x:.2f}x, "
+          + ("met" if x <= 1.2 else "MISSED"))
+    print(f"  goal: idle CPU with {counts[-1]} peers 0: {float(big['idle_cpu_pct']):.2f}%, "
+          + ("met" if float(big["idle_cpu_pct"]) == 0 else "MISSED"))
+burst = [d for d in runs(counts[-1]) if "burst" in d]
+if base and burst:
+    d = min(burst, key=lambda d: float(d["burst_rtt_p99_us"]))
+    x = float(d["burst_rtt_p99_us"]) / float(base["rtt_p99_us"])
+    print(f"  during a burst of {d['burst']} connects ({d['burst_pings']} pings): median "
+          f"{float(d['burst_rtt_med_us']):.1f} us, p99 {float(d['burst_rtt_p99_us']):.1f} us, "
+          f"max {float(d['burst_rtt_max_us']):.1f} us")
+    print(f"  goal: burst p99 <= 10x idle p99: {x:.2f}x, " + ("met" if x <= 10 else "MISSED"))
+PY
+	read -r l1 l5 _ < /proc/loadavg
+	echo "  (load average at the end: $l1 $l5 on $(nproc) cores)"
 fi

@@ -63,6 +63,8 @@ int th_group_setup(void **state)
 	unsetenv("ZAP_TRANSPORT");
 	unsetenv("ZAP_TRANSPORT_QUIET");
 	unsetenv("ZAP_PLUGIN_PATH");
+	/* Nor scan the built-in directory (plugins installed on this host). */
+	setenv("ZAP_PLUGIN_DIR", "", 1);
 	unsetenv("ZAP_LOG_LEVEL");
 	unsetenv("ZAP_LISTEN");
 	unsetenv("ZAP_MAX_MSG_BYTES");

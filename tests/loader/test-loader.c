@@ -647,8 +647,13 @@ static void child_dirs(void *arg)
 	int n;
 
 	scene_env(s);
+	if (s->arg)
+		th_setenv("ZAP_PLUGIN_DIR", (const char *)s->arg);
+	else
+		unsetenv("ZAP_PLUGIN_DIR");
 	n = zap_report_dir_count();
-	TH_CHECK_MSG(n >= 3, "%d directories, expected 2 + built-in", n);
+	TH_CHECK_MSG(n == 3, "%d directories, expected 2 + one in place of "
+		     "the built-in one", n);
 	TH_CHECK_INT(zap_report_dir_get(0, &d), 0);
 	TH_CHECK_STR(d.path, s->dir);
 	TH_CHECK_STR(d.source, "ZAP_PLUGIN_PATH");
@@ -656,10 +661,15 @@ static void child_dirs(void *arg)
 	TH_CHECK_INT(zap_report_dir_get(1, &d), 0);
 	TH_CHECK_STR(d.path, s->dir2);
 	TH_CHECK_STR(d.source, "ZAP_PLUGIN_PATH");
-	/* The compiled-in directory comes last. */
+	/* The compiled-in directory, or ZAP_PLUGIN_DIR's, comes last. */
 	TH_CHECK_INT(zap_report_dir_get((size_t)n - 1, &d), 0);
-	TH_CHECK_STR(d.source, "built-in");
-	TH_CHECK_HAS(d.path, "zap-1");
+	if (s->arg) {
+		TH_CHECK_STR(d.path, (const char *)s->arg);
+		TH_CHECK_STR(d.source, "ZAP_PLUGIN_DIR");
+	} else {
+		TH_CHECK_STR(d.source, "built-in");
+		TH_CHECK_HAS(d.path, "zap-1");
+	}
 	TH_CHECK_INT(zap_report_dir_get((size_t)n, &d), -ERANGE);
 	TH_CHECK_INT(zap_report_get(1000, &(struct zap_report_entry){
 			     .size = sizeof(struct zap_report_entry) }),
@@ -672,7 +682,38 @@ static void test_dirs(void **state)
 
 	(void)state;
 	s.dir2 = th_tmpdir();
+	/* ZAP_PLUGIN_DIR in place of the built-in directory... */
+	s.arg = th_tmpdir();
 	th_child(child_dirs, &s, TIMEOUT_MS);
+	/* ...and unset, the built-in one (only its row is checked: what is
+	 * installed on this host must not matter). */
+	s.arg = NULL;
+	th_child(child_dirs, &s, TIMEOUT_MS);
+}
+
+/* ZAP_PLUGIN_DIR set and empty (the harness's default): nothing after
+ * ZAP_PLUGIN_PATH, so plugins installed on this host never show up. */
+static void child_no_system_dir(void *arg)
+{
+	const struct scene *s = arg;
+	struct zap_dir_entry d = { .size = sizeof(d) };
+
+	scene_env(s);
+	TH_CHECK_STR(getenv("ZAP_PLUGIN_DIR"), "");
+	TH_CHECK_INT(zap_report_dir_count(), 1);
+	TH_CHECK_INT(zap_report_dir_get(0, &d), 0);
+	TH_CHECK_STR(d.source, "ZAP_PLUGIN_PATH");
+	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_LOADED, NULL, NULL);
+	TH_CHECK_INT(zap_report_count(), 2);
+}
+
+static void test_no_system_dir(void **state)
+{
+	static const char *const f[] = { "good", NULL };
+	struct scene s = { .dir = th_fixture_dir(f) };
+
+	(void)state;
+	th_child(child_no_system_dir, &s, TIMEOUT_MS);
 }
 
 /* ---- scan and probe run once per process ------------------------------- */
@@ -901,6 +942,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_empty_dir),
 		cmocka_unit_test(test_missing_dir),
 		cmocka_unit_test(test_dirs),
+		cmocka_unit_test(test_no_system_dir),
 		cmocka_unit_test(test_once),
 		cmocka_unit_test(test_isolate),
 		cmocka_unit_test(test_build_tree_plugins),

@@ -220,10 +220,18 @@ static inline int zt_need_plugin(const char *name, const char *needs)
 	struct zap_report_entry e = { .size = sizeof(e) };
 
 	if (zt_plugin_row(name, &e)) {
+		struct zap_dir_entry d = { .size = sizeof(d) };
+
 		fprintf(stderr, "FAIL: no '%s' row in the load report: the plugin "
 			"was not found (ZAP_PLUGIN_PATH=%s)\n", name,
 			getenv("ZAP_PLUGIN_PATH") ? getenv("ZAP_PLUGIN_PATH")
 						  : "(unset)");
+		/* A refused directory names what to fix (its own or a
+		 * parent's mode or owner). */
+		for (size_t i = 0; zap_report_dir_get(i, &d) == 0; i++)
+			if (strncmp(d.status, "ok", 3) != 0)
+				fprintf(stderr, "  plugin directory %s [%s]: %s\n",
+					d.path, d.source, d.status);
 		return 1;
 	}
 	switch (e.state) {

@@ -141,6 +141,15 @@ const char *th_fixture(const char *dir, const char *fixture, const char *as)
 	return to;
 }
 
+const char *th_private_copy(const char *path)
+{
+	const char *dir = th_tmpdir(), *base = strrchr(path, '/');
+	char to[PATH_MAX];
+
+	th_copy(path, th_join(to, sizeof(to), dir, base ? base + 1 : path), 0755);
+	return dir;
+}
+
 const char *th_fixture_dir(const char *const *fixtures)
 {
 	const char *dir = th_tmpdir();

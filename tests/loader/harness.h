@@ -41,6 +41,13 @@ const char *th_tmpdir(void);
 const char *th_fixture(const char *dir, const char *fixture, const char *as);
 
 /**
+ * A fresh directory holding a copy (mode 0755) of the file at @path, under
+ * the same name: a build-tree plugin run from a directory with safe modes
+ * whatever the modes above the build tree are.
+ */
+const char *th_private_copy(const char *path);
+
+/**
  * A fresh directory holding copies of the fixtures named in the
  * NULL-terminated list (libzap-<name>.so each).
  */

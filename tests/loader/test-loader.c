@@ -877,9 +877,13 @@ static void child_builtin_default(void *arg)
 static void load_build_plugin(const char *dir, const char *path,
 			      const char *name, void *arg)
 {
-	struct scene s = { .dir = dir, .arg = name };
+	/* A copy in a private directory: the build tree's own directory is
+	 * refused when a parent is group-writable (a tree `git archive |
+	 * tar -x` made as root), rightly. */
+	struct scene s = { .dir = th_private_copy(path), .arg = name };
 
 	(void)arg;
+	(void)dir;
 	printf("# build-tree plugin %s\n", path);
 	th_child(child_tree_plugin, &s, TIMEOUT_MS);
 }

@@ -48,6 +48,31 @@ static inline uint64_t zt_now_ms(void)
 	return zt_now_ns() / 1000000u;
 }
 
+/**
+ * zt_timeout_ms() - @ms scaled by ZAP_TEST_TIMEOUT_SCALE, a whole number
+ * from 1 to 100 (unset or empty: 1): every time limit a test sets on
+ * something that must finish goes through it, so that one variable
+ * stretches them all on a slow host or under sanitizers (tests/README.md).
+ * A bad value is an error naming the variable: exit(2).
+ */
+static inline unsigned zt_timeout_ms(unsigned ms)
+{
+	const char *v = getenv("ZAP_TEST_TIMEOUT_SCALE");
+	char *end;
+	unsigned long k;
+
+	if (!v || !*v)
+		return ms;
+	errno = 0;
+	k = strtoul(v, &end, 10);
+	if (errno || *end || k < 1 || k > 100 || v[0] == '-' || v[0] == '+') {
+		fprintf(stderr, "ZAP_TEST_TIMEOUT_SCALE=%s: expected a whole number "
+			"from 1 to 100\n", v);
+		exit(2);
+	}
+	return ms > UINT32_MAX / k ? UINT32_MAX : ms * (unsigned)k;
+}
+
 /** zt_sleep_ms() - sleep @ms milliseconds, resuming after signals. */
 static inline void zt_sleep_ms(unsigned ms)
 {

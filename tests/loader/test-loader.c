@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "zap-test.h"
 
 #ifndef BUILD_ROOT
 #error "BUILD_ROOT must be defined"
@@ -766,30 +767,24 @@ static int mapped(const char *needle)
 	return found;
 }
 
+/* The crash with a limit far above any start-up (a crash is a crash at
+ * any load); the hang alone in a scan of its own (child_isolate_hang). */
 static void child_isolate(void *arg)
 {
 	const struct scene *s = arg;
 	struct zap_scan_attr sa = { .size = sizeof(sa),
 				    .flags = ZAP_SCAN_ISOLATE,
-				    .probe_timeout_ms = 300 };
+				    .probe_timeout_ms = zt_timeout_ms(TH_PROBE_LIMIT_MS) };
 	struct zap_report_entry e;
-	struct timespec t0, t1;
-	double ms;
 	int err;
 
 	scene_env(s);
 	th_capture_logs(true);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	err = zap_scan(&sa);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
 	TH_CHECK_MSG(err == 0, "zap_scan(ISOLATE): %s", zap_strerror(err));
-	ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-	TH_CHECK_MSG(ms < 5000, "isolated scan took %.0f ms", ms);
 	check_default_row();
 	TH_CHECK_ROW("crash", NULL, ZAP_PLUGIN_ERROR,
 		     "probe crashed: signal 11", NULL);
-	TH_CHECK_ROW("hang", NULL, ZAP_PLUGIN_ERROR,
-		     "probe timed out after 300 ms", NULL);
 	/* The children's findings come back whole. */
 	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_LOADED, NULL, &e);
 	TH_CHECK_STR(e.version, "1.0");
@@ -814,6 +809,24 @@ static void child_isolate(void *arg)
 	TH_CHECK_INT(zap_scan(&sa), -EALREADY);
 }
 
+/* A probe that never ends is killed at the limit, whatever the load. */
+static void child_isolate_hang(void *arg)
+{
+	const struct scene *s = arg;
+	struct zap_scan_attr sa = { .size = sizeof(sa),
+				    .flags = ZAP_SCAN_ISOLATE,
+				    .probe_timeout_ms = 300 };
+
+	scene_env(s);
+	th_capture_logs(true);
+	TH_CHECK_INT(zap_scan(&sa), 0);
+	check_default_row();
+	TH_CHECK_ROW("hang", NULL, ZAP_PLUGIN_ERROR,
+		     "probe timed out after 300 ms", NULL);
+	TH_CHECK_MSG(!mapped("libzap-hang.so"), "libzap-hang.so is mapped");
+	TH_CHECK_PICK(NULL, 0, "default");
+}
+
 static void test_isolate(void **state)
 {
 	struct scene s = { .dir = th_tmpdir() };
@@ -823,8 +836,10 @@ static void test_isolate(void **state)
 	th_fixture(s.dir, "absent", NULL);
 	th_fixture(s.dir, "abi2", NULL);
 	th_fixture(s.dir, "crash", NULL);
-	th_fixture(s.dir, "hang", NULL);
 	th_child(child_isolate, &s, TIMEOUT_MS);
+	s.dir = th_tmpdir();
+	th_fixture(s.dir, "hang", NULL);
+	th_child(child_isolate_hang, &s, TIMEOUT_MS);
 }
 
 /* ---- every plugin built from plugins/ loads from the build tree -------- */

@@ -30,6 +30,7 @@
 #include <zap/zap.h>
 
 #include "log-capture.h"
+#include "zap-test.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -628,7 +629,8 @@ static void test_deadline(void **state)
 	assert_int_equal(zap_recv(a, ctx, &m), -ETIMEDOUT);
 	uint64_t dt = now_ns() - t0;
 	assert_true(dt >= 95 * 1000000ull);
-	assert_true(dt < 2000 * 1000000ull);
+	/* An upper bound only as hang detection, scaled (tests/README.md). */
+	assert_true(dt < zt_timeout_ms(10000) * 1000000ull);
 	assert_null(m);
 	/* An expired ctx fails sends too, promptly. */
 	char aa[ZAP_PEER_MAX];
@@ -2326,7 +2328,11 @@ static void test_spin_pingpong(void **state)
  * spinning when the cancel, the deadline or the close comes: each must
  * end the spin promptly, not after it. */
 #define SPIN_LONG "1000000"
-#define PROMPT_NS (100 * 1000000ull)
+/* "Promptly" is "before the spin would have ended": the spin's own length,
+ * the longest ZAP_TCP_SPIN_US allows (so not scaled), 10-20 times what an
+ * unloaded host takes; a load that delays a wake-up by a whole second
+ * would fail it. */
+#define PROMPT_NS (1000 * 1000000ull)
 
 static void test_spin_cancel_deadline_close(void **state)
 {
@@ -2350,7 +2356,7 @@ static void test_spin_cancel_deadline_close(void **state)
 	if (dt >= 50 * 1000000ull + PROMPT_NS)
 		fprintf(stderr, "deadline of 50 ms took %.1f ms\n", (double)dt / 1e6);
 	assert_true(dt >= 45 * 1000000ull);
-	assert_true(dt < 50 * 1000000ull + PROMPT_NS);
+	assert_true(dt < PROMPT_NS);
 	assert_null(m);
 	zap_ctx_free(ctx);
 

@@ -605,7 +605,12 @@ static void test_env(void **state)
 
 /* ---- another network namespace ------------------------------------------ */
 
-static char ns_name[32];
+/* The veth pair lives in the host's namespace while the test runs: a
+ * subnet of its own per process (10.202.x.y/30 from the pid), so that a
+ * run beside another, or an interface a killed run left behind, never
+ * takes its address; and a teardown that removes the pair on every path. */
+static char ns_name[32], ns_addr_a[32], ns_addr_b[32];
+static int ns_id = -1;
 
 static void child_in_netns(const char *server)
 {
@@ -613,7 +618,9 @@ static void child_in_netns(const char *server)
 	snprintf(path, sizeof(path), "/run/netns/%s", getenv("ZT_NETNS"));
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
-	struct zap_transport *t = child_ep("10.201.0.2:0");
+	char me[48];
+	snprintf(me, sizeof(me), "%s:0", getenv("ZT_NETNS_ADDR"));
+	struct zap_transport *t = child_ep(me);
 	CK(zap_send(t, server, "over veth", 9, NULL) == 0);
 	zap_msg_release(child_recv(t));
 	char p[16];
@@ -648,12 +655,19 @@ static void test_other_netns(void **state)
 		skip();
 	}
 	int id = (int)getpid() % 10000;
-	assert_int_equal(sh("ip link set zs%db netns %s && ip addr add 10.201.0.1/30 dev zs%da && "
-			    "ip link set zs%da up && ip -n %s addr add 10.201.0.2/30 dev zs%db && "
+	char me[48];
+	ns_id = id;
+	snprintf(ns_addr_a, sizeof(ns_addr_a), "10.202.%d.%d", id / 64, id % 64 * 4 + 1);
+	snprintf(ns_addr_b, sizeof(ns_addr_b), "10.202.%d.%d", id / 64, id % 64 * 4 + 2);
+	setenv("ZT_NETNS_ADDR", ns_addr_b, 1);
+	assert_int_equal(sh("ip link set zs%db netns %s && ip addr add %s/30 dev zs%da && "
+			    "ip link set zs%da up && ip -n %s addr add %s/30 dev zs%db && "
 			    "ip -n %s link set zs%db up && ip -n %s link set lo up",
-			    id, ns_name, id, id, ns_name, id, ns_name, id, ns_name),
+			    id, ns_name, ns_addr_a, id, id, ns_name, ns_addr_b, id, ns_name,
+			    id, ns_name),
 			 0);
-	struct zap_transport *s = ep("10.201.0.1:0", sa);
+	snprintf(me, sizeof(me), "%s:0", ns_addr_a);
+	struct zap_transport *s = ep(me, sa);
 	pid_t pid = peer_start("netns", sa);
 	struct zap_msg *m = recv_ok(s);
 	assert_int_equal(zap_msg_len(m), 9);
@@ -663,7 +677,15 @@ static void test_other_netns(void **state)
 	path_is(s, peer, "tcp");
 	peer_wait(pid);
 	zap_close(s);
-	sh("ip link del zs%da 2>/dev/null; ip netns del %s", id, ns_name);
+}
+
+static int netns_teardown(void **state)
+{
+	(void)state;
+	if (ns_id >= 0)
+		sh("ip link del zs%da 2>/dev/null; ip netns del %s 2>/dev/null", ns_id, ns_name);
+	ns_id = -1;
+	return 0;
 }
 
 /* ---- raw side-channel requests that lie --------------------------------- */
@@ -901,7 +923,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_two_users),
 		cmocka_unit_test(test_ring_cap),
 		cmocka_unit_test(test_env),
-		cmocka_unit_test(test_other_netns),
+		cmocka_unit_test_teardown(test_other_netns, netns_teardown),
 		cmocka_unit_test(test_hostile_requests),
 	};
 	signal(SIGPIPE, SIG_IGN);

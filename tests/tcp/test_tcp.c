@@ -2504,7 +2504,7 @@ int main(int argc, char **argv)
 			.initial_state = (void *)&hostile_cases[i],
 		};
 	/* A hang is a failure, not a stuck CI job. */
-	alarm(120);
+	alarm(zt_timeout_ms(120000) / 1000); /* scaled (tests/README.md) */
 	if (getenv("TEST_FILTER"))
 		cmocka_set_test_filter(getenv("TEST_FILTER"));
 	setenv("ZAP_TRANSPORT_QUIET", "1", 1);

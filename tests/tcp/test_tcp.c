@@ -2145,8 +2145,11 @@ static void test_retired_mid_frame(void **state)
 		struct late_arg la = {.t = f, .peer = as, .len = 48u << 20};
 		pthread_t th;
 		pthread_create(&th, NULL, huge_then_small, &la);
-		/* F's frame has started to arrive at S (nobody reads it). */
-		for (int i = 0; i < 1000 && !rx_queued(port_of(as)); i++)
+		/* F's frame has started to arrive at S (nobody reads it); F
+		 * first fills 48 MiB, which a loaded host may take seconds
+		 * over: a scaled hang bound (tests/README.md). */
+		for (uint64_t end = zt_now_ms() + zt_timeout_ms(30000);
+		     !rx_queued(port_of(as)) && zt_now_ms() < end;)
 			usleep(10000);
 		assert_true(rx_queued(port_of(as)) > 0);
 

@@ -52,6 +52,8 @@ const struct zap_cfg_var zap__cfg_vars[] = {
 	    "true silences the first-pick INFO line"),
 	STR("ZAP_PLUGIN_PATH", LIST, IGNORE, "core", 65536, "unset",
 	    "plugin directories (:-separated) searched before the built-in one"),
+	STR("ZAP_PLUGIN_DIR", STRING, IGNORE, "core", 4096, "the built-in plugin directory",
+	    "a directory scanned in place of the built-in one (empty: none)"),
 	NUM("ZAP_PROBE_INPROCESS", BOOL, IGNORE, "core", 0, 0, 1, "false",
 	    "true: probe plugins in the application, not in helper processes"),
 	NUM("ZAP_PROBE_TIMEOUT_MS", MS, HONOUR, "core", 0, 0, U32, "0 (5000)",

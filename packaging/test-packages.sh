@@ -13,12 +13,16 @@
 #    plugindir, exports only its descriptor, shows up in zap-info, and
 #    ZAP_TRANSPORT=inproc picks it;
 #  - lintian finds no error;
+#  - with every package installed, the tree's own test suite (a fresh
+#    build of the copy) still passes: it must never see the installed
+#    plugins, probe helper or library (tests/README.md);
 #  - purging everything leaves no file behind under /usr, /etc and /opt.
 #
 # Usage: packaging/test-packages.sh [--keep]   (--keep: leave the work dir)
 # Environment: ZAP_PKG_CHECK=1 also runs the test suite inside the package
 # build (dh_auto_test); by default the build sets DEB_BUILD_OPTIONS=nocheck
-# because scripts/test runs that suite already.
+# because scripts/test runs that suite already. ZAP_PKG_SUITE=0 leaves out
+# the suite run with the packages installed.
 #
 # It installs what it needs (debhelper, lintian, the Build-Depends) and
 # leaves the machine as it found it apart from those. Last line:
@@ -34,6 +38,7 @@ fi
 src_root=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8
 pkg_check=${ZAP_PKG_CHECK:-0}
+pkg_suite=${ZAP_PKG_SUITE:-1}
 # The checks are about the installed system: no ZAP_* from the caller.
 for v in $(compgen -e | grep '^ZAP_' || true); do unset "$v"; done
 start=$(date +%s)
@@ -297,6 +302,29 @@ example_files=()
 zap_info example-removed
 check "inproc gone once its file is removed" jq_py example-removed \
 	'names == ["default"]'
+
+if [ "$pkg_suite" = 1 ]; then
+	step "the tree's test suite with every package installed"
+	all_debs=()
+	for p in libzap0 libzap-dev zap-tools "${expected[@]/#/libzap-plugin-}"; do
+		all_debs+=("$(deb "$p")")
+	done
+	check "install every package" run install-all.log \
+		apt-get install -y --no-install-recommends "${all_debs[@]}"
+	zap_info all-installed
+	jq_py all-installed "print('  installed: %s' % names) or True" || true
+	# The copy as the package build saw it, built again with its tests.
+	t0=$(date +%s)
+	if run suite-setup.log meson setup "$work/suite-build" "$work/src" -Dwerror=true &&
+		run suite-build.log meson compile -C "$work/suite-build" &&
+		run suite-test.log meson test -C "$work/suite-build" --print-errorlogs \
+			--num-processes "$(nproc)"; then
+		ok "test suite passes with the packages installed ($(grep -E '^(Ok|Fail|Skipped):' \
+			"$work/suite-test.log" | tr -s ' \n' ' ')in $(($(date +%s) - t0)) s)"
+	else
+		bad "test suite with the packages installed (log: $work/suite-test.log)"
+	fi
+fi
 
 step "purge"
 purge_ours

@@ -17,13 +17,25 @@ command -v go >/dev/null || { echo "test.sh: go not found (apt-get install golan
 [ -e "$build/core/libzap.so" ] || { echo "test.sh: no $build/core/libzap.so: build first" >&2; exit 1; }
 [ -x "$build/bindings/go/zap-go-peer" ] || { echo "test.sh: no $build/bindings/go/zap-go-peer: build first (with -Dtests=true)" >&2; exit 1; }
 
+# The build tree's plugins (as `meson devenv` names them) plus
+# bindings/go for the gopool test plugin, copied into a private directory
+# that tests/common/private-plugins.sh makes, sets as ZAP_PLUGIN_PATH and
+# removes afterwards: the loader refuses the build tree's own directories
+# under a group-writable parent. It also sets ZAP_PLUGIN_DIR empty, so
+# plugins installed on this host are never scanned.
+if [ -z "${ZAP_GO_TEST_PRIVATE:-}" ]; then
+	set --
+	for d in uma gpudirect dpdk; do
+		[ -d "$build/plugins/$d" ] && set -- "$@" "$build/plugins/$d"
+	done
+	ZAP_GO_TEST_PRIVATE=1 exec "$src/tests/common/private-plugins.sh" "$@" \
+		"$build/bindings/go" -- "$here/test.sh" "$build"
+fi
+
 export CGO_ENABLED=1
 export CGO_CFLAGS="-I$src/include"
 export CGO_LDFLAGS="-L$build/core"
 export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# The build tree's plugins, as `meson devenv` would set them.
-# plus bindings/go for the gopool test plugin.
-export ZAP_PLUGIN_PATH="$build/plugins/uma:$build/plugins/gpudirect:$build/plugins/dpdk:$build/bindings/go"
 export ZAP_GO_PEER="$build/bindings/go/zap-go-peer"
 # The build tree's out-of-process probe helper (not the installed one).
 export ZAP_PROBE_HELPER="$build/core/zap-probe"

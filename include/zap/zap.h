@@ -634,7 +634,7 @@ struct zap_dir_entry {
 	size_t size; /**< sizeof(struct zap_dir_entry) */
 	const char *path;
 	const char *source; /**< "program" (zap_scan_attr.plugin_path),
-	                         "ZAP_PLUGIN_PATH" or "built-in" */
+	                         "ZAP_PLUGIN_PATH", "ZAP_PLUGIN_DIR" or "built-in" */
 	const char *status; /**< "ok", "missing", or "refused: <why>" */
 };
 

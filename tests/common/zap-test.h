@@ -48,6 +48,31 @@ static inline uint64_t zt_now_ms(void)
 	return zt_now_ns() / 1000000u;
 }
 
+/**
+ * zt_timeout_ms() - @ms scaled by ZAP_TEST_TIMEOUT_SCALE, a whole number
+ * from 1 to 100 (unset or empty: 1): every time limit a test sets on
+ * something that must finish goes through it, so that one variable
+ * stretches them all on a slow host or under sanitizers (tests/README.md).
+ * A bad value is an error naming the variable: exit(2).
+ */
+static inline unsigned zt_timeout_ms(unsigned ms)
+{
+	const char *v = getenv("ZAP_TEST_TIMEOUT_SCALE");
+	char *end;
+	unsigned long k;
+
+	if (!v || !*v)
+		return ms;
+	errno = 0;
+	k = strtoul(v, &end, 10);
+	if (errno || *end || k < 1 || k > 100 || v[0] == '-' || v[0] == '+') {
+		fprintf(stderr, "ZAP_TEST_TIMEOUT_SCALE=%s: expected a whole number "
+			"from 1 to 100\n", v);
+		exit(2);
+	}
+	return ms > UINT32_MAX / k ? UINT32_MAX : ms * (unsigned)k;
+}
+
 /** zt_sleep_ms() - sleep @ms milliseconds, resuming after signals. */
 static inline void zt_sleep_ms(unsigned ms)
 {
@@ -220,10 +245,18 @@ static inline int zt_need_plugin(const char *name, const char *needs)
 	struct zap_report_entry e = { .size = sizeof(e) };
 
 	if (zt_plugin_row(name, &e)) {
+		struct zap_dir_entry d = { .size = sizeof(d) };
+
 		fprintf(stderr, "FAIL: no '%s' row in the load report: the plugin "
 			"was not found (ZAP_PLUGIN_PATH=%s)\n", name,
 			getenv("ZAP_PLUGIN_PATH") ? getenv("ZAP_PLUGIN_PATH")
 						  : "(unset)");
+		/* A refused directory names what to fix (its own or a
+		 * parent's mode or owner). */
+		for (size_t i = 0; zap_report_dir_get(i, &d) == 0; i++)
+			if (strncmp(d.status, "ok", 3) != 0)
+				fprintf(stderr, "  plugin directory %s [%s]: %s\n",
+					d.path, d.source, d.status);
 		return 1;
 	}
 	switch (e.state) {

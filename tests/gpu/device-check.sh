@@ -231,7 +231,13 @@ if [ "$FAILS" != 0 ]; then
 fi
 
 CHECK=$BUILD/tests/gpu/uma-gpu-check
-export ZAP_PLUGIN_PATH=$BUILD/plugins/uma ZAP_TRANSPORT_QUIET=1
+# This build's uma plugin, copied into a private directory (the loader
+# refuses a build tree under a group-writable parent), and no built-in
+# directory (ZAP_PLUGIN_DIR empty): never a plugin installed on the host.
+PLUGINS=$(mktemp -d "${TMPDIR:-/tmp}/zap-gpu-plugins-XXXXXX") || exit 2
+trap 'rm -rf "$PLUGINS"' EXIT
+cp "$BUILD/plugins/uma/libzap-uma.so" "$PLUGINS/" && chmod 0755 "$PLUGINS/libzap-uma.so" || exit 2
+export ZAP_PLUGIN_PATH=$PLUGINS ZAP_PLUGIN_DIR= ZAP_TRANSPORT_QUIET=1
 # Plugins are probed in a helper process: this build's, not an installed one.
 export ZAP_PROBE_HELPER=$BUILD/core/zap-probe
 # A cold driver (no persistence daemon) may take seconds to initialise.

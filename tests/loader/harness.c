@@ -43,6 +43,12 @@ const char *__asan_default_options(void)
 /* Short enough that every path built under it fits in PATH_MAX. */
 static char th_root[1024];
 static unsigned th_seq;
+static char th_probe_limit[16];
+
+const char *th_probe_limit_ms(void)
+{
+	return th_probe_limit;
+}
 
 /* Fractional milliseconds: th_proc.wall_ms is a double. */
 static double th_now_ms(void)
@@ -63,6 +69,15 @@ int th_group_setup(void **state)
 	unsetenv("ZAP_TRANSPORT");
 	unsetenv("ZAP_TRANSPORT_QUIET");
 	unsetenv("ZAP_PLUGIN_PATH");
+	/* Nor scan the built-in directory (plugins installed on this host). */
+	setenv("ZAP_PLUGIN_DIR", "", 1);
+	/* A probe that must finish gets far longer than any start-up (an
+	 * ASan helper on a loaded host), scaled; only a hanging fixture ever
+	 * waits for it, and the cases with one set a short limit of their own
+	 * and put nothing else in that scan. */
+	snprintf(th_probe_limit, sizeof(th_probe_limit), "%u",
+		 zt_timeout_ms(TH_PROBE_LIMIT_MS));
+	setenv("ZAP_PROBE_TIMEOUT_MS", th_probe_limit, 1);
 	unsetenv("ZAP_LOG_LEVEL");
 	unsetenv("ZAP_LISTEN");
 	unsetenv("ZAP_MAX_MSG_BYTES");
@@ -137,6 +152,15 @@ const char *th_fixture(const char *dir, const char *fixture, const char *as)
 	th_join(to, sizeof(to), dir, as ? as : file);
 	th_copy(from, to, 0755);
 	return to;
+}
+
+const char *th_private_copy(const char *path)
+{
+	const char *dir = th_tmpdir(), *base = strrchr(path, '/');
+	char to[PATH_MAX];
+
+	th_copy(path, th_join(to, sizeof(to), dir, base ? base + 1 : path), 0755);
+	return dir;
 }
 
 const char *th_fixture_dir(const char *const *fixtures)
@@ -243,6 +267,7 @@ static int th_drain(int fd, char **buf, size_t *len, double deadline)
 
 void th_child(void (*fn)(void *), void *arg, int timeout_ms)
 {
+	static char text[8192];
 	int fds[2], status = 0, done;
 	char *msg = NULL;
 	size_t len = 0;
@@ -271,22 +296,22 @@ void th_child(void (*fn)(void *), void *arg, int timeout_ms)
 		_exit(0);
 	}
 	close(fds[1]);
+	timeout_ms = (int)zt_timeout_ms((unsigned)timeout_ms);
 	done = th_drain(fds[0], &msg, &len, th_now_ms() + timeout_ms);
 	close(fds[0]);
 	if (!done)
 		kill(pid, SIGKILL);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	if (!done) {
-		fail_msg("scenario did not finish within %d ms%s%s", timeout_ms,
-			 msg ? ": " : "", msg ? msg : "");
-	} else if (WIFSIGNALED(status)) {
-		fail_msg("scenario killed by signal %d%s%s", WTERMSIG(status),
-			 msg ? ": " : "", msg ? msg : "");
-	} else if (WEXITSTATUS(status) != 0) {
-		fail_msg("%s", msg ? msg : "scenario failed without a message");
-	}
+	/* fail_msg() longjmps out: nothing may stay allocated past here. */
+	snprintf(text, sizeof(text), "%s%s", msg ? ": " : "", msg ? msg : "");
 	free(msg);
+	if (!done)
+		fail_msg("scenario did not finish within %d ms%s", timeout_ms, text);
+	else if (WIFSIGNALED(status))
+		fail_msg("scenario killed by signal %d%s", WTERMSIG(status), text);
+	else if (WEXITSTATUS(status) != 0)
+		fail_msg("%s", text[0] ? text + 2 : "scenario failed without a message");
 }
 
 void th_spawn(const char *const *argv, const char *const *env,
@@ -340,6 +365,7 @@ void th_spawn(const char *const *argv, const char *const *env,
 	}
 	close(out);
 	close(err);
+	timeout_ms = (int)zt_timeout_ms((unsigned)timeout_ms);
 	deadline = start + timeout_ms;
 	for (;;) {
 		w = waitpid(pid, &status, WNOHANG);

@@ -31,6 +31,14 @@
 int th_group_setup(void **state);
 int th_group_teardown(void **state);
 
+/**
+ * The probe time limit every scenario gets by default (ZAP_PROBE_TIMEOUT_MS,
+ * set by th_group_setup()): TH_PROBE_LIMIT_MS scaled by
+ * ZAP_TEST_TIMEOUT_SCALE, as a string for a command line.
+ */
+#define TH_PROBE_LIMIT_MS 30000
+const char *th_probe_limit_ms(void);
+
 /** A fresh empty directory (mode 0755) under the root; valid until teardown. */
 const char *th_tmpdir(void);
 
@@ -39,6 +47,13 @@ const char *th_tmpdir(void);
  * Returns the new file's path (static storage per call: copy it if needed).
  */
 const char *th_fixture(const char *dir, const char *fixture, const char *as);
+
+/**
+ * A fresh directory holding a copy (mode 0755) of the file at @path, under
+ * the same name: a build-tree plugin run from a directory with safe modes
+ * whatever the modes above the build tree are.
+ */
+const char *th_private_copy(const char *path);
 
 /**
  * A fresh directory holding copies of the fixtures named in the

@@ -15,7 +15,7 @@
  *                         lines with control characters, then junk bytes
  *                         on the helper's report pipe (fd 4), then OK,
  *                         7 OK, leaving a child behind that holds every
- *                         descriptor for 30 s (its pid in the file
+ *                         descriptor for an hour (its pid in the file
  *                         ZAP_FIXTURE_PID_FILE names),
  *                         8 NOT_PRESENT with reason "fds=<list>": the
  *                         descriptors above 4 open in the probing process
@@ -141,7 +141,10 @@ static enum zap_probe_result fix_probe(const struct zap_host *host,
 		const char *pf = getenv("ZAP_FIXTURE_PID_FILE");
 
 		if (pid == 0) {
-			sleep(30);
+			/* Longer than any scaled probe limit, so a scan that
+			 * waited for it would time out; the core kills the
+			 * probe's process group, this included. */
+			sleep(3600);
 			_exit(0);
 		}
 		if (pid > 0 && pf) {

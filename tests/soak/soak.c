@@ -116,7 +116,7 @@ const char *__asan_default_options(void)
  * host), and our endpoint must then read the FIN/RST. Bounded, not
  * "forever".
  */
-#define SILENT_MAX_NS (5ull * 1000000000ull)
+#define SILENT_MAX_NS (zt_timeout_ms(5000) * 1000000ull)
 
 enum { PH_SETUP, PH_RUN, PH_SWEEP, PH_STOP };
 
@@ -940,7 +940,9 @@ int main(int argc, char **argv)
 	sh->n = n;
 	sh->faults = faults;
 	sh->max_size = max_size;
-	sh->deadline_ns = deadline_ms ? deadline_ms * 1000000ull : SEND_DEADLINE_DEFAULT_NS;
+	/* The default scaled like every test time limit (tests/README.md). */
+	sh->deadline_ns = deadline_ms ? deadline_ms * 1000000ull
+				      : SEND_DEADLINE_DEFAULT_NS * zt_timeout_ms(1);
 	sh->seconds = seconds;
 	sh->t0 = zt_now_ns();
 	for (int p = 0; p < nprocs; p++)
@@ -1113,7 +1115,7 @@ int main(int argc, char **argv)
 	} else if (atomic_load(&sh->send_errs)) {
 		fail("%" PRIu64 " sends failed", atomic_load(&sh->send_errs));
 	}
-	if (atomic_load(&sh->max_send_ns) > SEND_DEADLINE_NS + 1000000000ull)
+	if (atomic_load(&sh->max_send_ns) > SEND_DEADLINE_NS + zt_timeout_ms(1000) * 1000000ull)
 		fail("a send took %.0f ms, deadline %.0f ms",
 		     (double)atomic_load(&sh->max_send_ns) / 1e6, (double)SEND_DEADLINE_NS / 1e6);
 	if (!msgs)

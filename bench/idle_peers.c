@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -212,6 +213,7 @@ static pid_t spawn_holders(int n, int first_host, int port, int ready,
 		if (k < 0)
 			die("fork", 0);
 		if (!k) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a failed run */
 			holder(n < PER_HOLDER ? n : PER_HOLDER, first_host + h, port, ready);
 			_exit(0);
 		}
@@ -330,6 +332,7 @@ int main(int argc, char **argv)
 		die("pipe", 0);
 	srv = fork();
 	if (!srv) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		server(tell[1]);
 		_exit(0);
 	}

@@ -475,16 +475,16 @@ static bool bind_source(const struct tcp_wire *w, int fd, int family)
 }
 
 /*
- * connect() failed with @e from a socket bound to our listen host: the
- * usual cause of EINVAL (and EADDRNOTAVAIL) there is a listener on a
- * loopback address asked to reach another host, which no route from that
- * source can. Say so, as unreachable, instead of "Invalid argument".
+ * connect() failed with @e from a socket bound to our listen host: EINVAL
+ * there is a listener on a loopback address asked to reach another host,
+ * which no route from that source can. Say so, as unreachable, instead of
+ * "Invalid argument". (EADDRNOTAVAIL is no free local port: not this.)
  */
 static int dial_refused(const struct tcp_wire *w, const char *peer, int e, bool bound)
 {
 	struct zaddr b;
 
-	if (!bound || (e != EINVAL && e != EADDRNOTAVAIL) || zaddr_parse(w->bound, &b))
+	if (!bound || e != EINVAL || zaddr_parse(w->bound, &b))
 		return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom, peer,
 				     strerror(e),
 				     e == ECONNREFUSED ? " (nothing listens there)" : "");

@@ -39,6 +39,8 @@
 
 #include <zap/zap.h>
 
+#include "zap-test.h" /* zt_wire_hdr(): the raw peers' frames */
+
 #define PER_HOLDER 5000
 #define MSG 64
 
@@ -112,21 +114,6 @@ static void server(int tell)
 	}
 }
 
-static void put_be64(unsigned char *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (unsigned char)v;
-}
-
-static void hdr(unsigned char *h, int type, uint64_t len)
-{
-	put_be64(h, 0);
-	h[0] = 0x5a, h[1] = 0x41, h[2] = 0x50, h[3] = 0x57; /* "ZAPW" */
-	h[4] = 2;                                           /* version */
-	h[5] = (unsigned char)type;
-	put_be64(h + 8, len);
-}
-
 static int read_full(int fd, void *buf, size_t len)
 {
 	for (size_t got = 0; got < len;) {
@@ -160,10 +147,10 @@ static int peer_connect(const char *src, int port, uint64_t id)
 		goto fail;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	int cl = snprintf(claim, sizeof(claim), "%s:%d", src, ntohs(me.sin_port));
-	hdr(buf, 1, 24 + (uint64_t)cl);
-	put_be64(buf + 16, id);
-	put_be64(buf + 24, id ^ 0x9e3779b97f4a7c15ull);
-	put_be64(buf + 32, 64u << 20);
+	zt_wire_hdr(buf, 1, 24 + (uint64_t)cl);
+	zt_be64(buf + 16, id);
+	zt_be64(buf + 24, id ^ 0x9e3779b97f4a7c15ull);
+	zt_be64(buf + 32, 64u << 20);
 	memcpy(buf + 40, claim, (size_t)cl);
 	if (write(fd, buf, 40 + (size_t)cl) != 40 + cl || read_full(fd, in, 16))
 		goto fail;
@@ -172,7 +159,7 @@ static int peer_connect(const char *src, int port, uint64_t id)
 		hl = hl << 8 | in[i];
 	if (hl > sizeof(in) - 16 || read_full(fd, in + 16, (size_t)hl))
 		goto fail;
-	hdr(buf, 2, MSG);
+	zt_wire_hdr(buf, 2, MSG);
 	memset(buf + 16, 'i', MSG);
 	if (write(fd, buf, 16 + MSG) != 16 + MSG || read_full(fd, in, 16 + MSG))
 		goto fail;

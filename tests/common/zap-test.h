@@ -129,6 +129,29 @@ static inline size_t zt_check_fill(const void *buf, size_t len, uint64_t seed)
 	return len;
 }
 
+/* ---- the default transport's frames, for raw-socket peers ---------------- */
+
+/** zt_be64() - @v big-endian at @p (the wire's byte order). */
+static inline void zt_be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+/**
+ * zt_wire_hdr() - a 16-byte frame header of wire version 2 at @p: @type (1
+ * HELLO, 2 DATA), @len payload bytes (plugins/default/WIRE.md). Return: 16.
+ */
+static inline size_t zt_wire_hdr(unsigned char *p, unsigned type, uint64_t len)
+{
+	memcpy(p, "ZAPW", 4);
+	p[4] = 2;
+	p[5] = (unsigned char)type;
+	p[6] = p[7] = 0;
+	zt_be64(p + 8, len);
+	return 16;
+}
+
 /* ---- checks for programs without cmocka ------------------------------------ */
 
 /**

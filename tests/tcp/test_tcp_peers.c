@@ -67,21 +67,6 @@ static int open_fds(void)
 	return n;
 }
 
-static void put_be64(unsigned char *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (unsigned char)v;
-}
-
-static void hdr(unsigned char *h, int type, uint64_t len)
-{
-	memcpy(h, "ZAPW", 4);
-	h[4] = 2;
-	h[5] = (unsigned char)type;
-	h[6] = h[7] = 0;
-	put_be64(h + 8, len);
-}
-
 static void read_full(int fd, void *buf, size_t len)
 {
 	for (size_t got = 0; got < len;) {
@@ -111,10 +96,10 @@ static int peer_open(int host, uint64_t id)
 	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &ml), 0);
 	int cl = snprintf(claim, sizeof(claim), "%s:%d", src, ntohs(me.sin_port));
-	hdr(b, 1, 24 + (uint64_t)cl);
-	put_be64(b + 16, id);
-	put_be64(b + 24, id * 31 + 7);
-	put_be64(b + 32, 1u << 20);
+	zt_wire_hdr(b, 1, 24 + (uint64_t)cl);
+	zt_be64(b + 16, id);
+	zt_be64(b + 24, id * 31 + 7);
+	zt_be64(b + 32, 1u << 20);
 	memcpy(b + 40, claim, (size_t)cl);
 	assert_int_equal(write(fd, b, 40 + (size_t)cl), 40 + cl);
 	read_full(fd, in, 16);
@@ -132,7 +117,7 @@ static void peer_send(int fd, uint64_t seed)
 {
 	unsigned char b[16 + MSG];
 
-	hdr(b, 2, MSG);
+	zt_wire_hdr(b, 2, MSG);
 	zt_fill(b + 16, MSG, seed);
 	assert_int_equal(write(fd, b, sizeof(b)), (ssize_t)sizeof(b));
 }

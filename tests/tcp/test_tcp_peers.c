@@ -205,7 +205,9 @@ static void test_thousands(void **state)
 	 * (the suite's timeout bounds the wait, not a clock here). */
 	while (open_fds() > base)
 		zt_sleep_ms(20);
-	assert_int_equal(open_fds(), base);
+	/* None kept (fewer is fine: a descriptor the endpoint had open
+	 * for a moment when base was counted may be gone). */
+	assert_true(open_fds() <= base);
 }
 
 /*

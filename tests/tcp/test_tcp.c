@@ -1081,32 +1081,15 @@ static int raw_connect_from(const char *addr, const char *from)
 	return fd;
 }
 
-static void be64(unsigned char *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (unsigned char)v;
-}
-
-/* Header per plugins/default/WIRE.md. */
-static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
-{
-	memcpy(p, "ZAPW", 4);
-	p[4] = 2; /* wire version */
-	p[5] = (unsigned char)type;
-	p[6] = p[7] = 0;
-	be64(p + 8, len);
-	return 16;
-}
-
 /* A HELLO from instance @id with @nonce announcing @addr (and a 64 MiB
  * maximum message). */
 static size_t hello_full(unsigned char *p, uint64_t id, uint64_t nonce,
 			 const char *addr)
 {
-	size_t n = hdr(p, 1, 24 + strlen(addr));
-	be64(p + n, id);
-	be64(p + n + 8, nonce);
-	be64(p + n + 16, 64ull << 20);
+	size_t n = zt_wire_hdr(p, 1, 24 + strlen(addr));
+	zt_be64(p + n, id);
+	zt_be64(p + n + 8, nonce);
+	zt_be64(p + n + 16, 64ull << 20);
 	memcpy(p + n + 24, addr, strlen(addr));
 	return n + 24 + strlen(addr);
 }
@@ -1217,7 +1200,7 @@ static size_t hb_junk(unsigned char *p)
 static size_t hb_bad_magic_after_hello(unsigned char *p)
 {
 	size_t n = hello(p);
-	n += hdr(p + n, 2, 4);
+	n += zt_wire_hdr(p + n, 2, 4);
 	memcpy(p + n - 16, "EVIL", 4);
 	return n;
 }
@@ -1225,12 +1208,12 @@ static size_t hb_bad_magic_after_hello(unsigned char *p)
 static size_t hb_4g_after_hello(unsigned char *p)
 {
 	size_t n = hello(p);
-	return n + hdr(p + n, 2, 4ull << 30);
+	return n + zt_wire_hdr(p + n, 2, 4ull << 30);
 }
 
 static size_t hb_4g_first(unsigned char *p)
 {
-	return hdr(p, 1, 4ull << 30);
+	return zt_wire_hdr(p, 1, 4ull << 30);
 }
 
 static size_t hb_half_hello(unsigned char *p)
@@ -1241,14 +1224,14 @@ static size_t hb_half_hello(unsigned char *p)
 static size_t hb_hello_half_header(unsigned char *p)
 {
 	size_t n = hello(p);
-	return n + hdr(p + n, 2, 100) - 8;
+	return n + zt_wire_hdr(p + n, 2, 100) - 8;
 }
 
 /* A 1 MiB message cut off after @sent payload bytes. */
 static size_t mid_message(unsigned char *p, size_t sent)
 {
 	size_t n = hello(p);
-	n += hdr(p + n, 2, 1u << 20);
+	n += zt_wire_hdr(p + n, 2, 1u << 20);
 	memset(p + n, 0, sent);
 	return n + sent;
 }
@@ -1563,7 +1546,7 @@ static void test_broken_worse_connection(void **state)
 	zt_log_clear();
 	int worse = raw_connect(ab), better = raw_connect(ab);
 	write_all(worse, p, hello_full(p, 0x1234567887654321ull, 2, "127.0.0.1:9"));
-	n = hdr(p, 2, 3);
+	n = zt_wire_hdr(p, 2, 3);
 	memcpy(p + n, "one", 3);
 	write_all(worse, p, n + 3);
 	struct zap_msg *m = recv_within(b, 3000);
@@ -1581,7 +1564,7 @@ static void test_broken_worse_connection(void **state)
 		assert_true(k > 0);
 		got += (size_t)k;
 	}
-	n = hdr(p, 2, 5);
+	n = zt_wire_hdr(p, 2, 5);
 	memcpy(p + n, "three", 5);
 	write_all(better, p, n + 5);
 	pump(b, 200); /* held: "two" may still come on the worse one */
@@ -1838,7 +1821,7 @@ static void *stall_main(void *p)
 	st->fd = raw_connect_from(st->addr, st->from);
 	setsockopt(st->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	size_t n = hello_addr(h, claim);
-	n += hdr(h + n, 2, 64ull << 20);
+	n += zt_wire_hdr(h + n, 2, 64ull << 20);
 	assert_int_equal(send(st->fd, h, n, MSG_NOSIGNAL), (ssize_t)n);
 	unsigned char *junk = calloc(1, st->send);
 	size_t done = 0;
@@ -2033,7 +2016,7 @@ static void test_partial_header_stall(void **state)
 	zt_log_clear();
 	int fd = raw_connect_from(ab, "127.0.0.6");
 	size_t n = hello_addr(p, "127.0.0.6:9");
-	n += hdr(p + n, 2, 100) - 8;
+	n += zt_wire_hdr(p + n, 2, 100) - 8;
 	write_all(fd, p, n);
 	pump(b, 800);
 	expect_dropped(b, fd, false, "made no progress");

@@ -500,28 +500,12 @@ static int raw_connect(const char *addr)
 	return fd;
 }
 
-static void be64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (56 - 8 * i));
-}
-
-static size_t hdr(unsigned char *p, unsigned type, uint64_t len)
-{
-	memcpy(p, "ZAPW", 4);
-	p[4] = 2;
-	p[5] = (unsigned char)type;
-	p[6] = p[7] = 0;
-	be64(p + 8, len);
-	return 16;
-}
-
 static size_t hello(unsigned char *p, uint64_t id, const char *addr)
 {
-	size_t n = hdr(p, 1, 24 + strlen(addr));
-	be64(p + n, id);
-	be64(p + n + 8, 42);
-	be64(p + n + 16, 64ull << 20);
+	size_t n = zt_wire_hdr(p, 1, 24 + strlen(addr));
+	zt_be64(p + n, id);
+	zt_be64(p + n + 8, 42);
+	zt_be64(p + n + 16, 64ull << 20);
 	memcpy(p + n + 24, addr, strlen(addr));
 	return n + 24 + strlen(addr);
 }
@@ -759,7 +743,7 @@ static void test_idle_flood_and_stall(void **state)
 	struct zap_transport *a = ep_unix(ap, "a");
 	int fd = raw_connect(bp);
 	size_t n = hello(p, 0x5555, ap);
-	n += hdr(p + n, 2, 1000);
+	n += zt_wire_hdr(p + n, 2, 1000);
 	write_all(fd, p, n + 10);
 	zt_log_clear();
 	pump(b, 500);

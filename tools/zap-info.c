@@ -243,13 +243,19 @@ static void print_pool(const struct info *in, const struct opts *o)
  * endpoint would load them: the mode, this endpoint's key fingerprint (the
  * line other nodes pin), whom it trusts, and whether kernel TLS is there.
  */
-static void print_tls(void)
+/* The TLS settings an endpoint would read from the environment. */
+static struct ztls_config env_tls_config(void)
 {
-	struct ztls_config cfg = {
+	return (struct ztls_config){
 		.cert = zi_env_value("ZAP_TLS_CERT"), .key = zi_env_value("ZAP_TLS_KEY"),
 		.ca = zi_env_value("ZAP_TLS_CA"), .peers = zi_env_value("ZAP_TLS_PEERS"),
-		.ktls = true,
 	};
+}
+
+static void print_tls(void)
+{
+	struct ztls_config cfg = env_tls_config();
+	cfg.ktls = true;
 	struct ztls_ctx *x = NULL;
 	char why[512];
 
@@ -601,10 +607,7 @@ static int gather_report(struct info *in, const struct opts *o)
  */
 static bool tls_unusable(const char *name, char *why, size_t len)
 {
-	struct ztls_config cfg = {
-		.cert = zi_env_value("ZAP_TLS_CERT"), .key = zi_env_value("ZAP_TLS_KEY"),
-		.ca = zi_env_value("ZAP_TLS_CA"), .peers = zi_env_value("ZAP_TLS_PEERS"),
-	};
+	struct ztls_config cfg = env_tls_config();
 	struct ztls_ctx *x = NULL;
 	const char *partial;
 

@@ -10,6 +10,7 @@
  * Constant data, no locking.
  */
 #include "zap-config.h"
+#include "zap-private.h"
 
 #include <zap/zap.h>
 
@@ -46,7 +47,7 @@ static const unsigned char shm_values[] = { 0, 1, 2, 0, 2 };
 
 const struct zap_cfg_var zap__cfg_vars[] = {
 	/* core */
-	STR("ZAP_TRANSPORT", STRING, HONOUR, "core", 256, "empty (auto)",
+	STR("ZAP_TRANSPORT", STRING, HONOUR, "core", ZAP_PREF_MAX_LEN, "empty (auto)",
 	    "which transport zap_pick(NULL, ...) opens (the preference grammar)"),
 	NUM("ZAP_TRANSPORT_QUIET", BOOL, HONOUR, "core", 0, 0, 1, "false",
 	    "true silences the first-pick INFO line"),

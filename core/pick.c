@@ -17,6 +17,8 @@
 #include "zap-private.h"
 
 #define MAX_NAMES ZAP_PREF_MAX_NAMES
+_Static_assert(ZAP_PREF_MAX_LEN > 2 + MAX_NAMES * ZAP_NAME_MAX,
+	       "the longest canonical preference must parse again");
 #define MAX_CANDS 64
 
 struct plan {
@@ -31,7 +33,7 @@ struct plan {
 
 int zap__parse_pref(const char *src, const char *origin, struct zap_pref *p)
 {
-	char buf[256];
+	char buf[ZAP_PREF_MAX_LEN];
 	char *s, *end, *save = NULL;
 	size_t len;
 

@@ -211,6 +211,13 @@ void zap__pool_close(struct zap_pool *pool);
 
 /* pick.c */
 #define ZAP_PREF_MAX_NAMES 16
+/*
+ * Longest preference string accepted, NUL included. Room for the longest
+ * canonical form ("=^" and 16 names of 31 characters with commas, 513), so
+ * a parsed preference printed back always parses again: "tcp" is read as
+ * "default", and 60 of them in 240 characters print as 480.
+ */
+#define ZAP_PREF_MAX_LEN 1024
 /* A parsed preference string (ZAP_TRANSPORT syntax). */
 struct zap_pref {
 	bool strict;

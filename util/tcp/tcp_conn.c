@@ -162,7 +162,7 @@ static bool key_less(const struct tcp_wire *w, const struct tcp_conn *a,
 void tw_retire(struct tcp_conn *c)
 {
 	c->retiring = true;
-	if (!c->tx_busy && !c->tx_shut) {
+	if (!c->tx_busy && !c->big && !c->tx_shut) {
 		shutdown(c->fd, SHUT_WR);
 		c->tx_shut = true;
 	}
@@ -346,7 +346,7 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 {
 	if (c->dead)
 		return;
-	if (c->retiring && !c->tx_shut) {
+	if (c->retiring && !c->tx_shut && !c->big) {
 		shutdown(c->fd, SHUT_WR);
 		c->tx_shut = true;
 	}
@@ -377,7 +377,7 @@ void tw_reap(struct tcp_wire *w)
 		return;
 	while (*pp) {
 		struct tcp_conn *c = *pp;
-		if (!c->dead || c->tx_busy) {
+		if (!c->dead || c->tx_busy || c->big || c->bigq) {
 			again |= c->dead; /* freed once its sender lets go */
 			pp = &c->next;
 			continue;

@@ -28,12 +28,13 @@
 /* Handshake                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static size_t hello_build(const struct tcp_wire *w, uint64_t nonce, unsigned char *buf)
+static size_t hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
+			  unsigned char *buf)
 {
 	size_t al = strlen(w->bound);
-	tw_hdr_put(buf, TCP_T_HELLO, TCP_HELLO_FIXED + al);
+	tw_hdr_put(buf, c->ver, TCP_T_HELLO, TCP_HELLO_FIXED + al);
 	put_be64(buf + TCP_HDR, w->id);
-	put_be64(buf + TCP_HDR + 8, nonce);
+	put_be64(buf + TCP_HDR + 8, c->nonce);
 	put_be64(buf + TCP_HDR + 16, w->max_msg);
 	memcpy(buf + TCP_HDR + TCP_HELLO_FIXED, w->bound, al);
 	return TCP_HDR + TCP_HELLO_FIXED + al;
@@ -75,10 +76,19 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 		size_t need = TCP_HDR;
 		uint64_t len = 0;
 		if (c->hslen >= TCP_HDR) {
-			int r = tcp_parse_header(c->hs, TCP_T_HELLO, TCP_HELLO_MAX, &len,
-						 why, whylen);
+			/* The dialer offers a version (c->ver); the acceptor
+			 * answers with it, or with an older one it prefers. */
+			int r = tcp_parse_header(c->hs, 0, TCP_T_HELLO, TCP_HELLO_MAX,
+						 &len, why, whylen);
 			if (r)
 				return r;
+			if (c->dialed && c->hs[4] > c->ver) {
+				snprintf(why, whylen,
+					 "HELLO answers wire version %u to our offer of %u",
+					 c->hs[4], c->ver);
+				return -EPROTO;
+			}
+			c->ver = c->hs[4];
 			if (len < TCP_HELLO_FIXED + 3) {
 				snprintf(why, whylen, "HELLO too short");
 				return -EPROTO;
@@ -200,7 +210,7 @@ static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_le
 static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 {
 	unsigned char buf[TCP_HDR + TCP_HELLO_MAX];
-	size_t n = hello_build(w, c->nonce, buf);
+	size_t n = hello_build(w, c, buf);
 	int r;
 
 	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
@@ -617,11 +627,14 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 }
 
 /*
- * Connect to @peer, exchange HELLOs, register. mu not held. The peer's
- * handshake thread answers independently of its application, so this
- * waits about one round trip, not for the peer to call zap_recv().
+ * Connect to @peer offering wire version @ver, exchange HELLOs, register.
+ * mu not held. The peer's handshake thread answers independently of its
+ * application, so this waits about one round trip, not for the peer to
+ * call zap_recv(). *@closed: the peer closed the connection instead of
+ * answering our HELLO, as a peer that speaks only an older version does.
  */
-int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
+		    unsigned ver, bool *closed)
 {
 	struct tcp_conn *c = NULL;
 	struct sockaddr_storage sa = { 0 };
@@ -651,6 +664,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
 	c->local = sa.ss_family == AF_UNIX;
 	c->dialed = true;
+	c->ver = (unsigned char)ver;
 	c->nonce = tw_rand64();
 	struct tcp_dial dial = { .nonce = c->nonce };
 	pthread_mutex_lock(&w->mu);
@@ -664,7 +678,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 			goto fail;
 	}
 	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
-	size_t hn = hello_build(w, c->nonce, hb);
+	size_t hn = hello_build(w, c, hb);
 	/* A fresh socket's send buffer always takes a HELLO. */
 	struct iovec hv = { hb, hn };
 	ssize_t k = tw_io_send(c, &hv, 1);
@@ -690,6 +704,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 		if (h == 1)
 			break;
 		if (h < 0) {
+			*closed = h == -EPIPE || h == -ECONNRESET;
 			if (h == -EACCES)
 				w->host->log(ZAP_LOG_WARN, w->dom,
 					     "handshake with %s failed: %s", peer, why);
@@ -730,5 +745,22 @@ fail:
 	pthread_mutex_unlock(&w->mu);
 fail_freed:
 	tw_conn_free(c);
+	return r;
+}
+
+int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+{
+	bool closed = false;
+	int r = dial_ver(w, peer, ctx, TCP_VERSION, &closed);
+
+	/* A peer of version 2 closes at a HELLO of version 3 ("unsupported
+	 * wire version"): offer 2 once, on a new connection (WIRE.md). */
+	if (r && closed && !w->host->ctx_err(ctx) && !atomic_load(&w->shut)) {
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s closed at a HELLO of wire version %u; offering %u", peer,
+			     TCP_VERSION, TCP_VERSION_MIN);
+		closed = false;
+		r = dial_ver(w, peer, ctx, TCP_VERSION_MIN, &closed);
+	}
 	return r;
 }

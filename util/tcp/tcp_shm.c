@@ -434,6 +434,8 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	s->sock = fd;
 	fd = -1;
 	s->tx_ready = true; /* the peer mapped our ring before it answered */
+	/* Version 3: whole messages may come between a large one's parts. */
+	s->rx.interleave = c->ver >= 3;
 	atomic_store(&c->shm, s);
 	s = NULL;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: messages go through shared memory",
@@ -516,6 +518,8 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 	pthread_mutex_lock(&w->mu);
 	struct tcp_conn *c = conn_by_nonce(w, m.nonce);
 	if (c) {
+		/* Version 3: whole messages may come between a large one's parts. */
+		s->rx.interleave = c->ver >= 3;
 		atomic_store(&c->shm, s);
 		/* Its ring and side channel are read every round: the
 		 * leader must poll it itself from now on. */
@@ -667,18 +671,51 @@ static bool peer_gone(struct tcp_shm *s)
 	return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
 }
 
-/* Where the consumer is (its tail, offset by the ring size): grows with
- * its progress only, whatever we write meanwhile. */
+/* Where the consumer is: grows with its progress only, whatever we
+ * write meanwhile. Read from the region alone, so a sender that does not
+ * own the tx side may read it too (tw_shm_consumed()). */
 static uint64_t consumer_pos(const struct tcp_shm *s)
 {
-	return zshm_tx_room(&s->tx) + s->tx.head;
+	return zshm_tx_consumed(&s->tx);
 }
 
-/* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. */
-static int ring_put(struct tcp_shm *s, const struct tcp_txreq *own)
+uint64_t tw_shm_consumed(const struct tcp_conn *c)
+{
+	return consumer_pos(atomic_load(&c->shm));
+}
+
+/*
+ * The first frame of this direction into the ring writes TCP_T_SHM on the
+ * connection first (mu held; tx side owned). 0, or tw_txq_send()'s error
+ * with @own's result set.
+ */
+static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		       struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+
+	if (s->tx_on)
+		return 0;
+	struct tcp_txreq sw = { 0 };
+	tw_hdr_put(sw.hdr, c->ver, TCP_T_SHM, 0);
+	int err = tw_txq_send(w, c, &sw, 1, me, ctx, partial, true);
+	if (err) {
+		own->err = sw.err;
+		own->done = sw.done;
+		return err;
+	}
+	s->tx_on = true;
+	return 0;
+}
+
+/* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. Version 3
+ * writes it as one record, which may go between the parts of a large
+ * message another sender has open (tw_shm_send_part()). */
+static int ring_put(struct tcp_shm *s, const struct tcp_conn *c, const struct tcp_txreq *own)
 {
 	bool wake;
-	int r = zshm_send(&s->tx, own->buf, own->len, &wake);
+	int r = c->ver >= 3 ? zshm_send_whole(&s->tx, own->buf, own->len, &wake)
+			    : zshm_send(&s->tx, own->buf, own->len, &wake);
 
 	if (wake)
 		tw_shm_wake(s);
@@ -697,19 +734,11 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait)
 {
 	struct tcp_shm *s = atomic_load(&c->shm);
-	int err = 0;
+	bool whole = c->ver >= 3; /* one record, never partly written */
+	int err = ring_switch(w, c, own, me, ctx, partial);
 
-	if (!s->tx_on) {
-		struct tcp_txreq sw = { 0 };
-		tw_hdr_put(sw.hdr, TCP_T_SHM, 0);
-		err = tw_txq_send(w, c, &sw, 1, me, ctx, partial, true);
-		if (err) {
-			own->err = sw.err;
-			own->done = sw.done;
-			return err;
-		}
-		s->tx_on = true;
-	}
+	if (err)
+		return err;
 	*partial = false;
 	pthread_mutex_unlock(&w->mu);
 	if (peer_gone(s)) {
@@ -721,9 +750,9 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		return own->err;
 	}
 	for (;;) {
-		int r = ring_put(s, own);
+		int r = ring_put(s, c, own);
 		uint64_t seen = 0;
-		if (r == -EAGAIN && !may_wait && !zshm_tx_mid(&s->tx)) {
+		if (r == -EAGAIN && !may_wait && (whole || !zshm_tx_mid(&s->tx))) {
 			pthread_mutex_lock(&w->mu);
 			own->done = 0;
 			own->err = 0;
@@ -733,7 +762,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 			/* Full: announce that we wait, look once more. */
 			zshm_tx_prepare_wait(&s->tx);
 			seen = consumer_pos(s);
-			r = ring_put(s, own);
+			r = ring_put(s, c, own);
 		}
 		if (!r)
 			break;
@@ -767,7 +796,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 			break;
 	}
 	pthread_mutex_lock(&w->mu);
-	*partial = err && zshm_tx_mid(&s->tx);
+	*partial = err && !whole && zshm_tx_mid(&s->tx);
 	own->done = err ? *partial : TCP_HDR + own->len;
 	own->err = err;
 	if (!err)
@@ -782,4 +811,52 @@ const char *tw_conn_path(const struct tcp_conn *c)
 	if (s && s->tx_ready)
 		return "shm";
 	return c->local ? "unix" : "tcp";
+}
+
+/*
+ * Version 3: write the next part of the large message @buf/@len into @c's
+ * ring (tx side owned, mu held; dropped while writing): at most TCP_PART
+ * bytes, leaving TCP_SHM_KEEP bytes free for other senders' messages.
+ * 0: the message is complete; -EINPROGRESS: a part went, more is to come;
+ * -EAGAIN: no room for the next part (*@seen: the consumer's position
+ * then; give the tx side back and wait for it to move); or an error.
+ * *@open: part of the message is in the ring and the rest is not.
+ */
+int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
+		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open, uint64_t *seen)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_txreq own = { .buf = buf, .len = len };
+	bool wake;
+	int r = ring_switch(w, c, &own, me, ctx, open);
+
+	if (r)
+		return r;
+	*open = zshm_tx_mid(&s->tx);
+	pthread_mutex_unlock(&w->mu);
+	if (!*open && peer_gone(s)) {
+		pthread_mutex_lock(&w->mu);
+		return w->host->fail(-EPIPE, "%s: send to %s: the peer closed", w->dom,
+				     c->raddr);
+	}
+	r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
+	if (wake)
+		tw_shm_wake(s);
+	if (r == -EAGAIN) {
+		/* Full: announce that we wait, look once more. */
+		zshm_tx_prepare_wait(&s->tx);
+		*seen = consumer_pos(s);
+		r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
+		if (wake)
+			tw_shm_wake(s);
+	}
+	pthread_mutex_lock(&w->mu);
+	*open = zshm_tx_mid(&s->tx);
+	if (r == -EPROTO)
+		return w->host->fail(-EPROTO,
+				     "%s: send to %s: the peer broke the shared-memory ring",
+				     w->dom, c->raddr);
+	if (!r)
+		tw_count(&w->st_tx_frames, 1);
+	return r;
 }

@@ -55,7 +55,7 @@ struct txbatch {
 
 static size_t frame_bytes(const struct tcp_txreq *r)
 {
-	return TCP_HDR + r->len;
+	return tw_frame_bytes(r);
 }
 
 /*
@@ -69,8 +69,10 @@ bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq 
 	/* A connection with rings takes no new queued frames: its owner
 	 * writes into the ring, one frame each (tcp_shm.c). */
 	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
-	    c->tx_chain >= TCP_TXQ_CHAIN || atomic_load(&c->shm))
+	    c->tx_chain >= TCP_TXQ_CHAIN || atomic_load(&c->shm) ||
+	    (c->ver >= 3 && r->len > TCP_SOLO_MAX))
 		return false;
+	r->hdr[4] = c->ver; /* frames speak the connection's version */
 	r->state = TXQ_QUEUED;
 	r->next = NULL;
 	if (!c->txq)
@@ -153,7 +155,7 @@ static size_t batch_iov(struct txbatch *b)
 	for (size_t i = 0; i < b->n; i++) {
 		struct tcp_txreq *r = b->req[i];
 		const char *part[2] = { (const char *)r->hdr, r->buf };
-		size_t plen[2] = { TCP_HDR, r->len };
+		size_t plen[2] = { TCP_HDR + r->ext, r->len };
 		for (int j = 0; j < 2; j++) {
 			if (pos >= plen[j]) {
 				pos -= plen[j];
@@ -310,6 +312,7 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	struct txbatch b = { .n = nown, .own = nown, .no_wait = !may_wait };
 
 	for (size_t i = 0; i < nown; i++) {
+		own[i].hdr[4] = c->ver; /* frames speak the connection's version */
 		b.req[i] = &own[i];
 		b.total += frame_bytes(&own[i]);
 	}

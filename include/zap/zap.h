@@ -346,8 +346,13 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * @buf, @len: the message; the caller may reuse @buf once this returns.
  * @ctx:  cancellation/deadline, or NULL to block until sent.
  *
- * Messages to one peer arrive in the order they were sent. Several threads
- * may send at once, to the same or different peers.
+ * Order: a message whose zap_send() returned before another zap_send() to
+ * the same peer began arrives first (so one thread's messages to a peer
+ * arrive in the order it sent them). Sends that overlap in time carry no
+ * order between them: several threads may send at once, to the same or
+ * different peers, and a small message may arrive before a large one
+ * whose send began earlier (the default transport sends large messages
+ * in parts, with other messages between them: docs/wires.md).
  *
  * Blocking: a send waits while the transport cannot take the message,
  * which for TCP means once a few MB are queued to a peer that is not

@@ -14,6 +14,7 @@ src=$(cd "$here/../.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd)
 
 command -v go >/dev/null || { echo "test.sh: go not found (apt-get install golang-go)" >&2; exit 1; }
+command -v pkg-config >/dev/null || { echo "test.sh: pkg-config not found (cgo reads the flags of zap.pc)" >&2; exit 1; }
 [ -e "$build/core/libzap.so" ] || { echo "test.sh: no $build/core/libzap.so: build first" >&2; exit 1; }
 [ -x "$build/bindings/go/zap-go-peer" ] || { echo "test.sh: no $build/bindings/go/zap-go-peer: build first (with -Dtests=true)" >&2; exit 1; }
 
@@ -33,6 +34,12 @@ if [ -z "${ZAP_GO_TEST_PRIVATE:-}" ]; then
 fi
 
 export CGO_ENABLED=1
+# The package takes its flags from `pkg-config zap` (#cgo pkg-config):
+# the build tree's zap-uninstalled.pc, which pkg-config prefers to an
+# installed zap.pc. CGO_CFLAGS and CGO_LDFLAGS come before pkg-config's
+# flags on cgo's command lines, so the tree's header and library win even
+# where libzap-dev is installed.
+export PKG_CONFIG_PATH="$build/meson-uninstalled${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export CGO_CFLAGS="-I$src/include"
 export CGO_LDFLAGS="-L$build/core"
 export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

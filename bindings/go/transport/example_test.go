@@ -7,7 +7,7 @@ import (
 	"log"
 	"time"
 
-	"zap/transport"
+	"github.com/libzap/libzap/bindings/go/transport"
 )
 
 // Open the best transport this host has (ZAP_TRANSPORT, else auto), or

@@ -18,7 +18,9 @@
 // then its plugin directory); this package needs only libzap.so and its
 // header at build time.
 //
-// Beyond the original: LocalAddr (the address peers send to), PeerPath
+// Beyond the original: PickWith (Pick with options: Listen, TLS,
+// MaxMsgSize, SendTimeout, MaxPoolBytes, in place of the environment
+// variables), LocalAddr (the address peers send to), PeerPath
 // (shared memory, Unix socket or TCP to a peer), Explain (the
 // transport a preference gets, and why), LoadReport and Version (what the
 // plugin scan found), and two Capabilities fields (DeviceBuffers,

@@ -22,6 +22,23 @@ func ExamplePick() {
 	// Output: default
 }
 
+// Options in place of the environment variables: where to listen, the
+// largest message, how long a Send without a deadline may wait, TLS files
+// (transport.TLS). Each transport gets its own, so one process can open
+// endpoints on several fixed addresses.
+func ExamplePickWith() {
+	t, err := transport.PickWith("default",
+		transport.Listen("127.0.0.1:0"), // port 0: any free port
+		transport.MaxMsgSize(1<<20),
+		transport.SendTimeout(2*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	fmt.Println(t.Caps().MaxMsgSize)
+	// Output: 1048576
+}
+
 // A strict preference ("=name") fails instead of falling back, and says
 // why; a plain one falls back, and Explain tells to what and why.
 func ExamplePick_strict() {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -132,17 +133,10 @@ type BufferAllocator interface {
 //
 // First call also emits one log line listing the transports that were
 // probed and which won. Set ZAP_TRANSPORT_QUIET=1 to silence.
-func Pick(preference string) (Transport, error) {
-	tr, err := pick(preference)
-	if err != nil {
-		return nil, err
-	}
-	// A transport dropped without Close still gives back its socket and
-	// threads. Only unreachable transports are finalized, so no call can
-	// be in flight then.
-	runtime.SetFinalizer(tr, (*zapTransport).Close)
-	return tr, nil
-}
+//
+// PickWith takes options (listen address, TLS files, limits) in place of
+// those variables.
+func Pick(preference string) (Transport, error) { return PickWith(preference) }
 
 // Registered returns the list of transports that this binary can attempt to
 // instantiate: libzap's built-in default plus every plugin that loaded
@@ -217,6 +211,11 @@ type zapTransport struct {
 	name string
 	caps Capabilities // as opened; returned once closed
 
+	// sendTimeout bounds a Send whose context has no deadline (0: none):
+	// SendTimeout, else ZAP_SEND_TIMEOUT_MS. libzap applies its own only
+	// to a zap_send() given no zap ctx, and every call here passes one.
+	sendTimeout time.Duration
+
 	mu      sync.Mutex
 	t       *cTransport // nil once closed
 	closing bool
@@ -244,12 +243,15 @@ func (tr *zapTransport) Caps() Capabilities {
 
 // Send delivers msg to peer ("host:port" for default and uma; a peer
 // string from Recv replies). msg may be reused once Send returns: libzap
-// has copied it or handed it to the kernel by then. Errors: ctx.Err() when
-// ctx ends first; net.ErrClosed after Close; otherwise libzap's errno
-// (errors.Is(err, syscall.EMSGSIZE), syscall.ECONNREFUSED...) with its
-// reason in the text.
+// has copied it or handed it to the kernel by then. A ctx without a
+// deadline is bounded by the transport's send timeout, if it has one
+// (SendTimeout, ZAP_SEND_TIMEOUT_MS). Errors: ctx.Err() when ctx ends
+// first; net.ErrClosed after Close; syscall.ETIMEDOUT when the send
+// timeout passes; otherwise libzap's errno (errors.Is(err,
+// syscall.EMSGSIZE), syscall.ECONNREFUSED...) with its reason in the
+// text.
 func (tr *zapTransport) Send(ctx context.Context, peer string, msg []byte) error {
-	var cl call
+	cl := call{bound: tr.sendTimeout}
 	if err := cl.begin(tr, ctx, "send"); err != nil {
 		return err
 	}

@@ -54,6 +54,9 @@
 //     once Send returns. libzap never keeps a pointer into Go's heap past
 //     a call: all the state libzap holds between calls (contexts, messages,
 //     buffers) is C memory.
+//   - AllocBuffer is not in the Transport interface (which is the original
+//     package's): reach it with a type assertion, t.(BufferAllocator),
+//     which holds for every Transport from Pick and PickWith.
 //   - A Buffer from AllocBuffer is C memory owned by the transport's pool,
 //     not Go memory: Bytes() aliases it, the garbage collector never frees
 //     it, and it must be Released (once; a second Release is a no-op).

@@ -110,6 +110,8 @@ func ExampleTransport_Recv_deadline() {
 
 // Use pool memory where the transport has a pool (uma: CUDA managed
 // memory a GPU kernel reads in place), heap memory where it has none.
+// The Transport interface has no AllocBuffer: a type assertion reaches
+// it, and succeeds for every Transport from Pick and PickWith.
 func ExampleBufferAllocator() {
 	t, err := transport.Pick("")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -172,6 +173,65 @@ func TestPickWithSendTimeout(t *testing.T) {
 
 	if _, err := PickWith("default", SendTimeout(-time.Second)); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("SendTimeout(-1s): %v, want EINVAL", err)
+	}
+}
+
+// ZAP_SEND_TIMEOUT_MS bounds a Send without a deadline as SendTimeout
+// does, and SendTimeout(0) lifts it. libzap reads the variable once per
+// process, so this runs the test binary again with it set
+// (TestSendTimeoutEnvChild does the work there).
+func TestSendTimeoutEnv(t *testing.T) {
+	if os.Getenv("ZAP_GO_TEST_CHILD") != "" {
+		t.Skip("in the child")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSendTimeoutEnvChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "ZAP_GO_TEST_CHILD=1", "ZAP_SEND_TIMEOUT_MS=200")
+	out, err := cmd.CombinedOutput()
+	t.Logf("child:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestSendTimeoutEnvChild") {
+		t.Fatalf("child with ZAP_SEND_TIMEOUT_MS=200: %v", err)
+	}
+}
+
+func TestSendTimeoutEnvChild(t *testing.T) {
+	if os.Getenv("ZAP_GO_TEST_CHILD") == "" {
+		t.Skip("run by TestSendTimeoutEnv with ZAP_SEND_TIMEOUT_MS set")
+	}
+	big := make([]byte, 16<<20)
+	fill := func(tr Transport, to string) (time.Duration, error) {
+		var err error
+		var took time.Duration
+		for err == nil {
+			start := time.Now()
+			err = tr.Send(context.Background(), to, big)
+			took = time.Since(start)
+		}
+		return took, err
+	}
+
+	// The variable alone: ETIMEDOUT, not before 200 ms.
+	a, sink := pickDefault(t), addrOf(t, pickDefault(t))
+	var err error
+	var took time.Duration
+	within(t, 2*time.Minute, "Send with ZAP_SEND_TIMEOUT_MS to a peer that does not read", func() {
+		took, err = fill(a, sink)
+	})
+	if !errors.Is(err, syscall.ETIMEDOUT) || took < 200*time.Millisecond {
+		t.Fatalf("Send with ZAP_SEND_TIMEOUT_MS=200: %v after %v, want ETIMEDOUT after 200ms", err, took)
+	}
+
+	// SendTimeout(0): no bound. The Send blocks until Close wakes it.
+	b, sink := pickWith(t, "default", SendTimeout(0)), addrOf(t, pickDefault(t))
+	done := make(chan error, 1)
+	go func() { _, err := fill(b, sink); done <- err }()
+	select {
+	case err := <-done:
+		t.Fatalf("Send with SendTimeout(0) returned %v; the variable's 200 ms applied", err)
+	case <-time.After(time.Second):
+	}
+	b.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Send blocked at Close: %v, want net.ErrClosed", err)
 	}
 }
 

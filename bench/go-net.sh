@@ -51,11 +51,7 @@ command -v go >/dev/null || { echo "go not found (apt-get install golang-go)" >&
 [ -e "$build/core/libzap.so" ] || { echo "no $build/core/libzap.so: build first" >&2; exit 1; }
 
 # Build as bindings/go/test.sh does (offline, this build's libzap).
-export CGO_ENABLED=1 CGO_CFLAGS="-I$src/include" CGO_LDFLAGS="-L$build/core"
-export PKG_CONFIG_PATH="$build/meson-uninstalled${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GOPATH="$build/go/path" GOCACHE="$build/go/cache"
-export GOPROXY=off GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+. "$src/bindings/go/build-env.sh"
 export ZAP_TRANSPORT_QUIET=1 ZAP_PROBE_HELPER="$build/core/zap-probe" ZAP_PLUGIN_DIR=
 unset ZAP_PLUGIN_PATH ZAP_LISTEN ZAP_TLS_CERT ZAP_TLS_KEY ZAP_TLS_CA ZAP_TLS_PEERS
 

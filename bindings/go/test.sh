@@ -33,24 +33,11 @@ if [ -z "${ZAP_GO_TEST_PRIVATE:-}" ]; then
 		"$build/bindings/go" -- "$here/test.sh" "$build"
 fi
 
-export CGO_ENABLED=1
-# The package takes its flags from `pkg-config zap` (#cgo pkg-config):
-# the build tree's zap-uninstalled.pc, which pkg-config prefers to an
-# installed zap.pc. CGO_CFLAGS and CGO_LDFLAGS come before pkg-config's
-# flags on cgo's command lines, so the tree's header and library win even
-# where libzap-dev is installed.
-export PKG_CONFIG_PATH="$build/meson-uninstalled${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export CGO_CFLAGS="-I$src/include"
-export CGO_LDFLAGS="-L$build/core"
-export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$here/build-env.sh"
 export ZAP_GO_PEER="$build/bindings/go/zap-go-peer"
 # The build tree's out-of-process probe helper (not the installed one).
 export ZAP_PROBE_HELPER="$build/core/zap-probe"
 export ZAP_LISTEN=127.0.0.1:0
-# Caches under the build dir, so root in CI and users share nothing;
-# offline, and no VCS stamping (a worktree or tarball has no usable VCS).
-export GOPATH="$build/go/path" GOCACHE="$build/go/cache"
-export GOPROXY=off GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
 cd "$here"
 set -x

@@ -12,6 +12,12 @@
 #    against the installed libzap-dev alone, installs into pkg-config's
 #    plugindir, exports only its descriptor, shows up in zap-info, and
 #    ZAP_TRANSPORT=inproc picks it;
+#  - the Go package (golang-github-libzap-libzap-dev) ships the binding's
+#    source under /usr/share/gocode/src, and a Go program that imports it
+#    (packaging/go-hello) builds and runs against the installed packages
+#    alone: in GOPATH mode (GO111MODULE=off GOPATH=/usr/share/gocode), and
+#    as a module vendoring the installed source (-mod=vendor), with no
+#    source checkout, no replace directive and no network;
 #  - lintian finds no error;
 #  - with every package installed, the tree's own test suite (a fresh
 #    build of the copy) still passes: it must never see the installed
@@ -43,8 +49,8 @@ pkg_suite=${ZAP_PKG_SUITE:-1}
 for v in $(compgen -e | grep '^ZAP_' || true); do unset "$v"; done
 start=$(date +%s)
 work=$(mktemp -d /tmp/zap-pkgtest.XXXXXX)
-ours=(libzap0 libzap-dev zap-tools libzap-plugin-uma libzap-plugin-gpudirect
-      libzap-plugin-dpdk)
+ours=(libzap0 libzap-dev zap-tools golang-github-libzap-libzap-dev
+      libzap-plugin-uma libzap-plugin-gpudirect libzap-plugin-dpdk)
 hw_plugins=(uma gpudirect dpdk)
 passed=0 failed=0
 example_files=()
@@ -118,7 +124,8 @@ EOF
 }
 
 step "dependencies"
-need=(build-essential dpkg-dev debhelper lintian python3 meson ninja-build pkg-config)
+need=(build-essential dpkg-dev debhelper lintian python3 meson ninja-build pkg-config
+      golang-go)
 missing=()
 for p in "${need[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
@@ -173,7 +180,7 @@ else
 	exit 1
 fi
 deb() { ls "$work"/"$1"_*.deb 2>/dev/null | head -n 1; }
-for p in libzap0 libzap-dev zap-tools; do
+for p in libzap0 libzap-dev zap-tools golang-github-libzap-libzap-dev; do
 	check "$p built" test -n "$(deb "$p")"
 done
 for p in "${expected[@]}"; do
@@ -303,10 +310,68 @@ zap_info example-removed
 check "inproc gone once its file is removed" jq_py example-removed \
 	'names == ["default"]'
 
+step "Go package against the installed packages"
+go_path=github.com/libzap/libzap/bindings/go
+gocode=/usr/share/gocode/src/$go_path
+check "install golang-github-libzap-libzap-dev" run install-go.log \
+	apt-get install -y --no-install-recommends "$(deb golang-github-libzap-libzap-dev)"
+# What bindings/go/meson.build installs must be the whole package: every
+# .go file of the tree's package and command but their tests.
+go_missing=$(cd "$work/src/bindings/go" && for f in go.mod transport/*.go cmd/*/*.go; do
+	case $f in *_test.go) continue ;; esac
+	[ -f "$gocode/$f" ] || echo "$f"
+done)
+check "it ships the package's source in $gocode${go_missing:+ (missing: $go_missing)}" \
+	test -z "$go_missing" -a -f "$gocode/transport/transport.go"
+check "it ships no test file" test -z "$(find "$gocode" -name '*_test.go')"
+check "it ships its README in /usr/share/doc/golang-github-libzap-libzap-dev" \
+	test -f /usr/share/doc/golang-github-libzap-libzap-dev/README.md
+# The program, copied out of the tree; built with nothing from the
+# caller's environment: a fresh HOME, Go's caches in the work dir, the
+# module proxy off, the cgo flags from the installed zap.pc.
+go_env=(env -i PATH=/usr/bin:/bin HOME="$work/go-home" GOCACHE="$work/go-cache"
+	GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1)
+# go_hello NAME DIR ENV...: build DIR with ENV into DIR/hello, run it.
+go_hello() {
+	local name=$1 dir=$2
+	shift 2
+	(cd "$dir" && run "$name.log" "${go_env[@]}" "$@" go build -o "$dir/hello" .) &&
+		run "$name.out" env ZAP_TRANSPORT_QUIET=1 "$dir/hello" &&
+		grep -q '^libzap .*, default: hello$' "$work/$name.out"
+}
+mkdir "$work/go-gopath"
+cp "$work/src/packaging/go-hello/main.go" "$work/go-gopath/"
+check "a Go program builds in GOPATH mode (GOPATH=/usr/share/gocode) and runs" \
+	go_hello go-gopath "$work/go-gopath" GO111MODULE=off \
+		GOPATH=/usr/share/gocode GOFLAGS=-buildvcs=false
+sed 's/^/  /' "$work/go-gopath.out" 2>/dev/null || true
+# (/lib/<triplet> is /usr/lib/<triplet> on a merged-/usr system.)
+check "its libzap is the installed one" \
+	sh -c "ldd '$work/go-gopath/hello' | grep -qE 'libzap\.so\.0 => (/usr)?/lib/'"
+# A module vendoring the installed source, as bindings/go/README.md tells
+# users outside Debian to vendor a copy: no replace directive.
+vendor_installed() {
+	local v=$work/go-vendor
+	[ -d "$gocode/transport" ] || return 1
+	mkdir -p "$v/vendor/$go_path" &&
+		cp "$work/src/packaging/go-hello/main.go" "$v/" &&
+		cp -r "$gocode/transport" "$gocode/go.mod" "$v/vendor/$go_path/" &&
+		printf '%s\n' 'module example.com/hello' '' 'go 1.19' '' \
+			"require $go_path v0.0.0" >"$v/go.mod" &&
+		printf '%s\n' "# $go_path v0.0.0" '## explicit; go 1.19' \
+			"$go_path/transport" >"$v/vendor/modules.txt"
+}
+go_vendored() {
+	vendor_installed && go_hello go-vendor "$work/go-vendor" GO111MODULE=on \
+		GOPATH="$work/go-home/go" GOFLAGS="-mod=vendor -buildvcs=false"
+}
+check "a module vendoring the installed source builds (-mod=vendor) and runs" go_vendored
+
 if [ "$pkg_suite" = 1 ]; then
 	step "the tree's test suite with every package installed"
 	all_debs=()
-	for p in libzap0 libzap-dev zap-tools "${expected[@]/#/libzap-plugin-}"; do
+	for p in libzap0 libzap-dev zap-tools golang-github-libzap-libzap-dev \
+		"${expected[@]/#/libzap-plugin-}"; do
 		all_debs+=("$(deb "$p")")
 	done
 	check "install every package" run install-all.log \

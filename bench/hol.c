@@ -190,7 +190,10 @@ int main(int argc, char **argv)
 	uint64_t next = now_ns();
 	uint64_t stop_at = secs > 0 ? now_ns() + (uint64_t)(secs * 1e9) : UINT64_MAX;
 	while (rtt && done < pings && now_ns() < stop_at) {
-		while (now_ns() < next)
+		/* Sleep, not spin, till the next ping: on a machine with few
+		 * cores a spinning pinger takes one from the two endpoints. */
+		struct timespec at = { (time_t)(next / 1000000000u), (long)(next % 1000000000u) };
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
 			;
 		next += 200000;
 		uint64_t a = now_ns();

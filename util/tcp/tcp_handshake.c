@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -193,16 +194,62 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_
 	return hello_read(w, c, why, whylen);
 }
 
+/* The events the handshake of @c waits for. */
+static short pending_events(const struct tcp_conn *c)
+{
+	return c->tls && !c->tls_ok && c->hs_events ? c->hs_events : POLLIN;
+}
+
+/* Watch @c in hs_epfd for what its handshake waits for (a TLS step may
+ * want to write). A failed epoll_ctl() leaves it to its deadline. */
+static void pending_arm(struct tcp_wire *w, struct tcp_conn *c)
+{
+	short ev = pending_events(c);
+
+	if (ev == c->hs_armed)
+		return;
+	struct epoll_event e = { .events = (ev & POLLIN ? EPOLLIN : 0) |
+					   (ev & POLLOUT ? EPOLLOUT : 0),
+				 .data.ptr = c };
+	if (!epoll_ctl(w->hs_epfd, c->hs_armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &e))
+		c->hs_armed = ev;
+}
+
+static void pending_add(struct tcp_wire *w, struct tcp_conn *c)
+{
+	c->pprev = NULL;
+	c->next = w->pending;
+	if (w->pending)
+		w->pending->pprev = c;
+	else
+		w->pending_tail = c;
+	w->pending = c;
+	w->npending++;
+	pending_arm(w, c);
+}
+
+static void pending_unlink(struct tcp_wire *w, struct tcp_conn *c)
+{
+	if (c->pprev)
+		c->pprev->next = c->next;
+	else
+		w->pending = c->next;
+	if (c->next)
+		c->next->pprev = c->pprev;
+	else
+		w->pending_tail = c->pprev;
+	c->next = c->pprev = NULL;
+	w->npending--;
+	if (c->hs_armed)
+		epoll_ctl(w->hs_epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->hs_armed = 0;
+}
+
 static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_level lvl,
 			 const char *why)
 {
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
-	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	w->npending--;
+	pending_unlink(w, c);
 	tw_conn_free(c);
 }
 
@@ -213,13 +260,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	size_t n = hello_build(w, c, buf);
 	int r;
 
-	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	w->npending--;
-	c->next = NULL;
+	pending_unlink(w, c);
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s", c->raddr);
 	tw_tls_log_up(w, c);
@@ -304,11 +345,8 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		if (w->npending >= w->pending_max) {
 			/* Too many half-open handshakes: shed the oldest so
 			 * that a flood cannot lock well-behaved peers out. */
-			struct tcp_conn *old = w->pending;
-			while (old && old->next)
-				old = old->next;
-			if (old)
-				pending_drop(w, old, ZAP_LOG_WARN,
+			if (w->pending_tail)
+				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
 					     "too many connections in handshake");
 		} else {
 			/* At the descriptor limit, the connection idle the
@@ -317,56 +355,51 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			bool full = w->nconns + w->npending >= w->conn_max;
 			bool made = full && tw_evict_idle(w, "descriptor limit reached");
 			pthread_mutex_unlock(&w->mu);
-			struct tcp_conn *old = w->pending;
-			while (old && old->next)
-				old = old->next;
-			if (full && !made && old)
-				pending_drop(w, old, ZAP_LOG_WARN,
+			if (full && !made && w->pending_tail)
+				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
 					     "descriptor limit reached");
 		}
-		c->next = w->pending;
-		w->pending = c;
-		w->npending++;
+		pending_add(w, c);
 	}
 }
 
+/* One handshake step for @c, which epoll reported. */
+static void pending_ready(struct tcp_wire *w, struct tcp_conn *c)
+{
+	char why[400];
+	int h = pending_step(w, c, why, sizeof(why));
+
+	if (h == 1)
+		pending_finish(w, c);
+	else if (h < 0)
+		pending_drop(w, c, h == -EPIPE && !c->hslen ? ZAP_LOG_INFO : ZAP_LOG_WARN,
+			     why);
+	else
+		pending_arm(w, c);
+}
+
+/*
+ * The accept thread: new connections, the handshakes under way (in
+ * hs_epfd, so a round costs what is ready, not how many wait: a burst of
+ * thousands of connects is taken in batches) and the side channels of the
+ * same-host upgrade.
+ */
 void *tw_accept_main(void *arg)
 {
 	struct tcp_wire *w = arg;
-	struct pollfd *pfd = NULL;
-	struct tcp_conn **pc = NULL;
-	size_t cap = 0;
+	struct pollfd pfd[3 + TCP_SHM_PENDING + 1];
+	struct epoll_event ev[TCP_EPOLL_BATCH];
 	bool backoff = false;
 
 	while (!atomic_load(&w->shut)) {
-		size_t n = 0, want = w->npending + w->nshm_pend + 3;
-		if (want > cap) {
-			size_t nc = want * 2;
-			struct pollfd *np = realloc(pfd, nc * sizeof(*np));
-			if (np)
-				pfd = np;
-			struct tcp_conn **npc = realloc(pc, nc * sizeof(*npc));
-			if (npc)
-				pc = npc;
-			if (!np || !npc) {
-				poll(NULL, 0, 100);
-				continue;
-			}
-			cap = nc;
-		}
+		size_t n = 0;
 		uint64_t now = now_ms(), next = now + w->hs_timeout_ms;
 		pfd[n++] = (struct pollfd){ .fd = w->stop_fd, .events = POLLIN };
-		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd,
-					    .events = POLLIN };
-		for (struct tcp_conn *c = w->pending; c; c = c->next) {
-			if (c->hs_deadline_ms < next)
-				next = c->hs_deadline_ms;
-			pc[n] = c;
-			pfd[n++] = (struct pollfd){ .fd = c->fd,
-						    .events = c->tls && !c->tls_ok
-								      ? c->hs_events
-								      : POLLIN };
-		}
+		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = w->hs_epfd, .events = POLLIN };
+		/* The oldest handshake's deadline comes first. */
+		if (w->pending_tail && w->pending_tail->hs_deadline_ms < next)
+			next = w->pending_tail->hs_deadline_ms;
 		size_t shm_first = n;
 		n += tw_shm_accept_fds(w, pfd + n, &next);
 		int timeout = next > now ? (int)(next - now) : 0;
@@ -381,34 +414,23 @@ void *tw_accept_main(void *arg)
 		}
 		if (atomic_load(&w->shut))
 			break;
+		if (pfd[2].revents) {
+			int k = epoll_wait(w->hs_epfd, ev, TCP_EPOLL_BATCH, 0);
+			for (int i = 0; i < k; i++)
+				pending_ready(w, ev[i].data.ptr);
+		}
 		now = now_ms();
-		for (size_t i = 2; i < shm_first; i++) {
-			struct tcp_conn *c = pc[i];
-			char why[400];
-			if (pfd[i].revents) {
-				int h = pending_step(w, c, why, sizeof(why));
-				if (h == 1)
-					pending_finish(w, c);
-				else if (h < 0)
-					pending_drop(w, c,
-						     h == -EPIPE && !c->hslen
-							     ? ZAP_LOG_INFO
-							     : ZAP_LOG_WARN,
-						     why);
-			} else if (c->hs_deadline_ms <= now) {
-				pending_drop(
-					w, c, ZAP_LOG_INFO,
-					c->tls && !c->tls_ok
-						? "TLS handshake not complete within the handshake timeout"
-						: "no HELLO within the handshake timeout");
-			}
+		while (w->pending_tail && w->pending_tail->hs_deadline_ms <= now) {
+			struct tcp_conn *c = w->pending_tail;
+			pending_drop(w, c, ZAP_LOG_INFO,
+				     c->tls && !c->tls_ok
+					     ? "TLS handshake not complete within the handshake timeout"
+					     : "no HELLO within the handshake timeout");
 		}
 		tw_shm_accept_ready(w, pfd + shm_first, n - shm_first);
 		if (pfd[1].revents)
 			accept_ready(w, &backoff);
 	}
-	free(pfd);
-	free(pc);
 	return NULL;
 }
 

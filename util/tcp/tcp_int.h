@@ -308,6 +308,8 @@ struct tcp_conn {
 	char tls_why[160];      /* the last TLS error on this connection */
 
 	/* handshake (accept thread or dialer) */
+	struct tcp_conn *pprev; /* accept thread: the newer one in w->pending */
+	short hs_armed;         /* accept thread: the events hs_epfd watches */
 	unsigned char hs[TCP_HDR + TCP_HELLO_MAX];
 	size_t hslen;
 	uint64_t hs_deadline_ms;
@@ -457,8 +459,13 @@ struct tcp_wire {
 
 	pthread_t acc;
 	bool acc_started;
-	struct tcp_conn *pending; /* accept thread private */
+	/* accept thread private: connections in the handshake, newest first
+	 * (so the oldest, whose deadline comes first, is pending_tail), in
+	 * the epoll set hs_epfd, which the accept thread polls (one
+	 * descriptor, however many handshakes are under way) */
+	struct tcp_conn *pending, *pending_tail;
 	size_t npending;
+	int hs_epfd;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;

@@ -35,6 +35,7 @@
  */
 static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	struct tcp_route *r = calloc(1, sizeof(*r));
 	int err;
 
@@ -47,9 +48,9 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	snprintf(r->addr, sizeof(r->addr), "%s", peer);
 	r->dialing = true;
 	tw_route_add(w, r);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	err = tw_dial(w, peer, ctx);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	/* tw_conn_register() turned the placeholder into a route; on failure
 	 * remove it. */
 	r = tw_route_find(w, peer);
@@ -73,6 +74,7 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 static int send_verify(struct tcp_wire *w, struct tcp_route *r, const char *peer,
 		       struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: %s; dialing it to see who listens there",
 		     peer,
 		     r->contested ? "another instance claims the address"
@@ -80,9 +82,9 @@ static int send_verify(struct tcp_wire *w, struct tcp_route *r, const char *peer
 	uint64_t was = r->peer ? r->peer->rid : 0;
 	r->verifying = true;
 	r->verify_ms = now_coarse_ms();
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	int err = tw_dial(w, peer, ctx);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	r = tw_route_find(w, peer);
 	if (r) {
 		r->verifying = false;
@@ -114,6 +116,7 @@ static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len
 static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
 		      struct zap_ctx *ctx, struct tcp_txreq *req, struct tcp_conn **out)
 {
+	TW_HELD(w);
 	for (;;) {
 		int err = tw_wait_check(w, me, ctx);
 		if (err)
@@ -175,6 +178,7 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
  * @done bytes does to the connection. */
 static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t done)
 {
+	TW_HELD(w);
 	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
 
 	/* TLS may hold an encrypted record of this frame: partly written. */
@@ -293,6 +297,7 @@ static void req_set(struct tcp_txreq *r, const struct zap_iov *m)
 /* Hand @c's large-message turn to the next sender in line (mu held). */
 static void big_next(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	c->big = c->bigq;
 	c->big_ring = false;
 	if (c->bigq)
@@ -303,6 +308,7 @@ static void big_next(struct tcp_wire *w, struct tcp_conn *c)
 /* Leave the line (mu held); a turn handed to us meanwhile goes on. */
 static void big_leave(struct tcp_wire *w, struct tcp_conn *c, struct tcp_bigwait *me)
 {
+	TW_HELD(w);
 	if (c->big == me) {
 		big_next(w, c);
 		return;
@@ -325,6 +331,7 @@ static bool big_usable(const struct tcp_conn *c)
 static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
 		       struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	for (;;) {
 		if (!big_usable(c))
 			return w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
@@ -352,6 +359,7 @@ static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter
 static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
 		    struct tcp_waiter *me, struct zap_ctx *ctx, size_t *written, bool *again)
 {
+	TW_HELD(w);
 	struct tcp_bigwait line = { 0 };
 	struct tcp_shm *s = atomic_load(&c->shm);
 	size_t off = 0;
@@ -470,6 +478,7 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 		      size_t n, struct tcp_waiter *me, struct zap_ctx *ctx, size_t *taken,
 		      size_t *written)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
 	bool partial = false;
 	int err = 0, first = 0, conn_err = 0;
@@ -546,7 +555,7 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 	for (size_t i = 1; i < n; i++)
 		if (msgs[i].len > w->max_msg || msgs[i].len > TCP_SOLO_MAX)
 			n = i;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	for (int attempt = 0;;) {
 		struct tcp_txreq req[TCP_TXQ_BATCH + 1];
 		struct tcp_conn *c = NULL;
@@ -591,7 +600,7 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 		if (written || attempt++ || (err != -EPIPE && err != -ECONNRESET))
 			break;
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return err;
 }
 
@@ -615,7 +624,7 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	struct tcp_waiter me = { .ctx_fd = -1, .out_fd = -1 };
 	int err = 0;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	while (!w->qhead) {
 		err = tw_wait_step(w, &me, ctx);
 		if (err)
@@ -641,7 +650,7 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	m->next = NULL;
 	*out = &m->msg;
 out:
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return err;
 }
 
@@ -924,9 +933,9 @@ void tcp_wire_shutdown(struct tcp_wire *w)
 	atomic_store(&w->shut, true);
 	k = write(w->stop_fd, &one, sizeof(one));
 	(void)k;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	pthread_cond_broadcast(&w->cond);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 }
 
 void tcp_wire_destroy(struct tcp_wire *w)
@@ -991,7 +1000,7 @@ int tcp_wire_path(struct tcp_wire *w, const char *peer, char *buf, size_t len)
 {
 	int r = -ENOTCONN;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	struct tcp_route *rt = tw_route_find(w, peer);
 	struct tcp_conn *c = rt && rt->peer ? rt->peer->tx : NULL;
 	if (c && !c->dead) {
@@ -1000,7 +1009,7 @@ int tcp_wire_path(struct tcp_wire *w, const char *peer, char *buf, size_t len)
 		if (!r)
 			memcpy(buf, p, strlen(p) + 1);
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return r;
 }
 

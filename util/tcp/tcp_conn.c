@@ -133,6 +133,7 @@ void tw_wake_all(struct tcp_wire *w)
  */
 void tw_notify(struct tcp_wire *w, bool tx)
 {
+	TW_HELD(w);
 	tw_wake_all(w);
 	if (w->lead && w->lead->tx == tx)
 		tw_kick(w);
@@ -219,6 +220,7 @@ void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
 
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
 {
+	TW_HELD(w);
 	if (!w->rtab_n) {
 		for (struct tcp_route *r = w->routes; r; r = r->next)
 			if (!strcmp(r->addr, addr))
@@ -250,6 +252,7 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 {
+	TW_HELD(w);
 	if (w->rtab_n)
 		for (struct tcp_route **pp = &w->rtab[route_bucket(w, dead->addr)]; *pp;
 		     pp = &(*pp)->hnext)
@@ -268,6 +271,7 @@ void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
 {
+	TW_HELD(w);
 	p->tx = NULL;
 	for (struct tcp_conn *c = w->conns; c; c = c->next)
 		if (c->peer == p && !c->dead && !c->retiring &&
@@ -278,6 +282,7 @@ void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
 /* Whether a connection to @p is retired but still open for reading. */
 bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
 {
+	TW_HELD(w);
 	for (const struct tcp_conn *c = w->conns; c; c = c->next)
 		if (c->peer == p && !c->dead)
 			return true;
@@ -286,6 +291,7 @@ bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
 
 void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	if (c->dead)
 		return;
 	bool cut = !c->rx_eof; /* the peer's frames on it may not all be in */
@@ -344,6 +350,7 @@ void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c)
  * FIN was already read. */
 void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	if (c->dead)
 		return;
 	if (c->retiring && !c->tx_shut && !c->big) {
@@ -369,6 +376,7 @@ void tw_conn_free(struct tcp_conn *c)
 /* Free dead connections nobody uses. Only while no leader is polling. */
 void tw_reap(struct tcp_wire *w)
 {
+	TW_HELD(w);
 	struct tcp_conn **pp = &w->conns;
 	bool again = false;
 
@@ -423,6 +431,7 @@ void tw_reap(struct tcp_wire *w)
  */
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c)
 {
+	TW_HELD(w);
 	if (c->rid != w->id)
 		return false;
 	if (!c->dialed) {
@@ -471,6 +480,7 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
  */
 int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
 	uint64_t now = now_coarse_ms();
 	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
@@ -499,6 +509,7 @@ int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
  */
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr)
 {
+	TW_HELD(w);
 	struct tcp_peer *p = NULL;
 	bool self = c->rid == w->id;
 
@@ -596,6 +607,7 @@ out:
  */
 bool tw_evict_idle(struct tcp_wire *w, const char *why)
 {
+	TW_HELD(w);
 	struct tcp_conn *old = NULL;
 	uint64_t old_ms = UINT64_MAX, now = now_coarse_ms();
 

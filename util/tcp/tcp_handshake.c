@@ -151,9 +151,9 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 
 	/* Loops: our own instance id or listen address, unless this really
 	 * is a connection to ourselves (the nonce exchange proves it). */
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	bool self = tw_self_proven(w, c);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (!self && hl.id == w->id) {
 		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
 			 c->raddr);
@@ -264,11 +264,11 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s", c->raddr);
 	tw_tls_log_up(w, c);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	/* Hold tx so that a retire decided here waits for our HELLO. */
 	c->tx_busy = true;
 	r = tw_conn_register(w, c, NULL);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: out of memory", c->src);
@@ -280,7 +280,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	struct iovec hv = { buf, n };
 	ssize_t k = tw_io_send(c, &hv, 1);
 	int e = errno;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	c->tx_busy = false;
 	if (k != (ssize_t)n) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
@@ -297,7 +297,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	else
 		tw_reap(w);
 	tw_notify(w, true);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 }
 
 static void accept_ready(struct tcp_wire *w, bool *backoff)
@@ -351,10 +351,10 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		} else {
 			/* At the descriptor limit, the connection idle the
 			 * longest makes room, else the oldest handshake. */
-			pthread_mutex_lock(&w->mu);
+			tw_lock(w);
 			bool full = w->nconns + w->npending >= w->conn_max;
 			bool made = full && tw_evict_idle(w, "descriptor limit reached");
-			pthread_mutex_unlock(&w->mu);
+			tw_unlock(w);
 			if (full && !made && w->pending_tail)
 				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
 					     "descriptor limit reached");
@@ -689,10 +689,10 @@ static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
 	c->ver = (unsigned char)ver;
 	c->nonce = tw_rand64();
 	struct tcp_dial dial = { .nonce = c->nonce };
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	dial.next = w->dials;
 	w->dials = &dial;
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	uint64_t deadline = now_ms() + w->hs_timeout_ms;
 	if (w->tls) {
 		r = dial_tls(w, c, peer, want, ctx, deadline);
@@ -753,18 +753,18 @@ static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
 	/* Same host: move to shared memory if the peer may (tcp_shm.c);
 	 * before registering, so that nothing else uses c meanwhile. */
 	tw_shm_dial(w, c, deadline, ctx);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	r = tw_conn_register(w, c, peer);
 	dial_done(w, &dial);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (r)
 		goto fail_freed;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "connected to %s (%s)", peer, c->raddr);
 	return 0;
 fail:
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	dial_done(w, &dial);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 fail_freed:
 	tw_conn_free(c);
 	return r;

@@ -60,7 +60,10 @@
  * Locking
  * -------
  * w->mu guards the connection/peer/route tables, the message queue, the
- * waiter list and every tcp_conn field marked "mu". Receive-side state of a
+ * waiter list and every tcp_conn field marked "mu". It is taken only with
+ * tw_lock() (which notes the holder), and a function documented "mu held"
+ * checks that with TW_HELD(w), an assertion in the tests' builds: the
+ * rule is checked, not only written down. Receive-side state of a
  * connection (rbuf, rx_msg...) belongs to whichever thread is leader; the
  * leader reads sockets with w->mu released. Connections are freed only by
  * tw_reap(), which runs only while no leader is polling (w->leader false, or
@@ -95,6 +98,7 @@
 #include "tcp_wire.h"
 #include "zap-tls.h"
 
+#include <assert.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -410,6 +414,9 @@ struct tcp_spin {
 };
 
 struct tcp_wire {
+	/* w->mu's holder, for TW_HELD() (written only by it, under mu) */
+	pthread_t mu_owner;
+	bool mu_held;
 	const struct zap_host *host;
 	const char *dom;
 	struct tcp_rx_alloc alloc;
@@ -562,6 +569,43 @@ static inline int ms_min(int a, int b)
 		return a;
 	return a < b ? a : b;
 }
+
+/*
+ * w->mu, checked: every lock of it goes through tw_lock()/tw_unlock() (and
+ * the condition waits below), which note the holder, so that a function
+ * documented "mu held" asserts it with TW_HELD(w) in builds with
+ * assertions (the tests'), at the cost of a store per lock.
+ */
+static inline void tw_lock(struct tcp_wire *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->mu_owner = pthread_self();
+	w->mu_held = true;
+}
+
+static inline void tw_unlock(struct tcp_wire *w)
+{
+	w->mu_held = false;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static inline void tw_cond_wait(struct tcp_wire *w)
+{
+	w->mu_held = false;
+	pthread_cond_wait(&w->cond, &w->mu);
+	w->mu_owner = pthread_self();
+	w->mu_held = true;
+}
+
+static inline void tw_cond_timedwait(struct tcp_wire *w, const struct timespec *ts)
+{
+	w->mu_held = false;
+	pthread_cond_timedwait(&w->cond, &w->mu, ts);
+	w->mu_owner = pthread_self();
+	w->mu_held = true;
+}
+
+#define TW_HELD(w) assert((w)->mu_held && pthread_equal((w)->mu_owner, pthread_self()))
 
 /* tcp_codec.c */
 /* A frame header of wire version @ver. */

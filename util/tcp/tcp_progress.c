@@ -1045,7 +1045,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 	if (w->reap_due)
 		timeout = 0;
 
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 &&
 	    errno != EINTR)
 		err = -errno;
@@ -1065,7 +1065,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 				c->rx_ready = true;
 		}
 	}
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 
 	bool changed = leader_apply(w, me, n);
 	if (mhead) {
@@ -1083,6 +1083,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	if (atomic_load(&w->shut))
 		return -ESHUTDOWN;
 	int e = w->host->ctx_err(ctx);
@@ -1098,6 +1099,7 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx
  */
 int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	int err = tw_wait_check(w, me, ctx);
 	if (err)
 		return err;
@@ -1120,7 +1122,7 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 		tw_kick(w); /* the leader must add our fds to its set */
 	int tmo = w->host->ctx_timeout_ms(ctx);
 	if (tmo < 0) {
-		pthread_cond_wait(&w->cond, &w->mu);
+		tw_cond_wait(w);
 	} else {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1130,7 +1132,7 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+		tw_cond_timedwait(w, &ts);
 	}
 	waiter_del(w, me);
 	me->ctx_fired = false;
@@ -1144,10 +1146,11 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
  */
 void tw_wait_plain(struct tcp_wire *w, struct tcp_waiter *me)
 {
+	TW_HELD(w);
 	me->ctx_fd = -1;
 	me->next = w->waiters;
 	w->waiters = me;
 	w->nwaiters++;
-	pthread_cond_wait(&w->cond, &w->mu);
+	tw_cond_wait(w);
 	waiter_del(w, me);
 }

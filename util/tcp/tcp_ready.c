@@ -139,6 +139,7 @@ bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c, uint64_t now)
  */
 void tw_idle_scan(struct tcp_wire *w, uint64_t now)
 {
+	TW_HELD(w);
 	uint64_t next = UINT64_MAX;
 
 	if (now < w->next_idle_ms)

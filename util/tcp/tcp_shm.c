@@ -515,7 +515,7 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 	if (!s)
 		goto out;
 	s->sock = p->fd;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	struct tcp_conn *c = conn_by_nonce(w, m.nonce);
 	if (c) {
 		/* Version 3: whole messages may come between a large one's parts. */
@@ -527,7 +527,7 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 		if (w->leader)
 			tw_kick(w);
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (!c) {
 		s->sock = -1;
 		snprintf(why, sizeof(why), "no connection of ours has that nonce");
@@ -612,6 +612,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
  */
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
 	bool changed = false;
 
@@ -733,6 +734,7 @@ static int ring_put(struct tcp_shm *s, const struct tcp_conn *c, const struct tc
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
 	bool whole = c->ver >= 3; /* one record, never partly written */
 	int err = ring_switch(w, c, own, me, ctx, partial);
@@ -740,10 +742,10 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	if (err)
 		return err;
 	*partial = false;
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (peer_gone(s)) {
 		/* Nothing written: the caller retries on a new connection. */
-		pthread_mutex_lock(&w->mu);
+		tw_lock(w);
 		own->done = 0;
 		own->err = w->host->fail(-EPIPE, "%s: send to %s: the peer closed",
 					 w->dom, c->raddr);
@@ -753,7 +755,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		int r = ring_put(s, c, own);
 		uint64_t seen = 0;
 		if (r == -EAGAIN && !may_wait && (whole || !zshm_tx_mid(&s->tx))) {
-			pthread_mutex_lock(&w->mu);
+			tw_lock(w);
 			own->done = 0;
 			own->err = 0;
 			return -EAGAIN;
@@ -781,7 +783,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		 * leader's broadcast needs mu too, so it either comes after
 		 * we sleep or its progress is visible here.
 		 */
-		pthread_mutex_lock(&w->mu);
+		tw_lock(w);
 		if (consumer_pos(s) == seen) {
 			me->room = s; /* a leading waiter also watches the ring */
 			me->room_had = zshm_tx_room(&s->tx);
@@ -791,11 +793,11 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		if (!err && (c->dead || s->side_gone))
 			err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
 					    w->dom, c->raddr);
-		pthread_mutex_unlock(&w->mu);
+		tw_unlock(w);
 		if (err)
 			break;
 	}
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	*partial = err && !whole && zshm_tx_mid(&s->tx);
 	own->done = err ? *partial : TCP_HDR + own->len;
 	own->err = err;
@@ -825,6 +827,7 @@ const char *tw_conn_path(const struct tcp_conn *c)
 int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
 		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open, uint64_t *seen)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
 	struct tcp_txreq own = { .buf = buf, .len = len };
 	bool wake;
@@ -833,9 +836,9 @@ int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, si
 	if (r)
 		return r;
 	*open = zshm_tx_mid(&s->tx);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (!*open && peer_gone(s)) {
-		pthread_mutex_lock(&w->mu);
+		tw_lock(w);
 		return w->host->fail(-EPIPE, "%s: send to %s: the peer closed", w->dom,
 				     c->raddr);
 	}
@@ -850,7 +853,7 @@ int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, si
 		if (wake)
 			tw_shm_wake(s);
 	}
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	*open = zshm_tx_mid(&s->tx);
 	if (r == -EPROTO)
 		return w->host->fail(-EPROTO,

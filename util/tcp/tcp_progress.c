@@ -127,6 +127,23 @@ static int rx_alloc(struct tcp_wire *w, struct tcp_conn *c, size_t len,
 	return r;
 }
 
+/*
+ * A message record for a message of @total bytes with room for @first,
+ * taking @first of the partial budget first when @partial (the message
+ * will be completed later). -EAGAIN: paused (the budget or the
+ * allocator), else rx_alloc()'s result.
+ */
+static int rx_new(struct tcp_wire *w, struct tcp_conn *c, size_t first, uint64_t total,
+		  bool partial, struct tcp_rx_msg **m)
+{
+	if (partial && !budget_take(w, c, first))
+		return -EAGAIN;
+	int r = rx_alloc(w, c, first, m);
+	if (!r)
+		(*m)->msg.len = (size_t)total;
+	return r;
+}
+
 /* The peer ended in the middle of c->rx_msg: everything before it was
  * delivered (WIRE.md, "Closing"); drop it, and only it. */
 static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
@@ -311,15 +328,12 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 	size_t first = (size_t)total;
 	if (w->alloc.grow && total > TCP_GROW_FIRST)
 		first = TCP_GROW_FIRST;
-	if (!budget_take(w, c, first))
-		return 0;
 	struct tcp_rx_msg *m = NULL;
-	r = rx_alloc(w, c, first, &m);
+	r = rx_new(w, c, first, total, true, &m);
 	if (r == -EAGAIN)
 		return 0;
 	if (r)
 		return r;
-	m->msg.len = (size_t)total;
 	c->rhead += TCP_HDR + 8;
 	c->rx_msg = m;
 	c->rx_start_ms = now_coarse_ms();
@@ -377,15 +391,12 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		bool part = len > avail;
 		if (part && w->alloc.grow && len > TCP_GROW_FIRST)
 			first = avail > TCP_GROW_FIRST ? avail : TCP_GROW_FIRST;
-		if (part && !budget_take(w, c, first))
-			return 0;
 		struct tcp_rx_msg *m = NULL;
-		r = rx_alloc(w, c, first, &m);
+		r = rx_new(w, c, first, len, part, &m);
 		if (r == -EAGAIN)
 			return 0;
 		if (r)
 			return r;
-		m->msg.len = (size_t)len;
 		size_t take = avail < len ? avail : (size_t)len;
 		if (take)
 			memcpy((void *)m->msg.data, h + TCP_HDR, take);

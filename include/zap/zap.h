@@ -665,9 +665,10 @@ struct zap_scan_attr {
  *
  * Optional: the first zap_pick() or report call scans with defaults.
  *
- * By default every candidate is loaded and probed in a helper process of
- * its own (zap-probe, in the library's libexec directory, started with
- * posix_spawn(), all at once), so a plugin that crashes or hangs is
+ * By default every candidate is loaded and probed in a process of its own,
+ * all at once: one helper (zap-probe, in the library's libexec directory,
+ * started with posix_spawn()) forks a child per candidate. A plugin that
+ * crashes or hangs is
  * reported as ZAP_PLUGIN_ERROR ("probe crashed: signal 11", "probe timed
  * out after N ms") and the program goes on. This process then loads only
  * the plugin a pick chooses, when it first chooses it, after checking that

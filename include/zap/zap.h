@@ -695,10 +695,18 @@ ZAP_EXPORT int zap_report_count(void);
  */
 ZAP_EXPORT int zap_report_get(size_t index, struct zap_report_entry *e);
 
-/** zap_report_dir_count() - number of plugin directories searched. */
+/**
+ * zap_report_dir_count() - number of plugin directories searched (scans
+ * first).
+ * Return: the count.
+ */
 ZAP_EXPORT int zap_report_dir_count(void);
 
-/** zap_report_dir_get() - directory @index, in search order. See zap_report_get(). */
+/**
+ * zap_report_dir_get() - copy directory @index, in search order, into @d
+ * (caller sets d->size). Strings stay valid for the life of the process.
+ * Return: 0; -ERANGE past the end; -EINVAL for a bad @d.
+ */
 ZAP_EXPORT int zap_report_dir_get(size_t index, struct zap_dir_entry *d);
 
 /** struct zap_choice - what zap_pick() would do now, and why. */

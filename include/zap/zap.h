@@ -369,7 +369,8 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  *               another host, see zap_transport_address());
  *  -EPROTO:     the far end answered but is not a peer of this transport
  *               (another protocol, or an incompatible libzap wire
- *               version); the reason says what it sent;
+ *               version); the reason says what it sent, e.g. "the peer
+ *               requires TLS" to an endpoint without ZAP_TLS_CERT;
  *  -ECANCELED/-ETIMEDOUT: @ctx fired, or the default send timeout passed;
  *  -ESHUTDOWN:  zap_shutdown() or zap_close() was called on @t;
  *  -EBADFD:     @t was inherited across fork() (see zap_close());

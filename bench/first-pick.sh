@@ -11,7 +11,8 @@
 # quotes: probing out of process should cost at most 1.25 times as much.
 #
 # usage: bench/first-pick.sh [BUILD_DIR]   (default: build)
-# env:   REPS (41)   runs per row; min, median and 90th percentile shown
+# env:   REPS (41)   runs per row, interleaved; min, median and 90th
+#                    percentile shown
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
@@ -29,48 +30,50 @@ stats() { # numbers on stdin -> "min median p90" (ms)
 		printf "%7.2f %7.2f %7.2f\n", v[1], v[int((NR + 1) / 2)], v[int(NR * 0.9 + 0.5)] }'
 }
 
-row() { # label, then "min median p90" on stdin: print it, keep the median
+row() { # label, file of samples: print "min median p90", keep the median
 	local line
-	IFS= read -r line
+	line=$(stats <"$2")
 	printf '%-36s%s\n' "$1" "$line"
 	median=$(echo "$line" | awk '{ print $2 }')
 }
 
-pick_row() { # label, env assignments...
-	local label=$1
-	shift
-	for _ in $(seq "$reps"); do
-		env "$@" "$build/bench/first_pick" | cut -d' ' -f1
-	done | stats >"$tmp"
-	row "$label" <"$tmp"
+pick() { # env assignments...: one first pick, in ms
+	env "$@" "$build/bench/first_pick" | cut -d' ' -f1
 }
 
-info_row() {
-	local label=$1
-	shift
-	for _ in $(seq "$reps"); do
-		s=$(date +%s%N)
-		env "$@" "$build/tools/zap-info" >/dev/null
-		e=$(date +%s%N)
-		echo "scale=3; ($e - $s) / 1000000" | bc
-	done | stats >"$tmp"
-	row "$label" <"$tmp"
+info() { # env assignments...: one zap-info run, wall ms
+	local s e
+	s=$(date +%s%N)
+	env "$@" "$build/tools/zap-info" >/dev/null
+	e=$(date +%s%N)
+	echo "scale=3; ($e - $s) / 1000000" | bc
 }
 
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Interleaved: each round runs every row once, so that what else the host
+# does weighs on out of process and in process alike (the ratio is the
+# point; on a shared machine the absolute figures wander).
+for _ in $(seq "$reps"); do
+	pick ZAP_PROBE_INPROCESS=0 >>"$tmp/pick-out"
+	pick ZAP_PROBE_INPROCESS=1 >>"$tmp/pick-in"
+	info ZAP_PROBE_INPROCESS=0 >>"$tmp/info-out"
+	info ZAP_PROBE_INPROCESS=1 >>"$tmp/info-in"
+	pick ZAP_PLUGIN_PATH=/nonexistent >>"$tmp/pick-none"
+done
 
 echo "# plugins: ${path//:/ }"
-echo "# $reps runs each, ms:                   min  median     p90"
-pick_row "first pick, out of process" ZAP_PROBE_INPROCESS=0
+echo "# $reps runs each, interleaved, ms:      min  median     p90"
+row "first pick, out of process" "$tmp/pick-out"
 pick_out=$median
-pick_row "first pick, in process" ZAP_PROBE_INPROCESS=1
+row "first pick, in process" "$tmp/pick-in"
 pick_in=$median
-info_row "zap-info (wall), out of process" ZAP_PROBE_INPROCESS=0
+row "zap-info (wall), out of process" "$tmp/info-out"
 info_out=$median
-info_row "zap-info (wall), in process" ZAP_PROBE_INPROCESS=1
+row "zap-info (wall), in process" "$tmp/info-in"
 info_in=$median
-pick_row "first pick, no plugins" ZAP_PLUGIN_PATH=/nonexistent
+row "first pick, no plugins" "$tmp/pick-none"
 awk -v po="$pick_out" -v pi="$pick_in" -v io="$info_out" -v ii="$info_in" 'BEGIN {
 	printf "# out of process / in process, medians: first pick %.2fx, zap-info %.2fx\n",
 		po / pi, io / ii }'

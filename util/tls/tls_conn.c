@@ -247,6 +247,15 @@ static int fail(struct ztls_conn *c, int err, int sys_errno, const char *what, c
 			"peer refused: it did not prove the key of the certificate it presented (bad CertificateVerify signature)");
 		return -EACCES;
 	}
+	/* What a plaintext zap endpoint answers a ClientHello with (the
+	 * start of its own frame, util/tcp) is no TLS record. */
+	if (!c->server && !c->done && reason == SSL_R_WRONG_VERSION_NUMBER) {
+		snprintf(why, whylen,
+			 "the peer answered without TLS: a plaintext endpoint "
+			 "(ZAP_TLS_CERT unset there), and this one requires TLS (%s)",
+			 sub);
+		return -EPROTO;
+	}
 	if (reason > SSL_AD_REASON_OFFSET && alert_refuses_us(reason)) {
 		snprintf(why, whylen, "the peer refused this endpoint (%s)", sub);
 		return -EACCES;

@@ -8,6 +8,8 @@
 #    removing it makes it disappear;
 #  - libzap-dev ships the documentation (docs/, the default wire's WIRE.md)
 #    under /usr/share/doc/libzap, and each plugin package its README there;
+#  - libzap-dev ships libzap(7) and a section 3 page for every function
+#    libzap.so.0 exports, each formatting without a warning;
 #  - the example plugin (examples/plugin, as shipped in libzap-dev) builds
 #    against the installed libzap-dev alone, installs into pkg-config's
 #    plugindir, exports only its descriptor, shows up in zap-info, and
@@ -227,9 +229,11 @@ check "built-in directory is $plugindir" jq_py core \
 	"[x['path'] for x in d['directories'] if x['source'] == 'built-in'] == ['$plugindir']"
 check "zap-info --version runs" run version.log /usr/bin/zap-info --version
 check "zap-perf --help runs" run perf-help.log /usr/bin/zap-perf --help
-for page in man1/zap-info.1 man1/zap-perf.1 man7/libzap.7; do
-	check "man page $page installed" test -f "/usr/share/man/$page.gz"
+for page in man1/zap-info.1 man1/zap-perf.1; do
+	check "man page $page installed (zap-tools)" test -f "/usr/share/man/$page.gz"
 done
+check "no library page before libzap-dev (libzap(7), section 3 are its own)" \
+	sh -c '! ls /usr/share/man/man7/libzap.7.gz /usr/share/man/man3/zap_*.3.gz 2>/dev/null | grep -q .' 
 check "libzap0 ships no libzap.so link (libzap-dev does)" \
 	test ! -e "/usr/lib/$multiarch/libzap.so"
 check "libzap0 ships the probe helper /usr/lib/$multiarch/zap/zap-probe" \
@@ -270,6 +274,25 @@ for f in docs/README.md docs/architecture.md docs/plugin-abi.md docs/loader.md \
 done
 check "no installed document points outside the installed tree (DESIGN.md, ../shared)" \
 	sh -c "! grep -rlE 'DESIGN\.md|\.\./shared' $docs"
+# The library's manual pages: libzap(7) and one section 3 page for every
+# function libzap0 exports (its dynamic symbols, as dpkg-shlibdeps sees
+# them), each in libzap-dev and readable by man without a warning.
+check "libzap-dev ships libzap(7)" \
+	sh -c "dpkg -L libzap-dev | grep -qx /usr/share/man/man7/libzap.7.gz"
+missing_pages=$(nm -D --defined-only "/usr/lib/$multiarch/libzap.so.0" | awk '$3 ~ /^zap_/ {
+	sub(/@.*/, "", $3); print $3 }' | sort -u | while read -r fn; do
+	dpkg -L libzap-dev | grep -qx "/usr/share/man/man3/$fn.3.gz" || echo "$fn"; done)
+check "libzap-dev ships a section 3 page for every exported function${missing_pages:+ (missing: $(echo $missing_pages))}" \
+	test -z "$missing_pages"
+if command -v man >/dev/null; then
+	man_warn=$(for p in /usr/share/man/man7/libzap.7.gz /usr/share/man/man3/zap_*.3.gz; do
+		LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z "$p" 2>&1 >/dev/null |
+			sed "s|^|$p: |"; done)
+	check "the library's pages format without warnings${man_warn:+: $man_warn}" \
+		test -z "$man_warn"
+	check "man 3 zap_pick finds the installed page" \
+		sh -c "man -w 3 zap_pick | grep -qx /usr/share/man/man3/zap_pick.3.gz"
+fi
 check "pkg-config plugindir is $plugindir" \
 	test "$(pkg-config --variable=plugindir zap-plugin)" = "$plugindir"
 ex_src=/usr/share/doc/libzap-dev/examples/plugin

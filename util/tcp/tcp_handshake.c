@@ -67,6 +67,46 @@ static bool own_address(const struct tcp_wire *w, const struct tcp_conn *c)
 }
 
 /*
+ * Without TLS here: does the peer speak TLS (a TLS record, 0x15 alert or
+ * 0x16 handshake, version 3.x, where a HELLO should start)? A TLS endpoint
+ * answers a plaintext HELLO with an alert (util/tls), so the sender learns
+ * what to change rather than "connection reset". The other way, we answer
+ * a TLS ClientHello with the start of a zap frame, which no TLS stack
+ * takes for a record ("wrong version number", which util/tls reports as
+ * a peer without TLS), after taking in what it sent (a close with unread
+ * bytes would reset the connection and could overtake the answer).
+ */
+static bool tls_record(const struct tcp_conn *c, char *why, size_t whylen)
+{
+	if (c->tls || c->hslen < 2 || (c->hs[0] != 0x15 && c->hs[0] != 0x16) ||
+	    c->hs[1] != 0x03)
+		return false;
+	if (!c->dialed && !c->local) {
+		/* Our magic and zeros: more than the 5 bytes of a record
+		 * header, which a TLS stack reads before it judges. */
+		static const unsigned char zap[8] = { 'Z', 'A', 'P', 'W' };
+		unsigned char sink[512];
+		ssize_t k;
+
+		for (int i = 0; i < 8; i++)
+			if (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
+				break;
+		k = send(c->fd, zap, sizeof(zap), MSG_DONTWAIT | MSG_NOSIGNAL);
+		(void)k;
+	}
+	if (c->dialed)
+		snprintf(why, whylen,
+			 "the peer requires TLS (it answered with a TLS record) and this "
+			 "endpoint has none: set ZAP_TLS_CERT and ZAP_TLS_KEY (or "
+			 "zap_attr.tls_cert, tls_key) here");
+	else
+		snprintf(why, whylen,
+			 "a TLS peer (it opened with a TLS record) and this endpoint has "
+			 "no TLS (ZAP_TLS_CERT unset here)");
+	return true;
+}
+
+/*
  * Read more of a HELLO into c->hs without blocking.
  * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
  * error or socket error, reason in @why.
@@ -101,6 +141,8 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 		ssize_t k = tw_io_read(c, c->hs + c->hslen, need - c->hslen);
 		if (k > 0) {
 			c->hslen += (size_t)k;
+			if (tls_record(c, why, whylen))
+				return -EPROTO;
 			continue;
 		}
 		if (k == 0) {

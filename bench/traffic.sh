@@ -41,7 +41,8 @@
 #
 # usage: bench/traffic.sh [BUILD_DIR]     (default: build)
 # env:   SECTIONS (sweep; "sweep,peers,hol" or "all") REPS (3) CPUS ("0,1")
-#        HOL_SIZES (0,1M,16M,64M) HOL_PINGS (5000) BASE (unset): the hol section
+#        HOL_SIZES (0,1M,16M,64M) HOL_PINGS (5000) HOL_SECONDS (20: at most, per
+#        run) BASE (unset): the hol section
 #        PEERS (0,1000,10000) BURST (5000) PINGS (20000): the peers section
 #        SIZES (64,256,1K,4K,16K,64K,256K,1M,4M,16M,64M)
 #        ITERS (10000) latency round trips (zap-perf takes fewer above 64K)
@@ -329,7 +330,7 @@ if section hol; then
 					n=$(numfmt --from=iec "$sz")
 					# stream in CPUS order: server on the first core
 					ZAP_SHM=$shm CPUS=$CPUS timeout 300 "$b/bench/hol" "$n" \
-						"${HOL_PINGS:-5000}" 60 >> "$tmp/hol.$tag.$path.$sz" ||
+						"${HOL_PINGS:-5000}" "${HOL_SECONDS:-20}" >> "$tmp/hol.$tag.$path.$sz" ||
 						echo "  hol $tag $path $sz failed" >&2
 				done
 				ZAP_SHM=$shm CPUS=$CPUS timeout 60 "$b/bench/hol" --stream 1048576 3 \

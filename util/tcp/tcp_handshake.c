@@ -122,6 +122,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 			snprintf(why, whylen,
 				 "HELLO from %.64s does not echo our connection nonce",
 				 c->src);
+			c->why = ZAP_CLOSE_IDENTITY;
 			return -EPROTO;
 		}
 	}
@@ -131,8 +132,10 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 	else
 		r = tcp_hello_peer(&hl, (struct sockaddr *)&c->sa, c->salen, dport,
 				   c->raddr, sizeof(c->raddr), why, whylen);
-	if (r)
+	if (r) {
+		c->why = ZAP_CLOSE_IDENTITY; /* a claim the connection does not back */
 		return r;
+	}
 	c->rid = hl.id;
 	c->peer_max = hl.max_msg;
 	if (!c->dialed)
@@ -146,11 +149,13 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 	if (!self && hl.id == w->id) {
 		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
 			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
 		return -EPROTO;
 	}
 	if (!self && own_address(w, c)) {
 		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
 			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
 		return -EPROTO;
 	}
 	/* TLS: the peer is its key as much as its address, so the key is
@@ -175,6 +180,8 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_
 {
 	if (c->tls && !c->tls_ok) {
 		int r = tw_tls_step(c, why, whylen);
+		if (r < 0 && r != -EPIPE)
+			c->why = ZAP_CLOSE_TLS;
 		if (r <= 0)
 			return r;
 		c->hs_events = POLLIN;
@@ -184,9 +191,10 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_
 }
 
 static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_level lvl,
-			 const char *why)
+			 int reason, const char *why)
 {
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
+	tw_count_close(w, reason);
 	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -221,6 +229,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: out of memory", c->src);
+		tw_count_close(w, ZAP_CLOSE_OTHER);
 		tw_conn_free(c);
 		return;
 	}
@@ -235,7 +244,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: cannot answer HELLO: %s",
 			     c->raddr, k < 0 ? tw_io_err(c, e) : "short write");
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, ZAP_CLOSE_PEER_RESET);
 	} else {
 		tw_conn_tx_done(w, c);
 	}
@@ -268,10 +277,12 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			}
 			return;
 		}
+		tw_count(&w->st_accepted, 1);
 		struct tcp_conn *c = calloc(1, sizeof(*c));
 		if (!c) {
 			w->host->log(ZAP_LOG_WARN, w->dom,
 				     "dropping new connection: out of memory");
+			tw_count_close(w, ZAP_CLOSE_OTHER);
 			close(fd);
 			continue;
 		}
@@ -288,6 +299,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		if (w->tls && tw_tls_conn_new(w, c, true, NULL, why, sizeof(why))) {
 			w->host->log(ZAP_LOG_WARN, w->dom,
 				     "dropping connection from %s: %s", c->src, why);
+			tw_count_close(w, ZAP_CLOSE_TLS);
 			tw_conn_free(c);
 			continue;
 		}
@@ -298,7 +310,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			while (old && old->next)
 				old = old->next;
 			if (old)
-				pending_drop(w, old, ZAP_LOG_WARN,
+				pending_drop(w, old, ZAP_LOG_WARN, ZAP_CLOSE_HANDSHAKE,
 					     "too many connections in handshake");
 		} else {
 			/* At the descriptor limit, the connection idle the
@@ -311,7 +323,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			while (old && old->next)
 				old = old->next;
 			if (full && !made && old)
-				pending_drop(w, old, ZAP_LOG_WARN,
+				pending_drop(w, old, ZAP_LOG_WARN, ZAP_CLOSE_EVICTED,
 					     "descriptor limit reached");
 		}
 		c->next = w->pending;
@@ -384,10 +396,10 @@ void *tw_accept_main(void *arg)
 						     h == -EPIPE && !c->hslen
 							     ? ZAP_LOG_INFO
 							     : ZAP_LOG_WARN,
-						     why);
+						     tw_hs_why(c, h), why);
 			} else if (c->hs_deadline_ms <= now) {
 				pending_drop(
-					w, c, ZAP_LOG_INFO,
+					w, c, ZAP_LOG_INFO, ZAP_CLOSE_HANDSHAKE,
 					c->tls && !c->tls_ok
 						? "TLS handshake not complete within the handshake timeout"
 						: "no HELLO within the handshake timeout");
@@ -590,13 +602,16 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 	char why[400];
 	int r = tw_tls_conn_new(w, c, false, want, why, sizeof(why));
 
-	if (r)
+	if (r) {
+		c->why = ZAP_CLOSE_TLS;
 		return w->host->fail(r, "%s: %s: %s", w->dom, peer, why);
+	}
 	for (;;) {
 		r = tw_tls_step(c, why, sizeof(why));
 		if (r == 1)
 			return 0;
 		if (r < 0) {
+			c->why = ZAP_CLOSE_TLS;
 			w->host->log(ZAP_LOG_WARN, w->dom, "TLS with %s failed: %s", peer,
 				     why);
 			return w->host->fail(r, "%s: TLS with %s failed: %s", w->dom,
@@ -642,8 +657,10 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	if (r)
 		return r;
 
+	tw_count(&w->st_dialed, 1);
 	c = calloc(1, sizeof(*c));
 	if (!c) {
+		tw_count_close(w, ZAP_CLOSE_OTHER);
 		close(fd);
 		return -ENOMEM;
 	}
@@ -729,6 +746,7 @@ fail:
 	dial_done(w, &dial);
 	pthread_mutex_unlock(&w->mu);
 fail_freed:
+	tw_count_close(w, tw_hs_why(c, r));
 	tw_conn_free(c);
 	return r;
 }

@@ -154,6 +154,8 @@ static void render_stats(struct sbuf *b, const struct who *w, const struct zap_s
 	    "ZAP_TCP_PARTIAL_BYTES: the budget of partly received messages.",
 	    s->partial_limit);
 	one(b, w, "zap_peers", "gauge", "Peers with a connection now.", s->peers);
+	one(b, w, "zap_events_lost_total", "counter",
+	    "Events dropped because nobody took them with zap_events().", s->events_lost);
 }
 
 /* The labels of a peer's samples. */

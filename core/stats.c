@@ -54,6 +54,40 @@ ZAP_EXPORT int zap_stats(const struct zap_transport *t, struct zap_stats *out)
 	return zap__copy_sized(out, &full, sizeof(full));
 }
 
+ZAP_EXPORT const char *zap_event_type_name(int type)
+{
+	switch (type) {
+	case ZAP_EVENT_CONNECTED:
+		return "connected";
+	case ZAP_EVENT_UPGRADED:
+		return "upgraded";
+	case ZAP_EVENT_DISCONNECTED:
+		return "disconnected";
+	case ZAP_EVENT_REFUSED:
+		return "refused";
+	default:
+		return "unknown";
+	}
+}
+
+/*
+ * Copy @n rows of @row bytes (the core's structs, each starting with its
+ * size) into the caller's array, whose rows are @stride bytes apart and
+ * as long: each row gets its size set to @stride and the members it
+ * covers.
+ */
+static void copy_rows(void *out, size_t stride, const void *rows, size_t row, size_t n)
+{
+	size_t k = stride < row ? stride : row;
+
+	for (size_t i = 0; i < n; i++) {
+		char *d = (char *)out + i * stride;
+		memcpy(d, &stride, sizeof(stride));
+		memcpy(d + sizeof(size_t), (const char *)rows + i * row + sizeof(size_t),
+		       k - sizeof(size_t));
+	}
+}
+
 /* More entries than any endpoint holds connections (RLIMIT_NOFILE). */
 #define PEER_LIST_MAX (1u << 20)
 
@@ -78,13 +112,38 @@ ZAP_EXPORT int zap_peer_list(const struct zap_transport *t, struct zap_peer_info
 			tmp[i].size = sizeof(*tmp);
 	}
 	rc = zap__transport_peers(t, tmp, n);
-	for (size_t i = 0; rc > 0 && i < n && i < (size_t)rc; i++) {
-		char *d = (char *)out + i * stride;
-		size_t k = stride < sizeof(*tmp) ? stride : sizeof(*tmp);
-		memcpy(d, &stride, sizeof(stride));
-		memcpy(d + sizeof(size_t), (const char *)&tmp[i] + sizeof(size_t),
-		       k - sizeof(size_t));
-	}
+	if (rc > 0)
+		copy_rows(out, stride, tmp, sizeof(*tmp),
+			  (size_t)rc < n ? (size_t)rc : n);
+	free(tmp);
+	return rc;
+}
+
+/* More than a transport queues (util/tcp keeps 128). */
+#define EVENTS_MAX 4096u
+
+ZAP_EXPORT int zap_events(const struct zap_transport *t, struct zap_event *out, size_t n)
+{
+	struct zap_event *tmp;
+	size_t stride;
+	int rc;
+
+	zap__clear_error();
+	if (!t || !out || !n || out->size < sizeof(out->size))
+		return zap__fail(-EINVAL,
+				 "zap_events: NULL argument, no room or bad size");
+	if (n > EVENTS_MAX)
+		n = EVENTS_MAX;
+	stride = out->size;
+	tmp = calloc(n, sizeof(*tmp));
+	if (!tmp)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		tmp[i].size = sizeof(*tmp);
+	rc = zap__transport_events(t, tmp, n);
+	if (rc > 0)
+		copy_rows(out, stride, tmp, sizeof(*tmp),
+			  (size_t)rc < n ? (size_t)rc : n);
 	free(tmp);
 	return rc;
 }

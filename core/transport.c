@@ -530,6 +530,20 @@ int zap__transport_peers(const struct zap_transport *t, struct zap_peer_info *ar
 	return fn(t->tp, arr, n);
 }
 
+/* For core/stats.c: the optional events op, as the peers op. */
+int zap__transport_events(const struct zap_transport *t, struct zap_event *arr, size_t n)
+{
+	int (*fn)(void *, struct zap_event *, size_t);
+
+	if (inherited(t))
+		return fail_inherited(t);
+	fn = OPTIONAL_OP(t->ops, events);
+	if (!fn)
+		return zap__fail(-EOPNOTSUPP, "transport '%s' reports no events",
+				 t->plugin->name);
+	return fn(t->tp, arr, n);
+}
+
 ZAP_EXPORT int64_t zap_pool_bytes(const struct zap_transport *t)
 {
 	struct zap_pool_stats s = { .size = sizeof(s) };

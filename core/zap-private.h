@@ -205,6 +205,7 @@ int zap__copy_sized(void *dst, const void *full, size_t full_size);
 int zap__transport_stats(const struct zap_transport *t, struct zap_stats *full);
 int zap__transport_peers(const struct zap_transport *t, struct zap_peer_info *arr,
 			 size_t n);
+int zap__transport_events(const struct zap_transport *t, struct zap_event *arr, size_t n);
 
 /* pool.c */
 int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap, uint64_t max_buf,

@@ -108,8 +108,8 @@
  *    zap_host.env_get; 1.2 added zap_plugin_ops.peer_path; 1.3 added
  *    zap_plugin_ops.send_burst; 1.4 added zap_host.config_u64 and
  *    zap_host.config_str (the configuration registry); 1.5 added
- *    zap_plugin_ops.stats and zap_plugin_ops.peers (zap_stats(),
- *    zap_peer_list()).
+ *    zap_plugin_ops.stats, zap_plugin_ops.peers and zap_plugin_ops.events
+ *    (zap_stats(), zap_peer_list(), zap_events()).
  *
  * A plugin's probe normally runs in a helper process (zap-probe, under the
  * library's libexec directory), and only the plugin a pick chooses is
@@ -456,6 +456,14 @@ struct zap_plugin_ops {
 	 * @stats. Absent: -EOPNOTSUPP.
 	 */
 	int (*peers)(void *tp, struct zap_peer_info *out, size_t n);
+
+	/**
+	 * See zap_events() (ABI 1.5). @out holds 1 <= @n zeroed entries laid
+	 * out as for @peers; move up to @n queued events there, oldest
+	 * first, and return how many. Threads as @stats; never wait for the
+	 * data path. Absent: -EOPNOTSUPP.
+	 */
+	int (*events)(void *tp, struct zap_event *out, size_t n);
 };
 
 /** The last mandatory op; ops->size must reach past it. */

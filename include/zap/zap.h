@@ -764,7 +764,7 @@ ZAP_EXPORT size_t zap_env_count(void);
 ZAP_EXPORT int zap_env_get(size_t index, struct zap_env_entry *e);
 
 /* ------------------------------------------------------------------------ */
-/* What an operator sees: counters, peers, metrics (since 0.3)              */
+/* What an operator sees: counters, peers, events, metrics (since 0.3)      */
 /* ------------------------------------------------------------------------ */
 
 /**
@@ -845,6 +845,8 @@ struct zap_stats {
 	                              against @partial_limit */
 	uint64_t partial_limit; /**< ZAP_TCP_PARTIAL_BYTES */
 	uint64_t peers;         /**< gauge: peers with a connection */
+	uint64_t events_lost;   /**< events zap_events() will never see: the
+	                             queue was full (the oldest go first) */
 };
 
 /**
@@ -921,6 +923,63 @@ ZAP_EXPORT int zap_peer_list(const struct zap_transport *t, struct zap_peer_info
  * @len above 0; -ENOMEM; -EBADFD in a fork() child.
  */
 ZAP_EXPORT int zap_metrics_render(const struct zap_transport *t, char *buf, size_t len);
+
+/** What happened to a peer (struct zap_event.type). */
+enum zap_event_type {
+	ZAP_EVENT_CONNECTED = 1,    /**< a connection finished its handshake */
+	ZAP_EVENT_UPGRADED = 2,     /**< it moved onto shared memory (this
+	                                 end's direction) */
+	ZAP_EVENT_DISCONNECTED = 3, /**< an established connection closed */
+	ZAP_EVENT_REFUSED = 4,      /**< a connection closed during its
+	                                 handshake: refused, or given up */
+};
+
+/**
+ * zap_event_type_name() - "connected", "upgraded", "disconnected",
+ * "refused"; "unknown" otherwise. Since 0.3.
+ */
+ZAP_EXPORT const char *zap_event_type_name(int type);
+
+/** struct zap_event - one thing that happened to a peer, in order. */
+struct zap_event {
+	size_t size;                    /**< sizeof(struct zap_event) */
+	int type;                       /**< enum zap_event_type */
+	int reason;                     /**< DISCONNECTED, REFUSED: enum zap_close_reason;
+	                       else 0 */
+	uint64_t time_ms;               /**< when, CLOCK_REALTIME in ms since the epoch */
+	uint64_t conn_id;               /**< as struct zap_peer_info.conn_id; 0 for a
+	                       connection refused before it had one */
+	bool dialed;                    /**< we opened the connection */
+	char peer[ZAP_PEER_MAX];        /**< the peer string; REFUSED: the source
+	                          address of an accepted connection, or the
+	                          peer string a dial was for */
+	char identity[ZAP_PEER_ID_MAX]; /**< as struct zap_peer_info's;
+	                          REFUSED: the key the peer presented, when
+	                          the refusal names one */
+	char path[16];                  /**< "tcp", "unix" or "shm" when it happened */
+	char detail[200];               /**< REFUSED and some DISCONNECTED: the reason in
+	                        words, as the log line says it; else "" */
+};
+
+/**
+ * zap_events() - take the events of @t that happened since the last call,
+ * oldest first. Since 0.3.
+ * @out: an array of @n entries; the caller sets out[0].size to
+ *       sizeof(struct zap_event), also the distance between entries.
+ *
+ * A transport keeps the last 128 events (docs/metrics.md): call this
+ * regularly (from a metrics scrape, or a timer); zap_stats().events_lost
+ * counts those dropped because nobody took them. Events are queued by the
+ * threads that see them happen and taken by whichever thread calls this:
+ * there is no callback, so an application cannot block the transport by
+ * being slow, and may call any libzap function while handling one.
+ *
+ * Return: the number of events written (0 when none happened); -EINVAL
+ * for NULL @out or @n 0, or out[0].size below the first member;
+ * -EOPNOTSUPP for a transport without events (as zap_stats());
+ * -EBADFD in a fork() child.
+ */
+ZAP_EXPORT int zap_events(const struct zap_transport *t, struct zap_event *out, size_t n);
 
 /** zap_version() - the library version string, e.g. "0.1.0". */
 ZAP_EXPORT const char *zap_version(void);

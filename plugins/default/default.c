@@ -442,6 +442,12 @@ static int tcp_peers(void *p, struct zap_peer_info *out, size_t n)
 	return tcp_wire_peers(tp->wire, out, n);
 }
 
+static int tcp_events(void *p, struct zap_event *out, size_t n)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_events(tp->wire, out, n);
+}
+
 static const struct zap_plugin_ops tcp_ops = {
 	.size = sizeof(struct zap_plugin_ops),
 	.probe = tcp_probe,
@@ -459,6 +465,7 @@ static const struct zap_plugin_ops tcp_ops = {
 	.send_burst = tcp_send_burst,
 	.stats = tcp_stats,
 	.peers = tcp_peers,
+	.events = tcp_events,
 };
 
 /* Referenced by name from core/loader.c; not exported from libzap. */

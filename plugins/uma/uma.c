@@ -458,6 +458,13 @@ static int uma_peers(void *tp, struct zap_peer_info *out, size_t n)
 	return tcp_wire_peers(u->wire, out, n);
 }
 
+static int uma_events(void *tp, struct zap_event *out, size_t n)
+{
+	struct uma *u = tp;
+
+	return tcp_wire_events(u->wire, out, n);
+}
+
 static const struct zap_plugin_ops uma_ops = {
 	.size = sizeof(uma_ops),
 	.probe = uma_probe,
@@ -474,6 +481,7 @@ static const struct zap_plugin_ops uma_ops = {
 	.send_burst = uma_send_burst,
 	.stats = uma_stats,
 	.peers = uma_peers,
+	.events = uma_events,
 };
 
 ZAP_PLUGIN_EXPORT = {

@@ -238,9 +238,10 @@ static void test_burst_fallback(void **state)
 }
 
 /*
- * A plugin without the stats and peers ops (plugin ABI 1.5; the fixture
- * has neither) loads and works; the core answers -EOPNOTSUPP for
- * zap_stats(), zap_peer_list() and zap_metrics_render(), and -EINVAL for
+ * A plugin without the stats, peers and events ops (plugin ABI 1.5; the
+ * fixture has none) loads and works; the core answers -EOPNOTSUPP for
+ * zap_stats(), zap_peer_list(), zap_metrics_render() and zap_events(),
+ * and -EINVAL for
  * bad arguments before asking the plugin.
  */
 static void child_no_stats(void *arg)
@@ -257,6 +258,10 @@ static void child_no_stats(void *arg)
 	TH_CHECK_INT(zap_peer_list(t, &p, 1), -EOPNOTSUPP);
 	TH_CHECK_INT(zap_peer_list(t, NULL, 0), -EOPNOTSUPP);
 	TH_CHECK_INT(zap_metrics_render(t, buf, sizeof(buf)), -EOPNOTSUPP);
+	struct zap_event ev = { .size = sizeof(ev) };
+	TH_CHECK_INT(zap_events(t, &ev, 1), -EOPNOTSUPP);
+	TH_CHECK_STR(zap_event_type_name(ZAP_EVENT_REFUSED), "refused");
+	TH_CHECK_STR(zap_event_type_name(0), "unknown");
 	TH_CHECK_INT(zap_stats(NULL, &s), -EINVAL);
 	TH_CHECK_INT(zap_stats(t, NULL), -EINVAL);
 	TH_CHECK_INT(zap_peer_list(t, NULL, 1), -EINVAL);

@@ -110,9 +110,40 @@ static void wait_closed(struct zap_transport *t, int reason, uint64_t want)
 	}
 }
 
+/*
+ * Take @t's events and check they are exactly @n of @types (with @reasons,
+ * where reasons is not NULL); the events in @out for further checks.
+ */
+static void expect_events(struct zap_transport *t, const int *types, const int *reasons,
+			  int n, struct zap_event *out)
+{
+	struct zap_event ev[16];
+	ev[0].size = sizeof(ev[0]);
+	int k = zap_events(t, ev, 16);
+	if (k != n) {
+		for (int i = 0; i < k; i++)
+			fprintf(stderr, "# event %s %s %s\n", zap_event_type_name(ev[i].type),
+				zap_close_reason_name(ev[i].reason), ev[i].detail);
+		fail_msg("%d events, want %d", k, n);
+	}
+	for (int i = 0; i < n; i++) {
+		if (ev[i].type != types[i] || (reasons && ev[i].reason != reasons[i]))
+			fail_msg("event %d: %s (%s), want %s (%s)", i,
+				 zap_event_type_name(ev[i].type),
+				 zap_close_reason_name(ev[i].reason),
+				 zap_event_type_name(types[i]),
+				 reasons ? zap_close_reason_name(reasons[i]) : "-");
+		assert_true(ev[i].time_ms > 0);
+		if (out)
+			out[i] = ev[i];
+	}
+	assert_int_equal(zap_events(t, ev, 16), 0); /* taken: gone */
+}
+
 /* After a single connection accepted by @t was closed: it was counted once,
- * under @reason and nothing else, and nothing stays open. */
-static void expect_one_close(struct zap_transport *t, int reason)
+ * under @reason and nothing else, nothing stays open, and the events say
+ * so: connected then disconnected when @established, else refused. */
+static void expect_one_close(struct zap_transport *t, int reason, bool established)
 {
 	struct zap_stats s;
 
@@ -128,6 +159,24 @@ static void expect_one_close(struct zap_transport *t, int reason)
 	assert_int_equal(s.conns_accepted, 1);
 	assert_int_equal(s.conns_dialed, 0);
 	assert_int_equal(s.conns_open, 0);
+	assert_int_equal(s.events_lost, 0);
+	struct zap_event ev[2];
+	if (established) {
+		const int types[] = { ZAP_EVENT_CONNECTED, ZAP_EVENT_DISCONNECTED };
+		const int reasons[] = { 0, reason };
+		expect_events(t, types, reasons, 2, ev);
+		assert_int_equal(ev[0].conn_id, ev[1].conn_id);
+		assert_false(ev[0].dialed);
+		assert_string_equal(ev[0].peer, "127.0.0.1:9");
+		assert_string_equal(ev[0].path, "tcp");
+	} else {
+		const int types[] = { ZAP_EVENT_REFUSED };
+		expect_events(t, types, &reason, 1, ev);
+		assert_int_equal(ev[0].conn_id, 0);
+		assert_true(!strncmp(ev[0].peer, "127.0.0.1:", 10));
+		if (reason == ZAP_CLOSE_IDENTITY)
+			assert_non_null(strstr(ev[0].detail, "127.0.0.9"));
+	}
 }
 
 /* ---- raw-socket peers (plugins/default/WIRE.md) -------------------------- */
@@ -340,9 +389,27 @@ static void known_traffic(bool shm)
 	assert_int_equal(old.msgs_sent, N_MSGS);
 	assert_int_equal(old.canary, 77);
 
+	/* Events: each end saw the connection come up (and move to shared
+	 * memory where it did), a's as dialed. */
+	struct zap_event ev[3];
+	int up[] = { ZAP_EVENT_CONNECTED, ZAP_EVENT_UPGRADED };
+	bool a_shm = !strcmp(path, "shm");
+	expect_events(a, up, NULL, a_shm ? 2 : 1, ev);
+	assert_true(ev[0].dialed);
+	assert_string_equal(ev[0].peer, bb);
+	assert_int_equal(ev[0].conn_id, pa[0].conn_id);
+	stats(b, &sb);
+	expect_events(b, up, NULL, sb.shm_upgrades ? 2 : 1, ev);
+	assert_false(ev[0].dialed);
+	assert_int_equal(ev[0].conn_id, pb[0].conn_id);
+
 	zap_close(a);
 	/* b sees a's end as an orderly close, once. */
 	wait_closed(b, ZAP_CLOSE_PEER_EOF, 1);
+	int down[] = { ZAP_EVENT_DISCONNECTED };
+	int eof[] = { ZAP_CLOSE_PEER_EOF };
+	expect_events(b, down, eof, 1, ev);
+	assert_int_equal(ev[0].conn_id, pb[0].conn_id);
 	stats(b, &sb);
 	assert_int_equal(closed_total(&sb), 1);
 	assert_int_equal(sb.conns_open, 0);
@@ -429,7 +496,7 @@ static void partial_then_gone(bool reset, int reason)
 	} else {
 		shutdown(fd, SHUT_WR);
 	}
-	expect_one_close(b, reason);
+	expect_one_close(b, reason, true);
 	stats(b, &s);
 	assert_int_equal(s.drops_partial, 1);
 	assert_int_equal(s.partial_bytes, 0);
@@ -463,7 +530,7 @@ static void test_close_protocol(void **state)
 	zt_wire_hdr(p, 2, 4);
 	memcpy(p, "HTTP", 4); /* bad magic */
 	write_all(fd, p, 16);
-	expect_one_close(b, ZAP_CLOSE_PROTOCOL);
+	expect_one_close(b, ZAP_CLOSE_PROTOCOL, true);
 	close(fd);
 	zap_close(b);
 }
@@ -479,7 +546,7 @@ static void test_close_oversize(void **state)
 	ep_addr(b, bb);
 	int fd = raw_peer(b, bb);
 	write_all(fd, p, zt_wire_hdr(p, 2, (64ull << 20) + 1));
-	expect_one_close(b, ZAP_CLOSE_OVERSIZE);
+	expect_one_close(b, ZAP_CLOSE_OVERSIZE, true);
 	close(fd);
 	zap_close(b);
 }
@@ -495,7 +562,7 @@ static void test_close_identity(void **state)
 	ep_addr(b, bb);
 	int fd = raw_connect_from(bb, "127.0.0.1");
 	write_all(fd, p, hello_addr(p, "127.0.0.9:9"));
-	expect_one_close(b, ZAP_CLOSE_IDENTITY);
+	expect_one_close(b, ZAP_CLOSE_IDENTITY, false);
 	close(fd);
 	zap_close(b);
 }
@@ -509,7 +576,7 @@ static void test_close_handshake(void **state)
 	struct zap_transport *b = ep_open_env("ZAP_TCP_HANDSHAKE_MS", "50");
 	ep_addr(b, bb);
 	int fd = raw_connect_from(bb, "127.0.0.1");
-	expect_one_close(b, ZAP_CLOSE_HANDSHAKE);
+	expect_one_close(b, ZAP_CLOSE_HANDSHAKE, false);
 	close(fd);
 	zap_close(b);
 }
@@ -525,7 +592,7 @@ static void test_close_stall(void **state)
 	ep_addr(b, bb);
 	int fd = raw_peer(b, bb);
 	write_all(fd, p, 8); /* half a header */
-	expect_one_close(b, ZAP_CLOSE_STALL);
+	expect_one_close(b, ZAP_CLOSE_STALL, true);
 	close(fd);
 	zap_close(b);
 }
@@ -539,8 +606,59 @@ static void test_close_idle(void **state)
 	struct zap_transport *b = ep_open_env("ZAP_TCP_IDLE_MS", "50");
 	ep_addr(b, bb);
 	int fd = raw_peer(b, bb);
-	expect_one_close(b, ZAP_CLOSE_IDLE);
+	expect_one_close(b, ZAP_CLOSE_IDLE, true);
 	close(fd);
+	zap_close(b);
+}
+
+/* Events nobody takes: the last TCP_EV_MAX (128) stay, the rest count as
+ * lost, oldest first. */
+static void test_events_lost(void **state)
+{
+	char bb[ZAP_PEER_MAX];
+	unsigned char p[256];
+	struct zap_stats s;
+	(void)state;
+
+	struct zap_transport *b = ep_open();
+	ep_addr(b, bb);
+	for (int i = 0; i < 130; i++) {
+		/* A claim the connection does not back: refused at once. */
+		int fd = raw_connect_from(bb, "127.0.0.1");
+		write_all(fd, p, hello_addr(p, "127.0.0.9:9"));
+		char c;
+		assert_int_equal(recv(fd, &c, 1, 0), 0); /* closed by b */
+		close(fd);
+	}
+	wait_closed(b, ZAP_CLOSE_IDENTITY, 130);
+	stats(b, &s);
+	assert_int_equal(s.events_lost, 2);
+	struct zap_event *ev = calloc(200, sizeof(*ev));
+	assert_non_null(ev);
+	ev[0].size = sizeof(*ev);
+	assert_int_equal(zap_events(b, ev, 127), 127);
+	for (int i = 0; i < 127; i++) {
+		assert_int_equal(ev[i].type, ZAP_EVENT_REFUSED);
+		assert_int_equal(ev[i].reason, ZAP_CLOSE_IDENTITY);
+	}
+	/* The last one into a caller's struct from an older header (type and
+	 * reason only): what it covers, nothing past it. */
+	struct old_event {
+		size_t size;
+		int type, reason;
+	} old[2] = { { .size = sizeof(old[0]) }, { .size = 5, .type = 6, .reason = 7 } };
+	_Static_assert(sizeof(struct old_event) == offsetof(struct zap_event, time_ms),
+		       "the first members of struct zap_event");
+	assert_int_equal(zap_events(b, (struct zap_event *)(void *)old, 2), 1);
+	assert_int_equal(old[0].type, ZAP_EVENT_REFUSED);
+	assert_int_equal(old[0].reason, ZAP_CLOSE_IDENTITY);
+	assert_int_equal(old[1].size, 5); /* untouched: one event only */
+	assert_int_equal(old[1].type, 6);
+	assert_int_equal(zap_events(b, ev, 200), 0);
+	free(ev);
+	struct zap_event one = { .size = sizeof(one) };
+	assert_int_equal(zap_events(b, &one, 0), -EINVAL);
+	assert_int_equal(zap_events(b, NULL, 1), -EINVAL);
 	zap_close(b);
 }
 
@@ -660,6 +778,7 @@ int main(void)
 		cmocka_unit_test(test_close_handshake),
 		cmocka_unit_test(test_close_stall),
 		cmocka_unit_test(test_close_idle),
+		cmocka_unit_test(test_events_lost),
 		cmocka_unit_test(test_concurrent_senders),
 	};
 	setenv("ZAP_TRANSPORT_QUIET", "1", 1);

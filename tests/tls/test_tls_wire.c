@@ -435,10 +435,11 @@ static void wait_closed(struct zap_transport *t, int reason, uint64_t want)
 }
 
 /*
- * Refusals in the counters: a plaintext peer and an unpinned key are each
- * counted once as a TLS refusal by the server, and once as a closed dial
- * by the refused side; the peer listing shows a trusted peer's key and
- * path; the rendered metrics carry it all (printed as TAP comments: the
+ * Refusals in the counters and events: a plaintext peer and an unpinned
+ * key are each counted once as a TLS refusal by the server (an event
+ * each, the second naming the key), and once as a closed dial by the
+ * refused side; the peer listing shows a trusted peer's key and path;
+ * the rendered metrics carry it all (printed as TAP comments: the
  * example in docs/metrics.md comes from here).
  */
 static void test_refused_counted(void **state)
@@ -484,6 +485,28 @@ static void test_refused_counted(void **state)
 	char path[16];
 	assert_int_equal(zap_peer_path(s, pi[0].peer, path, sizeof(path)), 0);
 	assert_string_equal(pi[0].path, path);
+
+	/* The events: two refusals, the second naming the key it presented,
+	 * then B, authenticated by its key. */
+	struct zap_event ev[8];
+	ev[0].size = sizeof(ev[0]);
+	int k = zap_events(s, ev, 8);
+	assert_true(k >= 3);
+	assert_int_equal(ev[0].type, ZAP_EVENT_REFUSED);
+	assert_int_equal(ev[0].reason, ZAP_CLOSE_TLS);
+	assert_string_equal(ev[0].identity, "");
+	assert_int_equal(ev[1].type, ZAP_EVENT_REFUSED);
+	assert_int_equal(ev[1].reason, ZAP_CLOSE_TLS);
+	assert_string_equal(ev[1].identity, C.fp);
+	assert_non_null(strstr(ev[1].detail, "not pinned"));
+	assert_int_equal(ev[2].type, ZAP_EVENT_CONNECTED);
+	assert_string_equal(ev[2].identity, B.fp);
+	for (int i = 3; i < k; i++) /* moved to shared memory, perhaps */
+		assert_int_equal(ev[i].type, ZAP_EVENT_UPGRADED);
+	for (int i = 0; i < k; i++)
+		fprintf(stderr, "#   event %s reason=%s peer=%s identity=%s detail=%s\n",
+			zap_event_type_name(ev[i].type), zap_close_reason_name(ev[i].reason),
+			ev[i].peer, ev[i].identity, ev[i].detail);
 
 	memset(&st, 0, sizeof(st));
 	st.size = sizeof(st);

@@ -697,6 +697,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		r = tw_tls_open(w, args);
 	if (!r)
 		r = tw_shm_open(w);
+	if (!r && tw_events_open(w))
+		r = host->fail(-ENOMEM, "%s: out of memory", w->dom);
 	if (r)
 		goto fail;
 
@@ -806,6 +808,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	free(w->pfd);
 	free(w->slot);
 	tw_tls_close(w);
+	tw_events_close(w);
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->mu);
 	free(w);

@@ -585,6 +585,11 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);
 out:
+	tw_event(w, ZAP_EVENT_CONNECTED, 0, c, NULL, NULL);
+	/* The dialer moved to shared memory before registering (tcp_shm.c). */
+	struct tcp_shm *s = atomic_load(&c->shm);
+	if (s && s->tx_ready)
+		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
 	/* A leader waiting for something send-side (a dial, a route) looks
 	 * again; a receiving one only when the new connection needs it. */
 	if (w->leader && (kick || (w->lead && w->lead->tx)))

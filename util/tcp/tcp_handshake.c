@@ -195,6 +195,7 @@ static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_le
 {
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
 	tw_count_close(w, reason);
+	tw_event(w, ZAP_EVENT_REFUSED, reason, c, c->src, why);
 	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
@@ -300,6 +301,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			w->host->log(ZAP_LOG_WARN, w->dom,
 				     "dropping connection from %s: %s", c->src, why);
 			tw_count_close(w, ZAP_CLOSE_TLS);
+			tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_TLS, c, c->src, why);
 			tw_conn_free(c);
 			continue;
 		}
@@ -747,6 +749,8 @@ fail:
 	pthread_mutex_unlock(&w->mu);
 fail_freed:
 	tw_count_close(w, tw_hs_why(c, r));
+	tw_event(w, ZAP_EVENT_REFUSED, tw_hs_why(c, r), c, peer,
+		 ZAP_HOST_HAS(w->host, last_error) ? w->host->last_error() : NULL);
 	tw_conn_free(c);
 	return r;
 }

@@ -97,6 +97,11 @@
  * tw_conn_kill(), whose reason tw_reap() counts; handshakes where they
  * fail (tw_count_close()).
  *
+ * Events (tcp_stats.c, zap_events()): a ring of the last TCP_EV_MAX under
+ * its own mutex, w->ev->mu, a leaf: tw_event() takes it with or without
+ * w->mu held and takes nothing inside it. Events are per connection, never
+ * per message.
+ *
  * Shared memory (tcp_shm.c): c->shm is set once (an atomic pointer, so the
  * leader may load it while reading) and freed with the connection. Its
  * tx ring belongs to the tx owner, its rx ring and rx_on to the leader,
@@ -425,6 +430,7 @@ struct tcp_wire {
 	uint64_t gone_rx_msgs, gone_rx_bytes;
 	uint64_t next_conn_id; /* mu */
 	size_t qmsgs;          /* mu: messages queued for recv */
+	struct tcp_events *ev; /* zap_events(): its own lock (see above) */
 
 	/* Shared memory (tcp_shm.c) */
 	int shm_policy;                /* ZAP_SHM, read at open */
@@ -635,6 +641,15 @@ static inline void tw_add1(_Atomic uint64_t *n, uint64_t k)
 	atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + k,
 			      memory_order_relaxed);
 }
+
+/* tcp_stats.c: events. @c: the connection (its peer, identity, path);
+ * @peer: the peer string instead of c->raddr (a dial), or NULL; @detail:
+ * words for REFUSED and DISCONNECTED, or NULL. */
+#define TCP_EV_MAX 128u
+int tw_events_open(struct tcp_wire *w);
+void tw_events_close(struct tcp_wire *w);
+void tw_event(struct tcp_wire *w, int type, int reason, const struct tcp_conn *c,
+	      const char *peer, const char *detail);
 
 /* tcp_stats.c: a connection that never got established (a refused or
  * failed handshake) or is freed ends here, counted once under @why. */

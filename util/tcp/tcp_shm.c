@@ -641,6 +641,7 @@ bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 		    m.nonce == c->nonce && !s->tx_ready) {
 			s->tx_ready = true;
 			tw_count(&w->st_shm_up, 1);
+			tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
 			w->host->log(ZAP_LOG_DEBUG, w->dom,
 				     "%s: messages go through shared memory", c->raddr);
 		}

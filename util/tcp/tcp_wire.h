@@ -136,6 +136,9 @@ void tcp_wire_stats(const struct tcp_wire *w, struct tcp_wire_stats *out);
  */
 void tcp_wire_obs(struct tcp_wire *w, struct zap_stats *out);
 int tcp_wire_peers(struct tcp_wire *w, struct zap_peer_info *out, size_t n);
+/* zap_events(): move up to @n (>= 1) queued events into @out (entries
+ * out->size bytes apart), oldest first; how many. */
+int tcp_wire_events(struct tcp_wire *w, struct zap_event *out, size_t n);
 
 /* Retry connections paused by an -EAGAIN allocation now. Thread-safe. */
 void tcp_wire_kick(struct tcp_wire *w);

@@ -789,7 +789,8 @@ enum zap_close_reason {
 	                               identity the connection does not prove */
 	ZAP_CLOSE_HANDSHAKE,    /**< the handshake did not finish in time, or
 	                               was shed (too many at once) */
-	ZAP_CLOSE_SEND_ABORTED, /**< our send stopped mid-frame (its ctx fired) */
+	ZAP_CLOSE_SEND_ABORTED, /**< our send's ctx fired mid-frame or while it
+	                             dialed */
 	ZAP_CLOSE_SHUTDOWN,     /**< zap_close() of this transport */
 	ZAP_CLOSE_REASON_COUNT  /**< the number of reasons this header knows */
 };

@@ -611,6 +611,46 @@ static void test_close_idle(void **state)
 	zap_close(b);
 }
 
+/* A dial whose sender's deadline passes before the peer answers its HELLO:
+ * counted on the dialing side as send_aborted, with a refused event. */
+static void test_close_dial_aborted(void **state)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	char peer[64];
+	struct zap_stats s;
+	struct zap_ctx *ctx;
+	(void)state;
+
+	/* A listener that never answers: the kernel completes connect(). */
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	snprintf(peer, sizeof(peer), "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+
+	struct zap_transport *a = ep_open();
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	zap_ctx_set_timeout(ctx, 50ull * 1000000u);
+	assert_int_equal(zap_send(a, peer, "x", 1, ctx), -ETIMEDOUT);
+	zap_ctx_free(ctx);
+	stats(a, &s);
+	assert_int_equal(s.conns_dialed, 1);
+	assert_int_equal(s.conns_open, 0);
+	assert_int_equal(closed_total(&s), 1);
+	assert_int_equal(s.conns_closed[ZAP_CLOSE_SEND_ABORTED], 1);
+	assert_int_equal(s.msgs_sent, 0);
+	struct zap_event ev[1];
+	const int types[] = { ZAP_EVENT_REFUSED };
+	const int reasons[] = { ZAP_CLOSE_SEND_ABORTED };
+	expect_events(a, types, reasons, 1, ev);
+	assert_true(ev[0].dialed);
+	assert_string_equal(ev[0].peer, peer);
+	zap_close(a);
+	close(lfd);
+}
+
 /* Events nobody takes: the last TCP_EV_MAX (128) stay, the rest count as
  * lost, oldest first. */
 static void test_events_lost(void **state)
@@ -778,6 +818,7 @@ int main(void)
 		cmocka_unit_test(test_close_handshake),
 		cmocka_unit_test(test_close_stall),
 		cmocka_unit_test(test_close_idle),
+		cmocka_unit_test(test_close_dial_aborted),
 		cmocka_unit_test(test_events_lost),
 		cmocka_unit_test(test_concurrent_senders),
 	};

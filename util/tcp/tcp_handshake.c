@@ -747,9 +747,12 @@ fail:
 	pthread_mutex_lock(&w->mu);
 	dial_done(w, &dial);
 	pthread_mutex_unlock(&w->mu);
-fail_freed:
-	tw_count_close(w, tw_hs_why(c, r));
-	tw_event(w, ZAP_EVENT_REFUSED, tw_hs_why(c, r), c, peer,
+fail_freed:;
+	/* The sender's own ctx ended it (-ETIMEDOUT is also the handshake
+	 * limit's code): not the peer's doing. */
+	int why = w->host->ctx_err(ctx) ? ZAP_CLOSE_SEND_ABORTED : tw_hs_why(c, r);
+	tw_count_close(w, why);
+	tw_event(w, ZAP_EVENT_REFUSED, why, c, peer,
 		 ZAP_HOST_HAS(w->host, last_error) ? w->host->last_error() : NULL);
 	tw_conn_free(c);
 	return r;

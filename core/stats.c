@@ -70,6 +70,17 @@ ZAP_EXPORT const char *zap_event_type_name(int type)
 	}
 }
 
+/* @n zeroed rows of @row bytes (the core's structs), each with its size
+ * member (the first) set, for a plugin to fill; NULL without memory. */
+static void *new_rows(size_t n, size_t row)
+{
+	char *p = calloc(n, row);
+
+	for (size_t i = 0; p && i < n; i++)
+		memcpy(p + i * row, &row, sizeof(row));
+	return p;
+}
+
 /*
  * Copy @n rows of @row bytes (the core's structs, each starting with its
  * size) into the caller's array, whose rows are @stride bytes apart and
@@ -105,11 +116,9 @@ ZAP_EXPORT int zap_peer_list(const struct zap_transport *t, struct zap_peer_info
 		n = PEER_LIST_MAX;
 	if (n) {
 		stride = out->size;
-		tmp = calloc(n, sizeof(*tmp));
+		tmp = new_rows(n, sizeof(*tmp));
 		if (!tmp)
 			return -ENOMEM;
-		for (size_t i = 0; i < n; i++)
-			tmp[i].size = sizeof(*tmp);
 	}
 	rc = zap__transport_peers(t, tmp, n);
 	if (rc > 0)
@@ -135,11 +144,9 @@ ZAP_EXPORT int zap_events(const struct zap_transport *t, struct zap_event *out, 
 	if (n > EVENTS_MAX)
 		n = EVENTS_MAX;
 	stride = out->size;
-	tmp = calloc(n, sizeof(*tmp));
+	tmp = new_rows(n, sizeof(*tmp));
 	if (!tmp)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++)
-		tmp[i].size = sizeof(*tmp);
 	rc = zap__transport_events(t, tmp, n);
 	if (rc > 0)
 		copy_rows(out, stride, tmp, sizeof(*tmp),

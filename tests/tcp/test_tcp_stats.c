@@ -517,98 +517,82 @@ static void test_close_eof_mid_message(void **state)
 	partial_then_gone(false, ZAP_CLOSE_PEER_EOF);
 }
 
+/*
+ * One raw peer against an endpoint opened with @var=@val (NULL: none):
+ * established (a valid HELLO) when @hello_claim is NULL; else, from
+ * 127.0.0.1, a HELLO claiming @hello_claim ("": no HELLO at all), which
+ * the endpoint refuses. Then it writes @len bytes of @bytes. Its
+ * connection must end once, under @reason, with the matching events.
+ */
+static void raw_close(const char *var, const char *val, const char *hello_claim,
+		      const void *bytes, size_t len, int reason)
+{
+	char bb[ZAP_PEER_MAX];
+	unsigned char p[256];
+	int fd;
+
+	struct zap_transport *b = var ? ep_open_env(var, val) : ep_open();
+	ep_addr(b, bb);
+	if (hello_claim) {
+		fd = raw_connect_from(bb, "127.0.0.1");
+		if (hello_claim[0])
+			write_all(fd, p, hello_addr(p, hello_claim));
+	} else {
+		fd = raw_peer(b, bb);
+	}
+	if (len)
+		write_all(fd, bytes, len);
+	expect_one_close(b, reason, !hello_claim);
+	close(fd);
+	zap_close(b);
+}
+
 /* Bytes that are not a frame after the handshake. */
 static void test_close_protocol(void **state)
 {
-	char bb[ZAP_PEER_MAX];
-	unsigned char p[64];
+	unsigned char p[16];
 	(void)state;
-
-	struct zap_transport *b = ep_open();
-	ep_addr(b, bb);
-	int fd = raw_peer(b, bb);
 	zt_wire_hdr(p, 2, 4);
 	memcpy(p, "HTTP", 4); /* bad magic */
-	write_all(fd, p, 16);
-	expect_one_close(b, ZAP_CLOSE_PROTOCOL, true);
-	close(fd);
-	zap_close(b);
+	raw_close(NULL, NULL, NULL, p, sizeof(p), ZAP_CLOSE_PROTOCOL);
 }
 
 /* A frame declaring more than ZAP_MAX_MSG_BYTES. */
 static void test_close_oversize(void **state)
 {
-	char bb[ZAP_PEER_MAX];
-	unsigned char p[64];
+	unsigned char p[16];
 	(void)state;
-
-	struct zap_transport *b = ep_open();
-	ep_addr(b, bb);
-	int fd = raw_peer(b, bb);
-	write_all(fd, p, zt_wire_hdr(p, 2, (64ull << 20) + 1));
-	expect_one_close(b, ZAP_CLOSE_OVERSIZE, true);
-	close(fd);
-	zap_close(b);
+	zt_wire_hdr(p, 2, (64ull << 20) + 1);
+	raw_close(NULL, NULL, NULL, p, sizeof(p), ZAP_CLOSE_OVERSIZE);
 }
 
 /* A HELLO claiming a host the connection does not come from. */
 static void test_close_identity(void **state)
 {
-	char bb[ZAP_PEER_MAX];
-	unsigned char p[256];
 	(void)state;
-
-	struct zap_transport *b = ep_open();
-	ep_addr(b, bb);
-	int fd = raw_connect_from(bb, "127.0.0.1");
-	write_all(fd, p, hello_addr(p, "127.0.0.9:9"));
-	expect_one_close(b, ZAP_CLOSE_IDENTITY, false);
-	close(fd);
-	zap_close(b);
+	raw_close(NULL, NULL, "127.0.0.9:9", NULL, 0, ZAP_CLOSE_IDENTITY);
 }
 
 /* No HELLO within ZAP_TCP_HANDSHAKE_MS. */
 static void test_close_handshake(void **state)
 {
-	char bb[ZAP_PEER_MAX];
 	(void)state;
-
-	struct zap_transport *b = ep_open_env("ZAP_TCP_HANDSHAKE_MS", "50");
-	ep_addr(b, bb);
-	int fd = raw_connect_from(bb, "127.0.0.1");
-	expect_one_close(b, ZAP_CLOSE_HANDSHAKE, false);
-	close(fd);
-	zap_close(b);
+	raw_close("ZAP_TCP_HANDSHAKE_MS", "50", "", NULL, 0, ZAP_CLOSE_HANDSHAKE);
 }
 
 /* A partial frame that makes no progress for ZAP_TCP_STALL_MS. */
 static void test_close_stall(void **state)
 {
-	char bb[ZAP_PEER_MAX];
-	unsigned char p[64];
+	unsigned char p[8] = "ZAPW"; /* half a header */
 	(void)state;
-
-	struct zap_transport *b = ep_open_env("ZAP_TCP_STALL_MS", "50");
-	ep_addr(b, bb);
-	int fd = raw_peer(b, bb);
-	write_all(fd, p, 8); /* half a header */
-	expect_one_close(b, ZAP_CLOSE_STALL, true);
-	close(fd);
-	zap_close(b);
+	raw_close("ZAP_TCP_STALL_MS", "50", NULL, p, sizeof(p), ZAP_CLOSE_STALL);
 }
 
 /* No frame byte either way for ZAP_TCP_IDLE_MS. */
 static void test_close_idle(void **state)
 {
-	char bb[ZAP_PEER_MAX];
 	(void)state;
-
-	struct zap_transport *b = ep_open_env("ZAP_TCP_IDLE_MS", "50");
-	ep_addr(b, bb);
-	int fd = raw_peer(b, bb);
-	expect_one_close(b, ZAP_CLOSE_IDLE, true);
-	close(fd);
-	zap_close(b);
+	raw_close("ZAP_TCP_IDLE_MS", "50", NULL, NULL, 0, ZAP_CLOSE_IDLE);
 }
 
 /* A dial whose sender's deadline passes before the peer answers its HELLO:

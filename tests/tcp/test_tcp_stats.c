@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -595,6 +596,44 @@ static void test_close_idle(void **state)
 	raw_close("ZAP_TCP_IDLE_MS", "50", NULL, NULL, 0, ZAP_CLOSE_IDLE);
 }
 
+/*
+ * At the descriptor cap the connection idle the longest makes room for a
+ * newcomer: one eviction, counted once. The cap is read at open from
+ * RLIMIT_NOFILE: a soft limit of 64 while b opens gives it the floor of 8
+ * connections (WIRE.md, "Limits against floods").
+ */
+static void test_close_evicted(void **state)
+{
+	char bb[ZAP_PEER_MAX];
+	struct rlimit rl, low;
+	struct zap_stats s;
+	int fd[9];
+	(void)state;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	low = rl;
+	low.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	struct zap_transport *b = ep_open();
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	ep_addr(b, bb);
+	for (int i = 0; i < 8; i++)
+		fd[i] = raw_peer(b, bb);
+	/* Only a connection idle for 250 ms or more may be evicted. */
+	zt_sleep_ms(400);
+	fd[8] = raw_peer(b, bb);
+	wait_closed(b, ZAP_CLOSE_EVICTED, 1);
+	pump(b, 50);
+	stats(b, &s);
+	assert_int_equal(s.conns_accepted, 9);
+	assert_int_equal(closed_total(&s), 1);
+	assert_int_equal(s.conns_closed[ZAP_CLOSE_EVICTED], 1);
+	assert_int_equal(s.conns_open, 8);
+	for (int i = 0; i < 9; i++)
+		close(fd[i]);
+	zap_close(b);
+}
+
 /* A dial whose sender's deadline passes before the peer answers its HELLO:
  * counted on the dialing side as send_aborted, with a refused event. */
 static void test_close_dial_aborted(void **state)
@@ -802,6 +841,7 @@ int main(void)
 		cmocka_unit_test(test_close_handshake),
 		cmocka_unit_test(test_close_stall),
 		cmocka_unit_test(test_close_idle),
+		cmocka_unit_test(test_close_evicted),
 		cmocka_unit_test(test_close_dial_aborted),
 		cmocka_unit_test(test_events_lost),
 		cmocka_unit_test(test_concurrent_senders),

@@ -231,6 +231,8 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: out of memory", c->src);
 		tw_count_close(w, ZAP_CLOSE_OTHER);
+		tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_OTHER, c, c->src,
+			 "out of memory");
 		tw_conn_free(c);
 		return;
 	}

@@ -6,10 +6,13 @@
 # every probe and opening the winner, measured inside the program around
 # zap_pick() (bench/first_pick.c), in fresh processes; and the wall time of
 # a whole `zap-info` run (process start included). Both with probes out of
-# process (the default) and in process (ZAP_PROBE_INPROCESS=1).
+# process (the default) and in process (ZAP_PROBE_INPROCESS=1), and the
+# ratio of the medians (out of process / in process), which the README
+# quotes: probing out of process should cost at most 1.25 times as much.
 #
 # usage: bench/first-pick.sh [BUILD_DIR]   (default: build)
-# env:   REPS (41)   runs per row; min, median and 90th percentile shown
+# env:   REPS (41)   runs per row, interleaved; min, median and 90th
+#                    percentile shown
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../build}" && pwd)
@@ -24,34 +27,54 @@ unset ZAP_TRANSPORT ZAP_PROBE_INPROCESS
 
 stats() { # numbers on stdin -> "min median p90" (ms)
 	sort -n | awk '{ v[NR] = $1 } END {
-		printf "%7.2f %7.2f %7.2f", v[1], v[int((NR + 1) / 2)], v[int(NR * 0.9 + 0.5)] }'
+		printf "%7.2f %7.2f %7.2f\n", v[1], v[int((NR + 1) / 2)], v[int(NR * 0.9 + 0.5)] }'
 }
 
-pick_row() { # label, env assignments...
-	local label=$1
-	shift
-	for _ in $(seq "$reps"); do
-		env "$@" "$build/bench/first_pick" | cut -d' ' -f1
-	done | stats | sed "s/^/$(printf '%-36s' "$label")/"
-	echo
+row() { # label, file of samples: print "min median p90", keep the median
+	local line
+	line=$(stats <"$2")
+	printf '%-36s%s\n' "$1" "$line"
+	median=$(echo "$line" | awk '{ print $2 }')
 }
 
-info_row() {
-	local label=$1
-	shift
-	for _ in $(seq "$reps"); do
-		s=$(date +%s%N)
-		env "$@" "$build/tools/zap-info" >/dev/null
-		e=$(date +%s%N)
-		echo "scale=3; ($e - $s) / 1000000" | bc
-	done | stats | sed "s/^/$(printf '%-36s' "$label")/"
-	echo
+pick() { # env assignments...: one first pick, in ms
+	env "$@" "$build/bench/first_pick" | cut -d' ' -f1
 }
+
+info() { # env assignments...: one zap-info run, wall ms
+	local s e
+	s=$(date +%s%N)
+	env "$@" "$build/tools/zap-info" >/dev/null
+	e=$(date +%s%N)
+	echo "scale=3; ($e - $s) / 1000000" | bc
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Interleaved: each round runs every row once, so that what else the host
+# does weighs on out of process and in process alike (the ratio is the
+# point; on a shared machine the absolute figures wander).
+for _ in $(seq "$reps"); do
+	pick ZAP_PROBE_INPROCESS=0 >>"$tmp/pick-out"
+	pick ZAP_PROBE_INPROCESS=1 >>"$tmp/pick-in"
+	info ZAP_PROBE_INPROCESS=0 >>"$tmp/info-out"
+	info ZAP_PROBE_INPROCESS=1 >>"$tmp/info-in"
+	pick ZAP_PLUGIN_PATH=/nonexistent >>"$tmp/pick-none"
+done
 
 echo "# plugins: ${path//:/ }"
-echo "# $reps runs each, ms:                   min  median     p90"
-pick_row "first pick, out of process" ZAP_PROBE_INPROCESS=0
-pick_row "first pick, in process" ZAP_PROBE_INPROCESS=1
-info_row "zap-info (wall), out of process" ZAP_PROBE_INPROCESS=0
-info_row "zap-info (wall), in process" ZAP_PROBE_INPROCESS=1
-pick_row "first pick, no plugins" ZAP_PLUGIN_PATH=/nonexistent
+echo "# $reps runs each, interleaved, ms:      min  median     p90"
+row "first pick, out of process" "$tmp/pick-out"
+pick_out=$median
+row "first pick, in process" "$tmp/pick-in"
+pick_in=$median
+row "zap-info (wall), out of process" "$tmp/info-out"
+info_out=$median
+row "zap-info (wall), in process" "$tmp/info-in"
+info_in=$median
+row "first pick, no plugins" "$tmp/pick-none"
+awk -v po="$pick_out" -v pi="$pick_in" -v io="$info_out" -v ii="$info_in" 'BEGIN {
+	printf "# out of process / in process, medians: first pick %.2fx, zap-info %.2fx\n",
+		po / pi, io / ii }'
+echo "# host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -50,10 +50,7 @@ perf=$build/tools/zap-perf
 command -v go >/dev/null || { echo "go not found (apt-get install golang-go)" >&2; exit 1; }
 
 # Build the Go test binary as bindings/go/test.sh does (offline).
-export CGO_ENABLED=1 CGO_CFLAGS="-I$src/include" CGO_LDFLAGS="-L$build/core"
-export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export GOPATH="$build/go/path" GOCACHE="$build/go/cache"
-export GOPROXY=off GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
+. "$src/bindings/go/build-env.sh"
 export ZAP_TRANSPORT_QUIET=1 ZAP_LISTEN=127.0.0.1:0
 tmp=$(mktemp -d)
 srv=

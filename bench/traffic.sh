@@ -26,12 +26,22 @@
 #          cap of a 20,000-descriptor process). Best of REPS
 #          (lowest median). Goals: median with 10,000 within 1.2x of none,
 #          idle CPU 0, p99 during the burst within 10x of the idle p99.
+#   hol    (issue 32: votes beside blocks) the 64 B round trip to a peer
+#          alone and while another thread of the same endpoint streams 1,
+#          16 and 64 MiB messages to that peer (median, p99, max), over
+#          shared memory and over TCP, and 1 MiB streaming bandwidth
+#          (bench/hol). Best of REPS (lowest median; highest bandwidth).
+#          Goals: behind 64 MiB the median within 3x and the p99 within
+#          10x of the idle round trip; with BASE=<build dir of the previous
+#          wire> its bench/hol runs beside, interleaved, and the 1 MiB
+#          bandwidth is within 5% of it.
 #
 # Before measuring, it lists the processes that kept a core busy for a
 # second, and stops when one is a leftover zap-perf or ucx_perftest.
 #
 # usage: bench/traffic.sh [BUILD_DIR]     (default: build)
-# env:   SECTIONS (sweep; "sweep,peers" or "all") REPS (3) CPUS ("0,1")
+# env:   SECTIONS (sweep; "sweep,peers,hol" or "all") REPS (3) CPUS ("0,1")
+#        HOL_SIZES (0,1M,16M,64M) HOL_PINGS (5000) BASE (unset): the hol section
 #        PEERS (0,1000,10000) BURST (5000) PINGS (20000): the peers section
 #        SIZES (64,256,1K,4K,16K,64K,256K,1M,4M,16M,64M)
 #        ITERS (10000) latency round trips (zap-perf takes fewer above 64K)
@@ -293,6 +303,88 @@ if base and burst:
           f"{float(d['burst_rtt_med_us']):.1f} us, p99 {float(d['burst_rtt_p99_us']):.1f} us, "
           f"max {float(d['burst_rtt_max_us']):.1f} us")
     print(f"  goal: burst p99 <= 10x idle p99: {x:.2f}x, " + ("met" if x <= 10 else "MISSED"))
+PY
+	read -r l1 l5 _ < /proc/loadavg
+	echo "  (load average at the end: $l1 $l5 on $(nproc) cores)"
+fi
+
+# ---- hol -------------------------------------------------------------------
+
+if section hol; then
+	hol=$build/bench/hol
+	need_built "$hol"
+	builds=("$build")
+	[ -n "${BASE:-}" ] && { need_built "$BASE/bench/hol"; builds+=("$BASE"); }
+	HOL_SIZES=${HOL_SIZES:-0,1M,16M,64M}
+	echo
+	echo "== head of line: 64 B round trip while another thread streams SIZE to the same peer"
+	for rep in $(seq "$REPS"); do
+		for b in "${builds[@]}"; do
+			tag=new
+			[ "$b" != "$build" ] && tag=base
+			for path in shm tcp; do
+				shm=user # lib.sh exports ZAP_SHM=off
+				[ $path = tcp ] && shm=off
+				for sz in ${HOL_SIZES//,/ }; do
+					n=$(numfmt --from=iec "$sz")
+					# stream in CPUS order: server on the first core
+					ZAP_SHM=$shm CPUS=$CPUS timeout 300 "$b/bench/hol" "$n" \
+						"${HOL_PINGS:-5000}" 60 >> "$tmp/hol.$tag.$path.$sz" ||
+						echo "  hol $tag $path $sz failed" >&2
+				done
+				ZAP_SHM=$shm CPUS=$CPUS timeout 60 "$b/bench/hol" --stream 1048576 3 \
+					>> "$tmp/hol.$tag.$path.bw" || echo "  hol $tag $path stream failed" >&2
+			done
+		done
+	done
+	python3 - "$tmp" "$HOL_SIZES" "${BASE:+base}" <<'PY'
+import sys
+tmp, sizes, base = sys.argv[1], sys.argv[2].split(","), sys.argv[3] == "base"
+def runs(name):
+    out = []
+    try:
+        for line in open(f"{tmp}/hol.{name}"):
+            out.append(dict(kv.split("=", 1) for kv in line.split()))
+    except OSError:
+        pass
+    return out
+def best(name):
+    r = [d for d in runs(name) if "rtt_med_us" in d]
+    return min(r, key=lambda d: float(d["rtt_med_us"])) if r else None
+def bw(name):
+    r = [float(d["stream_MBps"]) for d in runs(name) if "stream_MBps" in d]
+    return max(r) if r else None
+for tag in (["new", "base"] if base else ["new"]):
+    for path in ("shm", "tcp"):
+        print(f"  {tag} {path}:  {'streaming':>10}{'median us':>11}{'p99 us':>10}{'max us':>10}"
+              f"{'x idle med':>12}{'x idle p99':>12}{'stream MB/s':>13}")
+        idle = best(f"{tag}.{path}.{sizes[0]}")
+        for sz in sizes:
+            d = best(f"{tag}.{path}.{sz}")
+            if not d:
+                print(f"  {'':>12}{sz:>10}  (no result)")
+                continue
+            xm = float(d["rtt_med_us"]) / float(idle["rtt_med_us"]) if idle else float("nan")
+            xp = float(d["rtt_p99_us"]) / max(float(idle["rtt_p99_us"]), 1) if idle else float("nan")
+            print(f"  {'':>12}{sz:>10}{float(d['rtt_med_us']):>11.0f}{float(d['rtt_p99_us']):>10.0f}"
+                  f"{float(d['rtt_max_us']):>10.0f}{xm:>12.2f}{xp:>12.2f}{float(d['stream_MBps']):>13.0f}")
+        if tag == "new" and idle:
+            d = best(f"new.{path}.{sizes[-1]}")
+            if d:
+                xm = float(d["rtt_med_us"]) / float(idle["rtt_med_us"])
+                xp = float(d["rtt_p99_us"]) / max(float(idle["rtt_p99_us"]), 1)
+                print(f"  goal ({path}): behind {sizes[-1]} median <= 3x idle: {xm:.2f}x, "
+                      + ("met" if xm <= 3 else "MISSED")
+                      + f"; p99 <= 10x idle: {xp:.2f}x, " + ("met" if xp <= 10 else "MISSED"))
+        nb = bw(f"new.{path}.bw")
+        if nb is not None:
+            line = f"  1 MiB streaming ({path}): {nb:.0f} MB/s"
+            ob = bw(f"base.{path}.bw") if base else None
+            if tag == "new" and ob:
+                x = nb / ob
+                line += f", base {ob:.0f} MB/s: {x:.2f}x, goal >= 0.95x " + ("met" if x >= 0.95 else "MISSED")
+            if tag == "new":
+                print(line)
 PY
 	read -r l1 l5 _ < /proc/loadavg
 	echo "  (load average at the end: $l1 $l5 on $(nproc) cores)"

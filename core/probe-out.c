@@ -1,20 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Probing out of process (docs/loader.md, "Probing out of process"): each candidate the scan
- * found and checked is handed, as its open file, to a helper process of
- * its own (zap-probe, core/zap-probe.c), started with posix_spawn() so that
- * it is safe in a threaded program, and all of them run at once. The
- * helper itself is checked as plugins are (its directory from "/", no
+ * Probing out of process (docs/loader.md, "Probing out of process"): the
+ * candidates the scan found and checked are handed, as their open files,
+ * to one helper process (zap-probe, core/zap-probe.c), started with
+ * posix_spawn() so that it is safe in a threaded program. The helper forks
+ * a child per candidate, all at once; each child holds only its own plugin
+ * file, loads and probes it and reports through the helper, which adds
+ * which candidate spoke and how each child ended (probe-wire.h). A crash
+ * or a hang costs that candidate its place, never the application nor the
+ * other candidates; the exec and dynamic linking of a new process, which
+ * cost more than most probes, are paid once per scan, not per plugin.
+ * The helper itself is checked as plugins are (its directory from "/", no
  * symbolic links, owners and modes) and what runs is the file checked,
- * through /proc/self/fd, never its name looked up again. Each
- * helper loads and probes its one plugin and reports through a pipe; a
- * crash or a hang costs that candidate its place, never the application.
- * The application later loads only the plugin it picks (loader.c).
+ * through /proc/self/fd, never its name looked up again. The application
+ * later loads only the plugin it picks (loader.c).
  *
- * What comes back through the pipe is treated as hostile (probe-wire.h);
- * how the helper ended is learnt from waitpid(), and when that cannot say
- * (the application ignores SIGCHLD, or something else reaped the child)
- * only a complete result counts.
+ * What comes back through the pipe is treated as hostile (probe-wire.h)
+ * except what only the helper writes (which candidate, how its child
+ * ended). How the helper itself ended is learnt from waitpid(); when that
+ * cannot say (the application ignores SIGCHLD, or something else reaped
+ * it) only complete results count.
  *
  * State: none between calls; zap__probe_out() runs under the scan lock.
  */
@@ -38,21 +43,30 @@
 
 extern char **environ;
 
-/* Helpers in flight at once (each holds a pipe and the plugin file). */
-#define MAX_INFLIGHT 32
-
+/* One candidate. */
 struct job {
 	struct zap_probe_job *pj;
-	pid_t pid;   /* 0: not running (failed to start, or reaped) */
-	int rfd;     /* read end, -1 at EOF */
 	bool result; /* a valid RESULT arrived */
-	bool bad;    /* a malformed record arrived */
-	bool waited; /* waitpid() answered (status valid) or ECHILD */
+	bool bad;    /* a malformed or torn record arrived */
+	bool waited; /* its child's status is known (STATUS), or the
+	                  helper ended */
 	bool status_known;
 	bool timed_out;
-	bool killed; /* by us, at the deadline */
+	bool killed; /* by us, at the deadline, after its result */
 	int status;
 	unsigned logs, dropped;
+};
+
+/* One helper and the candidates it probes. */
+struct batch {
+	struct job *jobs;
+	size_t n;
+	pid_t pid; /* 0: not running (failed to start, or reaped) */
+	int rfd;   /* read end, -1 at EOF */
+	bool waited;
+	bool status_known;
+	bool bad; /* a record the helper itself got wrong */
+	int status;
 	size_t got;
 	struct zap_probe_rec rec;
 };
@@ -131,104 +145,116 @@ static int log_level(void)
 	return ZAP_LOG_ERROR;
 }
 
-/* A descriptor above ZAP_PROBE_EXEC_FD, so that dup2() onto 3, 4 and 5
- * never meets itself (which would leave close-on-exec set). */
-static int high_fd(int fd, int *tmp)
+/* @fd, or a close-on-exec copy of it at or above @floor (in *@tmp, to
+ * close after the spawn), so that the dup2() onto the helper's descriptors
+ * below @floor never overwrites a source still to be moved. */
+static int high_fd(int fd, int floor, int *tmp)
 {
 	*tmp = -1;
-	if (fd > ZAP_PROBE_EXEC_FD)
+	if (fd >= floor)
 		return fd;
-	*tmp = fcntl(fd, F_DUPFD_CLOEXEC, ZAP_PROBE_EXEC_FD + 1);
+	*tmp = fcntl(fd, F_DUPFD_CLOEXEC, floor);
 	return *tmp;
 }
 
-/* Start @j's helper: the checked file @hfd, named @helper in messages. */
-static int start(struct job *j, const char *helper, int hfd)
+/* Start @b's helper: the checked file @hfd, named @helper in messages. */
+static int start(struct batch *b, const char *helper, int hfd)
 {
-	char exe[32];
-	char level[8], proto[8];
+	const int floor = ZAP_PROBE_FIRST_FILE_FD + (int)b->n;
+	char exe[32], level[8], proto[8];
 	const bool secure = zap__env_secure();
-	char *const argv[] = {
-		(char *)helper,
-		proto,
-		(char *)j->pj->name,
-		(char *)j->pj->path,
-		level,
-		secure ? "secure" : NULL,
-		NULL,
-	};
+	char *argv[4 + 2 * ZAP_PROBE_MAX_BATCH + 1];
+	int tmp[ZAP_PROBE_MAX_BATCH + 2], src[ZAP_PROBE_MAX_BATCH];
 	char *empty[] = { NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, all;
-	int p[2], tf, tp, th, ffd, wfd, xfd, rc;
+	int p[2], wfd, xfd, rc = 0;
+	bool ours2 = false;
 
 	snprintf(exe, sizeof(exe), "/proc/self/fd/%d", ZAP_PROBE_EXEC_FD);
 	snprintf(level, sizeof(level), "%d", log_level());
 	snprintf(proto, sizeof(proto), "%d", ZAP_PROBE_PROTO);
+	argv[0] = (char *)helper;
+	argv[1] = proto;
+	argv[2] = level;
+	argv[3] = secure ? "secure" : "-";
+	for (size_t i = 0; i < b->n; i++) {
+		argv[4 + 2 * i] = (char *)b->jobs[i].pj->name;
+		argv[5 + 2 * i] = (char *)b->jobs[i].pj->path;
+	}
+	argv[4 + 2 * b->n] = NULL;
+	for (size_t i = 0; i < b->n + 2; i++)
+		tmp[i] = -1;
 	if (pipe2(p, O_CLOEXEC))
 		return -errno;
-	ffd = high_fd(j->pj->fd, &tf);
-	wfd = high_fd(p[1], &tp);
-	xfd = high_fd(hfd, &th);
-	if (ffd < 0 || wfd < 0 || xfd < 0) {
+	wfd = high_fd(p[1], floor, &tmp[0]);
+	xfd = high_fd(hfd, floor, &tmp[1]);
+	if (wfd < 0 || xfd < 0)
 		rc = -errno;
-		goto out;
+	for (size_t i = 0; !rc && i < b->n; i++) {
+		src[i] = high_fd(b->jobs[i].pj->fd, floor, &tmp[2 + i]);
+		if (src[i] < 0)
+			rc = -errno;
 	}
+	if (rc)
+		goto out;
+	ours2 = p[0] == 2 || p[1] == 2 || hfd == 2;
+	for (size_t i = 0; i < b->n; i++)
+		ours2 = ours2 || b->jobs[i].pj->fd == 2;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	/* A plugin that prints must not corrupt the application's output
 	 * (zap-info --json): its stdout goes where its stderr goes, or
 	 * nowhere when the application closed its stderr. */
-	if (fcntl(2, F_GETFD) >= 0 && p[0] != 2 && p[1] != 2 && j->pj->fd != 2 &&
-	    hfd != 2) {
+	if (fcntl(2, F_GETFD) >= 0 && !ours2) {
 		posix_spawn_file_actions_adddup2(&fa, 2, 1);
 	} else {
 		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	}
-	posix_spawn_file_actions_adddup2(&fa, ffd, ZAP_PROBE_FILE_FD);
-	posix_spawn_file_actions_adddup2(&fa, wfd, ZAP_PROBE_PIPE_FD);
+	posix_spawn_file_actions_adddup2(&fa, wfd, ZAP_PROBE_REPORT_FD);
 	/* The checked file, open across the exec: the name is not looked up
 	 * again, and a script's interpreter can still open it. */
 	posix_spawn_file_actions_adddup2(&fa, xfd, ZAP_PROBE_EXEC_FD);
+	for (size_t i = 0; i < b->n; i++)
+		posix_spawn_file_actions_adddup2(&fa, src[i],
+						 ZAP_PROBE_FIRST_FILE_FD + (int)i);
 #ifdef HAVE_POSIX_SPAWN_FILE_ACTIONS_ADDCLOSEFROM_NP
 	/* The application's sockets and files are no business of plugin code
 	 * (the helper closes them itself too, where this is missing). */
-	posix_spawn_file_actions_addclosefrom_np(&fa, ZAP_PROBE_EXEC_FD + 1);
+	posix_spawn_file_actions_addclosefrom_np(&fa, floor);
 #endif
 	posix_spawnattr_init(&at);
 	/* Default dispositions and an empty mask, whatever the application
-	 * set: a crash must kill the helper so that its signal is named. */
+	 * set: a crash must kill the child so that its signal is named. */
 	sigemptyset(&none);
 	sigfillset(&all);
 	posix_spawnattr_setsigmask(&at, &none);
 	posix_spawnattr_setsigdefault(&at, &all);
-	/* A process group of its own, so that a timeout kills what the probe
-	 * started too; PR_SET_PDEATHSIG in the helper ends it with us. */
+	/* A process group of its own, so that a timeout kills the helper, its
+	 * children and what their probes started; PR_SET_PDEATHSIG in the
+	 * helper ends it with us. */
 	posix_spawnattr_setpgroup(&at, 0);
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
 					      POSIX_SPAWN_SETPGROUP);
 	/* In a privileged program the helper (which has no privileges: it is
 	 * exec'd) must not be configured by the caller's environment either. */
-	rc = -posix_spawn(&j->pid, exe, &fa, &at, argv, secure ? empty : environ);
+	rc = -posix_spawn(&b->pid, exe, &fa, &at, argv, secure ? empty : environ);
 	if (rc)
-		j->pid = 0;
+		b->pid = 0;
 	posix_spawnattr_destroy(&at);
 	posix_spawn_file_actions_destroy(&fa);
 out:
-	if (tf >= 0)
-		close(tf);
-	if (tp >= 0)
-		close(tp);
-	if (th >= 0)
-		close(th);
+	for (size_t i = 0; i < b->n + 2; i++)
+		if (tmp[i] >= 0)
+			close(tmp[i]);
 	close(p[1]);
 	if (rc) {
 		close(p[0]);
 		return rc;
 	}
-	j->rfd = p[0];
+	b->rfd = p[0];
 	return 0;
 }
 
@@ -251,15 +277,11 @@ static void take_str(char *dst, size_t dlen, const char *src, size_t slen,
 	dst[n] = '\0';
 }
 
-static void take_record(struct job *j)
+/* A LOG or RESULT record of @j's child: hostile input. */
+static void take_record(struct job *j, const struct zap_probe_rec *r)
 {
-	const struct zap_probe_rec *r = &j->rec;
 	struct zap_outcome *o = &j->pj->o;
 
-	if (r->magic != ZAP_PROBE_MAGIC || r->proto != ZAP_PROBE_PROTO) {
-		j->bad = true;
-		return;
-	}
 	if (r->type == ZAP_PROBE_REC_LOG) {
 		char domain[sizeof(r->domain)], text[sizeof(r->text)];
 
@@ -311,53 +333,80 @@ static void take_record(struct job *j)
 	}
 }
 
-static void drain(struct job *j)
+/* A whole record from the helper: to whom it belongs, then what it says. */
+static void dispatch(struct batch *b)
+{
+	const struct zap_probe_rec *r = &b->rec;
+	struct job *j;
+
+	/* The helper sets index and type STATUS/TORN; a record whose index it
+	 * did not set is its own fault, and then nothing it says counts. */
+	if (r->index >= b->n) {
+		b->bad = true;
+		return;
+	}
+	j = &b->jobs[r->index];
+	if (r->type == ZAP_PROBE_REC_STATUS) {
+		if (!j->waited) {
+			j->waited = true;
+			j->status_known = true;
+			j->status = r->status;
+		}
+		return;
+	}
+	if (r->type == ZAP_PROBE_REC_TORN || r->magic != ZAP_PROBE_MAGIC ||
+	    r->proto != ZAP_PROBE_PROTO || j->waited) {
+		j->bad = true;
+		return;
+	}
+	take_record(j, r);
+}
+
+static void drain(struct batch *b)
 {
 	for (;;) {
-		ssize_t n = read(j->rfd, (char *)&j->rec + j->got,
-				 sizeof(j->rec) - j->got);
+		ssize_t n = read(b->rfd, (char *)&b->rec + b->got,
+				 sizeof(b->rec) - b->got);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			return;
 		if (n <= 0) {
-			if (j->got) /* a torn record: the helper died mid-write */
-				j->bad = true;
-			close(j->rfd);
-			j->rfd = -1;
+			if (b->got) /* the helper died mid-write */
+				b->bad = true;
+			close(b->rfd);
+			b->rfd = -1;
 			return;
 		}
-		j->got += (size_t)n;
-		if (j->got == sizeof(j->rec)) {
-			take_record(j);
-			j->got = 0;
+		b->got += (size_t)n;
+		if (b->got == sizeof(b->rec)) {
+			dispatch(b);
+			b->got = 0;
 		}
 		return; /* one read per poll round: poll says when there is more */
 	}
 }
 
-static void reap(struct job *j, bool block)
+static void reap(struct batch *b)
 {
 	int status = 0;
 	pid_t w;
 
-	if (!j->pid || j->waited)
+	if (!b->pid || b->waited)
 		return;
 	do
-		w = waitpid(j->pid, &status, block ? 0 : WNOHANG);
+		w = waitpid(b->pid, &status, 0);
 	while (w < 0 && errno == EINTR);
-	if (w == 0)
-		return;
-	j->waited = true;
+	b->waited = true;
 	/* ECHILD: SIGCHLD is ignored here (the kernel reaped it) or another
 	 * waitpid() took it; the status is then unknown, never made up. */
-	j->status_known = w == j->pid;
-	j->status = status;
+	b->status_known = w == b->pid;
+	b->status = status;
 	/* A probe leaves nothing behind: end what it started, still in the
 	 * helper's process group (whose number stays reserved while anyone
 	 * is in it). ESRCH, the usual answer, is fine. */
-	kill(-j->pid, SIGKILL);
+	kill(-b->pid, SIGKILL);
 }
 
 static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
@@ -400,7 +449,7 @@ static void conclude(struct job *j, const char *helper, unsigned timeout_ms)
 		   WEXITSTATUS(j->status) != 0) {
 		snprintf(why, sizeof(why),
 			 "probe helper exited with status %d after reporting",
-			 WIFEXITED(j->status) ? WEXITSTATUS(j->status) : -1);
+			 WEXITSTATUS(j->status));
 	}
 	if (why[0]) {
 		memset(o, 0, sizeof(*o));
@@ -420,84 +469,71 @@ static int poll_ms(uint64_t left_ns)
 	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
-static void run_batch(struct job *jobs, size_t n, const char *helper, unsigned timeout_ms)
+static bool all_waited(const struct batch *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (!b->jobs[i].waited)
+			return false;
+	return true;
+}
+
+static void run_batch(struct batch *b, const char *helper, unsigned timeout_ms)
 {
 	uint64_t deadline = zap__now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	struct pollfd pfd[MAX_INFLIGHT];
 
-	for (;;) {
-		size_t np = 0;
-		bool waiting = false;
+	/* Until the helper closes its end, or has said how every child
+	 * ended (it exits right after), or the deadline. */
+	while (b->rfd >= 0 && !b->bad && !all_waited(b)) {
 		uint64_t now = zap__now_ns();
-		int ms;
+		struct pollfd pfd = { .fd = b->rfd, .events = POLLIN };
 
-		for (size_t i = 0; i < n; i++) {
-			struct job *j = &jobs[i];
-
-			if (j->pid && !j->waited)
-				reap(j, false);
-			/* Reported and gone: whatever still holds its pipe is a
-			 * process its probe left behind; stop listening. */
-			if (j->rfd >= 0 && j->waited && j->result && !j->got) {
-				close(j->rfd);
-				j->rfd = -1;
-			}
-			if (j->rfd >= 0) {
-				pfd[np].fd = j->rfd;
-				pfd[np].events = POLLIN;
-				np++;
-			}
-			/* Ended its report but not yet its process: look again
-			 * soon (its pipe may never close: see above). */
-			if (j->pid && !j->waited && (j->rfd < 0 || j->result))
-				waiting = true;
-		}
-		if (!np && !waiting)
-			break;
 		if (now >= deadline) {
-			for (size_t i = 0; i < n; i++) {
-				struct job *j = &jobs[i];
+			/* Its process group: the helper, its children and
+			 * what their probes started. */
+			kill(-b->pid, SIGKILL);
+			kill(b->pid, SIGKILL);
+			for (size_t i = 0; i < b->n; i++) {
+				struct job *j = &b->jobs[i];
 
-				bool running = j->pid && !j->waited;
-
-				if (running) {
-					/* Its process group: the helper and what
-					 * its probe started. */
-					kill(-j->pid, SIGKILL);
-					kill(j->pid, SIGKILL);
-					reap(j, true);
+				if (j->waited)
+					continue;
+				if (j->result)
 					j->killed = true;
-				}
-				if ((running || j->rfd >= 0) && !(j->result && !j->got))
+				else
 					j->timed_out = true;
-				if (j->rfd >= 0) {
-					close(j->rfd);
-					j->rfd = -1;
-				}
 			}
 			break;
 		}
-		ms = poll_ms(deadline - now);
-		if (waiting && ms > 1)
-			ms = 1;
-		if (poll(pfd, np, ms) < 0 && errno != EINTR)
+		if (poll(&pfd, 1, poll_ms(deadline - now)) < 0 && errno != EINTR)
 			break;
-		for (size_t i = 0, k = 0; i < n; i++) {
-			if (jobs[i].rfd < 0)
-				continue;
-			if (pfd[k++].revents)
-				drain(&jobs[i]);
-		}
+		if (pfd.revents)
+			drain(b);
 	}
-	for (size_t i = 0; i < n; i++)
-		if (jobs[i].pid)
-			conclude(&jobs[i], helper, timeout_ms);
+	if (b->rfd >= 0) {
+		close(b->rfd);
+		b->rfd = -1;
+	}
+	reap(b);
+	for (size_t i = 0; i < b->n; i++) {
+		struct job *j = &b->jobs[i];
+
+		if (b->bad && !j->result)
+			j->bad = true;
+		/* No word about its child: the helper's own end tells (a
+		 * helper from another libzap, or one that was killed). */
+		if (!j->waited) {
+			j->waited = true;
+			j->status_known = b->status_known;
+			j->status = b->status;
+		}
+		conclude(j, helper, timeout_ms);
+	}
 }
 
 void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 {
 	const char *helper = helper_path();
-	struct job jobs[MAX_INFLIGHT];
+	struct job jobs[ZAP_PROBE_MAX_BATCH];
 	char why[512];
 	int hfd = -1;
 
@@ -513,27 +549,29 @@ void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 		}
 		return;
 	}
-	for (size_t base = 0; base < n; base += MAX_INFLIGHT) {
-		size_t m = n - base < MAX_INFLIGHT ? n - base : MAX_INFLIGHT;
+	for (size_t base = 0; base < n; base += ZAP_PROBE_MAX_BATCH) {
+		size_t m = n - base < ZAP_PROBE_MAX_BATCH ? n - base
+							  : ZAP_PROBE_MAX_BATCH;
+		struct batch b = { .jobs = jobs, .n = m, .rfd = -1 };
+		int rc;
 
 		memset(jobs, 0, sizeof(jobs));
-		for (size_t i = 0; i < m; i++) {
-			struct job *j = &jobs[i];
-			int rc;
-
-			j->pj = &pj[base + i];
-			j->rfd = -1;
-			rc = start(j, helper, hfd);
-			if (rc) {
-				memset(&j->pj->o, 0, sizeof(j->pj->o));
-				j->pj->o.state = ZAP_PLUGIN_ERROR;
-				snprintf(j->pj->o.reason, sizeof(j->pj->o.reason),
+		for (size_t i = 0; i < m; i++)
+			jobs[i].pj = &pj[base + i];
+		rc = start(&b, helper, hfd);
+		if (rc) {
+			for (size_t i = 0; i < m; i++) {
+				memset(&jobs[i].pj->o, 0, sizeof(jobs[i].pj->o));
+				jobs[i].pj->o.state = ZAP_PLUGIN_ERROR;
+				snprintf(jobs[i].pj->o.reason,
+					 sizeof(jobs[i].pj->o.reason),
 					 "not probed: cannot start the probe helper %.160s: %s "
 					 "(ZAP_PROBE_INPROCESS=1 probes in this process)",
 					 helper, strerror(-rc));
 			}
+			continue;
 		}
-		run_batch(jobs, m, helper, timeout_ms);
+		run_batch(&b, helper, timeout_ms);
 	}
 	if (hfd >= 0)
 		close(hfd);

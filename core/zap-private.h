@@ -191,7 +191,8 @@ struct zap_probe_job {
 	const char *name;
 	struct zap_outcome o; /* the result */
 };
-/* Probe @n candidates, each in its own helper, all at once. */
+/* Probe @n candidates out of process: one helper, a child per candidate, all
+ * at once (probe-out.c). */
 void zap__probe_out(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
 
 /*

@@ -11,6 +11,13 @@
  * here). After one, the engine may refuse the ring (-EPROTO, for good) but
  * every chunk it hands out still lies inside a message no longer than
  * max_msg, in order, and nothing outside the region is touched (ASan).
+ *
+ * An input whose length is odd runs the interleaving script instead
+ * (shm_ring.h, "Interleaving"; the wire's version 3): one large message at
+ * a time goes in parts (zshm_send_part(), any part size and room kept
+ * free), whole messages (zshm_send_whole()) go between its parts, and the
+ * consumer, with rx.interleave set, must hand out each message's chunks in
+ * order, messages starting in the order their first records were written.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -62,6 +69,141 @@ static int on_chunk(void *user, uint64_t total, uint64_t off, const void *data, 
 	return 0;
 }
 
+/* The interleaving script's oracle: messages by the order of their first
+ * record, and the one open in parts. */
+struct ioracle {
+	bool scribbled;
+	size_t slen[QMAX];
+	uint8_t sseed[QMAX];
+	unsigned shead, sn;
+	bool open; /* a message of several chunks is being handed out */
+	size_t open_len;
+	uint8_t open_seed;
+	uint64_t open_off;
+};
+
+static int on_ichunk(void *user, uint64_t total, uint64_t off, const void *data,
+		     size_t len, bool last)
+{
+	struct ioracle *o = user;
+	const uint8_t *d = data;
+	uint8_t seed;
+
+	FUZZ_CHECK(total <= MAX_MSG);
+	FUZZ_CHECK(off + len <= total);
+	FUZZ_CHECK(last == (off + len == total));
+	if (o->scribbled)
+		return 0;
+	if (!off) {
+		/* A message starts: the next first record written. */
+		FUZZ_CHECK(o->sn > 0);
+		FUZZ_CHECK(total == o->slen[o->shead]);
+		seed = o->sseed[o->shead];
+		o->shead = (o->shead + 1) % QMAX;
+		o->sn--;
+		if (!last) {
+			FUZZ_CHECK(!o->open);
+			o->open = true;
+			o->open_len = total;
+			o->open_seed = seed;
+		}
+	} else {
+		FUZZ_CHECK(o->open && off == o->open_off && total == o->open_len);
+		seed = o->open_seed;
+	}
+	for (size_t i = 0; i < len; i++)
+		FUZZ_CHECK(d[i] == pattern(seed, off + i));
+	if (off || !last)
+		o->open_off = off + len;
+	if (off && last)
+		o->open = false;
+	return 0;
+}
+
+static void istart(struct ioracle *o, size_t len, uint8_t seed)
+{
+	o->slen[(o->shead + o->sn) % QMAX] = len;
+	o->sseed[(o->shead + o->sn) % QMAX] = seed;
+	o->sn++;
+}
+
+static int interleaved(const uint8_t *data, size_t size)
+{
+	static _Alignas(64) unsigned char region[ZSHM_HDR_BYTES + (1u << LOG2)];
+	static uint8_t big[MAX_MSG], small[MAX_MSG];
+	struct ioracle o = { 0 };
+	struct zshm_tx tx;
+	struct zshm_rx rx;
+	size_t big_len = 0, i = 0;
+	uint8_t big_seed = 0;
+	bool wake, big_on = false;
+	int rc;
+
+	FUZZ_CHECK(zshm_tx_init(&tx, region, LOG2) == 0);
+	FUZZ_CHECK(zshm_rx_attach(&rx, region, LOG2, MAX_MSG) == 0);
+	rx.interleave = true;
+	while (i + 3 <= size && o.sn < QMAX - 1) {
+		uint8_t op = data[i] % 4, a = data[i + 1], b = data[i + 2];
+		i += 3;
+		if (op == 0) { /* the large message's next part */
+			if (!big_on) {
+				big_len = (size_t)a * b * 2 % (MAX_MSG + 1);
+				big_seed = a ^ b;
+				for (size_t k = 0; k < big_len; k++)
+					big[k] = pattern(big_seed, k);
+				big_on = true;
+			}
+			bool was_mid = zshm_tx_mid(&tx);
+			rc = zshm_send_part(&tx, big, big_len, (uint64_t)(b + 1) * 16,
+					    (uint64_t)a * 8, &wake);
+			if (!o.scribbled)
+				FUZZ_CHECK(rc == 0 || rc == -EINPROGRESS || rc == -EAGAIN);
+			if (rc && rc != -EINPROGRESS && rc != -EAGAIN)
+				break;
+			if (!was_mid && (rc != -EAGAIN || zshm_tx_mid(&tx)))
+				istart(&o, big_len, big_seed);
+			if (!rc)
+				big_on = false;
+		} else if (op == 1) {
+			rc = zshm_recv(&rx, on_ichunk, &o);
+			FUZZ_CHECK(rc >= 0 || rc == -EPROTO);
+			if (!o.scribbled)
+				FUZZ_CHECK(rc >= 0);
+		} else if (op == 2) {
+			region[((size_t)a * 17u + b) % sizeof(region)] = b;
+			o.scribbled = true;
+		} else { /* a whole message, between the parts */
+			/* Up to a chunk: a quarter of the ring, less 16. */
+			size_t len = (size_t)a * b % ((1u << LOG2) / 4 - 16 + 1);
+			for (size_t k = 0; k < len; k++)
+				small[k] = pattern(b, k);
+			rc = zshm_send_whole(&tx, small, len, &wake);
+			if (!o.scribbled)
+				FUZZ_CHECK(rc == 0 || rc == -EAGAIN);
+			if (rc && rc != -EAGAIN)
+				break;
+			if (!rc)
+				istart(&o, len, b);
+		}
+	}
+	if (!o.scribbled) { /* everything sent comes out, the rest of the part too */
+		for (int tries = 0; big_on && tries < 4096; tries++) {
+			bool was_mid = zshm_tx_mid(&tx);
+			rc = zshm_send_part(&tx, big, big_len, 512, 0, &wake);
+			FUZZ_CHECK(rc == 0 || rc == -EINPROGRESS || rc == -EAGAIN);
+			if (!was_mid && (rc != -EAGAIN || zshm_tx_mid(&tx)))
+				istart(&o, big_len, big_seed);
+			if (!rc)
+				big_on = false;
+			FUZZ_CHECK(zshm_recv(&rx, on_ichunk, &o) >= 0);
+		}
+		FUZZ_CHECK(!big_on);
+		FUZZ_CHECK(zshm_recv(&rx, on_ichunk, &o) >= 0);
+		FUZZ_CHECK(o.sn == 0 && !o.open);
+	}
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static _Alignas(64) unsigned char region[ZSHM_HDR_BYTES + (1u << LOG2)];
@@ -72,6 +214,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t i = 0;
 	bool wake;
 
+	if (size % 2)
+		return interleaved(data + 1, size - 1);
 	FUZZ_CHECK(zshm_tx_init(&tx, region, LOG2) == 0);
 	FUZZ_CHECK(zshm_rx_attach(&rx, region, LOG2, MAX_MSG) == 0);
 	while (i + 3 <= size) {

@@ -8,16 +8,19 @@
  * endpoint has closed the connection.
  *
  * Oracle: an independent reading of WIRE.md over the same bytes. The
- * endpoint must answer with its own HELLO exactly when the HELLO is valid,
- * and deliver exactly the complete, valid DATA frames before the first
- * bad or truncated one, in order, byte for byte, each with the peer string
+ * endpoint must answer with its own HELLO (of the version offered, 2 or 3)
+ * exactly when the HELLO is valid, and deliver exactly the messages
+ * completed before the first bad or truncated frame, in the order they
+ * complete, byte for byte: DATA frames, and on version 3 messages in parts
+ * (BEGIN, MORE) with DATA frames between them; each with the peer string
  * the connection proves (source 127.0.0.1, the announced port): a HELLO
  * claiming a name or another host is refused. It must
  * close every connection (protocol error, EOF) promptly: 5 s without that
  * is a hang.
  *
  * First input byte: bit 0 prepend a valid HELLO (then bits 2-3 choose its
- * address: a name, a literal, a wildcard, [::]); bit 1 write the stream in
+ * address: a name, a literal, a wildcard, [::]; bit 6 its version, 3 or
+ * 2); bit 1 write the stream in
  * pieces of 1, 5, 17 or 200 bytes (bits 4-5), yielding between them, so
  * that the endpoint reads partial headers, HELLOs and payloads.
  */
@@ -39,6 +42,8 @@
 
 #define HDR 16
 #define MAX_MSG (64u << 10)
+#define SOLO_MAX (32u << 10) /* version 3: larger messages go in parts */
+#define MAX_EXPECT 64
 /* HELLO payload: id, nonce, maximum message size (8 each), address. */
 #define HELLO_FIXED 24
 #define HELLO_MAX (HELLO_FIXED + ZAP_PEER_MAX - 1)
@@ -93,10 +98,11 @@ static void wr64(uint8_t *p, uint64_t v)
 	}
 }
 
-/* WIRE.md's header: magic, version 2, @type, reserved 0, length <= @max. */
-static bool hdr_ok(const uint8_t *h, unsigned type, uint64_t max, uint64_t *len)
+/* WIRE.md's header: magic, version @ver, @type, reserved 0, length <= @max. */
+static bool hdr_ok(const uint8_t *h, unsigned ver, unsigned type, uint64_t max,
+		   uint64_t *len)
 {
-	if (h[0] != 0x5a || h[1] != 0x41 || h[2] != 0x50 || h[3] != 0x57 || h[4] != 2 ||
+	if (h[0] != 0x5a || h[1] != 0x41 || h[2] != 0x50 || h[3] != 0x57 || h[4] != ver ||
 	    h[5] != type || h[6] || h[7])
 		return false;
 	*len = rd64(h + 8);
@@ -137,10 +143,63 @@ static bool hello_addr_ok(const char *a, size_t n, char *port)
 
 struct expect {
 	bool hello_ok;
+	unsigned ver;
 	char peer[ZAP_PEER_MAX];
-	size_t n;                /* complete valid DATA frames */
-	size_t off[64], len[64]; /* where their payloads lie in the stream */
+	size_t n;                /* messages completed before anything bad */
+	uint8_t *msg[MAX_EXPECT]; /* their bytes */
+	size_t len[MAX_EXPECT];
 };
+
+static void expect_add(struct expect *e, const uint8_t *p, size_t len)
+{
+	e->msg[e->n] = malloc(len ? len : 1);
+	if (!e->msg[e->n])
+		abort();
+	memcpy(e->msg[e->n], p, len);
+	e->len[e->n++] = len;
+}
+
+/* Version 3's frames after the HELLO at @pos: DATA up to SOLO_MAX, and one
+ * message at a time in parts, BEGIN (total u64, bytes) then MORE. */
+static void reference_v3(const uint8_t *s, size_t n, size_t pos, struct expect *e)
+{
+	uint8_t *open = NULL;
+	uint64_t total = 0, got = 0, len;
+
+	while (n - pos >= HDR && e->n < MAX_EXPECT) {
+		const uint8_t *h = s + pos;
+		if (hdr_ok(h, 3, 2, SOLO_MAX, &len)) {
+			if (len > n - pos - HDR)
+				break;
+			expect_add(e, h + HDR, len);
+		} else if (hdr_ok(h, 3, 4, MAX_MSG + 8, &len)) {
+			if (open || len < 9 || n - pos - HDR < 8)
+				break;
+			total = rd64(h + HDR);
+			if (total > MAX_MSG || len - 8 > total || len > n - pos - HDR)
+				break;
+			open = malloc(total);
+			if (!open)
+				abort();
+			memcpy(open, h + HDR + 8, len - 8);
+			got = len - 8;
+		} else if (hdr_ok(h, 3, 5, MAX_MSG + 8, &len)) {
+			if (!open || !len || len > total - got || len > n - pos - HDR)
+				break;
+			memcpy(open + got, h + HDR, len);
+			got += len;
+		} else {
+			break;
+		}
+		if (open && got == total) {
+			expect_add(e, open, total);
+			free(open);
+			open = NULL;
+		}
+		pos += HDR + len;
+	}
+	free(open);
+}
 
 static void reference(const uint8_t *s, size_t n, struct expect *e)
 {
@@ -148,9 +207,10 @@ static void reference(const uint8_t *s, size_t n, struct expect *e)
 	size_t pos;
 
 	memset(e, 0, sizeof(*e));
-	if (n < HDR || !hdr_ok(s, 1, HELLO_MAX, &len) || len < HELLO_FIXED + 3 ||
-	    HDR + len > n)
+	if (n < HDR || (!hdr_ok(s, 2, 1, HELLO_MAX, &len) && !hdr_ok(s, 3, 1, HELLO_MAX, &len)) ||
+	    len < HELLO_FIXED + 3 || HDR + len > n)
 		return;
+	e->ver = s[4];
 	char port[8];
 	if (!rd64(s + HDR) || !rd64(s + HDR + 16) ||
 	    !hello_addr_ok((const char *)s + HDR + HELLO_FIXED, len - HELLO_FIXED, port))
@@ -158,12 +218,14 @@ static void reference(const uint8_t *s, size_t n, struct expect *e)
 	e->hello_ok = true;
 	snprintf(e->peer, sizeof(e->peer), "127.0.0.1:%s", port);
 	pos = HDR + len;
-	while (n - pos >= HDR && e->n < 64) {
-		if (!hdr_ok(s + pos, 2, MAX_MSG, &len) || len > n - pos - HDR)
+	if (e->ver == 3) {
+		reference_v3(s, n, pos, e);
+		return;
+	}
+	while (n - pos >= HDR && e->n < MAX_EXPECT) {
+		if (!hdr_ok(s + pos, 2, 2, MAX_MSG, &len) || len > n - pos - HDR)
 			return;
-		e->off[e->n] = pos + HDR;
-		e->len[e->n] = len;
-		e->n++;
+		expect_add(e, s + pos + HDR, len);
 		pos += HDR + len;
 	}
 }
@@ -195,7 +257,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (mode & 1) {
 		const char *a = addrs[(mode >> 2) & 3];
 		size_t al = strlen(a);
-		static const uint8_t h[8] = { 0x5a, 0x41, 0x50, 0x57, 2, 1, 0, 0 };
+		const uint8_t h[8] = { 0x5a, 0x41, 0x50, 0x57, mode & 64 ? 2 : 3, 1, 0, 0 };
 		memcpy(s, h, 8);
 		wr64(s + 8, HELLO_FIXED + al);
 		wr64(s + HDR, 0x1000 + ++iter); /* a new instance each time */
@@ -256,7 +318,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				extra = true;
 			} else {
 				FUZZ_CHECK(zap_msg_len(m) == e.len[got]);
-				FUZZ_CHECK(!memcmp(zap_msg_data(m), s + e.off[got], e.len[got]));
+				FUZZ_CHECK(!memcmp(zap_msg_data(m), e.msg[got], e.len[got]));
 				FUZZ_CHECK(!strcmp(zap_msg_peer(m), e.peer));
 			}
 			got++;
@@ -290,9 +352,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(!!got_answer == e.hello_ok);
 	if (got_answer) {
 		uint64_t len;
-		FUZZ_CHECK(got_answer >= HDR && hdr_ok(answer, 1, HELLO_MAX, &len) &&
+		FUZZ_CHECK(got_answer >= HDR && hdr_ok(answer, e.ver, 1, HELLO_MAX, &len) &&
 			   got_answer == HDR + len);
 	}
+	for (size_t i = 0; i < e.n; i++)
+		free(e.msg[i]);
 	free(s);
 	return 0;
 }

@@ -8,10 +8,18 @@
 #    removing it makes it disappear;
 #  - libzap-dev ships the documentation (docs/, the default wire's WIRE.md)
 #    under /usr/share/doc/libzap, and each plugin package its README there;
+#  - libzap-dev ships libzap(7) and a section 3 page for every function
+#    libzap.so.0 exports, each formatting without a warning;
 #  - the example plugin (examples/plugin, as shipped in libzap-dev) builds
 #    against the installed libzap-dev alone, installs into pkg-config's
 #    plugindir, exports only its descriptor, shows up in zap-info, and
 #    ZAP_TRANSPORT=inproc picks it;
+#  - the Go package (golang-github-libzap-libzap-dev) ships the binding's
+#    source under /usr/share/gocode/src, and a Go program that imports it
+#    (packaging/go-hello) builds and runs against the installed packages
+#    alone: in GOPATH mode (GO111MODULE=off GOPATH=/usr/share/gocode), and
+#    as a module vendoring the installed source (-mod=vendor), with no
+#    source checkout, no replace directive and no network;
 #  - lintian finds no error;
 #  - with every package installed, the tree's own test suite (a fresh
 #    build of the copy) still passes: it must never see the installed
@@ -43,8 +51,8 @@ pkg_suite=${ZAP_PKG_SUITE:-1}
 for v in $(compgen -e | grep '^ZAP_' || true); do unset "$v"; done
 start=$(date +%s)
 work=$(mktemp -d /tmp/zap-pkgtest.XXXXXX)
-ours=(libzap0 libzap-dev zap-tools libzap-plugin-uma libzap-plugin-gpudirect
-      libzap-plugin-dpdk)
+ours=(libzap0 libzap-dev zap-tools golang-github-libzap-libzap-dev
+      libzap-plugin-uma libzap-plugin-gpudirect libzap-plugin-dpdk)
 hw_plugins=(uma gpudirect dpdk)
 passed=0 failed=0
 example_files=()
@@ -118,7 +126,8 @@ EOF
 }
 
 step "dependencies"
-need=(build-essential dpkg-dev debhelper lintian python3 meson ninja-build pkg-config)
+need=(build-essential dpkg-dev debhelper lintian python3 meson ninja-build pkg-config
+      golang-go)
 missing=()
 for p in "${need[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
@@ -173,7 +182,7 @@ else
 	exit 1
 fi
 deb() { ls "$work"/"$1"_*.deb 2>/dev/null | head -n 1; }
-for p in libzap0 libzap-dev zap-tools; do
+for p in libzap0 libzap-dev zap-tools golang-github-libzap-libzap-dev; do
 	check "$p built" test -n "$(deb "$p")"
 done
 for p in "${expected[@]}"; do
@@ -220,9 +229,11 @@ check "built-in directory is $plugindir" jq_py core \
 	"[x['path'] for x in d['directories'] if x['source'] == 'built-in'] == ['$plugindir']"
 check "zap-info --version runs" run version.log /usr/bin/zap-info --version
 check "zap-perf --help runs" run perf-help.log /usr/bin/zap-perf --help
-for page in man1/zap-info.1 man1/zap-perf.1 man7/libzap.7; do
-	check "man page $page installed" test -f "/usr/share/man/$page.gz"
+for page in man1/zap-info.1 man1/zap-perf.1; do
+	check "man page $page installed (zap-tools)" test -f "/usr/share/man/$page.gz"
 done
+check "no library page before libzap-dev (libzap(7), section 3 are its own)" \
+	sh -c '! ls /usr/share/man/man7/libzap.7.gz /usr/share/man/man3/zap_*.3.gz 2>/dev/null | grep -q .' 
 check "libzap0 ships no libzap.so link (libzap-dev does)" \
 	test ! -e "/usr/lib/$multiarch/libzap.so"
 check "libzap0 ships the probe helper /usr/lib/$multiarch/zap/zap-probe" \
@@ -263,6 +274,25 @@ for f in docs/README.md docs/architecture.md docs/plugin-abi.md docs/loader.md \
 done
 check "no installed document points outside the installed tree (DESIGN.md, ../shared)" \
 	sh -c "! grep -rlE 'DESIGN\.md|\.\./shared' $docs"
+# The library's manual pages: libzap(7) and one section 3 page for every
+# function libzap0 exports (its dynamic symbols, as dpkg-shlibdeps sees
+# them), each in libzap-dev and readable by man without a warning.
+check "libzap-dev ships libzap(7)" \
+	sh -c "dpkg -L libzap-dev | grep -qx /usr/share/man/man7/libzap.7.gz"
+missing_pages=$(nm -D --defined-only "/usr/lib/$multiarch/libzap.so.0" | awk '$3 ~ /^zap_/ {
+	sub(/@.*/, "", $3); print $3 }' | sort -u | while read -r fn; do
+	dpkg -L libzap-dev | grep -qx "/usr/share/man/man3/$fn.3.gz" || echo "$fn"; done)
+check "libzap-dev ships a section 3 page for every exported function${missing_pages:+ (missing: $(echo $missing_pages))}" \
+	test -z "$missing_pages"
+if command -v man >/dev/null; then
+	man_warn=$(for p in /usr/share/man/man7/libzap.7.gz /usr/share/man/man3/zap_*.3.gz; do
+		LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z "$p" 2>&1 >/dev/null |
+			sed "s|^|$p: |"; done)
+	check "the library's pages format without warnings${man_warn:+: $man_warn}" \
+		test -z "$man_warn"
+	check "man 3 zap_pick finds the installed page" \
+		sh -c "man -w 3 zap_pick | grep -qx /usr/share/man/man3/zap_pick.3.gz"
+fi
 check "pkg-config plugindir is $plugindir" \
 	test "$(pkg-config --variable=plugindir zap-plugin)" = "$plugindir"
 ex_src=/usr/share/doc/libzap-dev/examples/plugin
@@ -303,10 +333,68 @@ zap_info example-removed
 check "inproc gone once its file is removed" jq_py example-removed \
 	'names == ["default"]'
 
+step "Go package against the installed packages"
+go_path=github.com/libzap/libzap/bindings/go
+gocode=/usr/share/gocode/src/$go_path
+check "install golang-github-libzap-libzap-dev" run install-go.log \
+	apt-get install -y --no-install-recommends "$(deb golang-github-libzap-libzap-dev)"
+# What bindings/go/meson.build installs must be the whole package: every
+# .go file of the tree's package and command but their tests.
+go_missing=$(cd "$work/src/bindings/go" && for f in go.mod transport/*.go cmd/*/*.go; do
+	case $f in *_test.go) continue ;; esac
+	[ -f "$gocode/$f" ] || echo "$f"
+done)
+check "it ships the package's source in $gocode${go_missing:+ (missing: $go_missing)}" \
+	test -z "$go_missing" -a -f "$gocode/transport/transport.go"
+check "it ships no test file" test -z "$(find "$gocode" -name '*_test.go')"
+check "it ships its README in /usr/share/doc/golang-github-libzap-libzap-dev" \
+	test -f /usr/share/doc/golang-github-libzap-libzap-dev/README.md
+# The program, copied out of the tree; built with nothing from the
+# caller's environment: a fresh HOME, Go's caches in the work dir, the
+# module proxy off, the cgo flags from the installed zap.pc.
+go_env=(env -i PATH=/usr/bin:/bin HOME="$work/go-home" GOCACHE="$work/go-cache"
+	GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=1)
+# go_hello NAME DIR ENV...: build DIR with ENV into DIR/hello, run it.
+go_hello() {
+	local name=$1 dir=$2
+	shift 2
+	(cd "$dir" && run "$name.log" "${go_env[@]}" "$@" go build -o "$dir/hello" .) &&
+		run "$name.out" env ZAP_TRANSPORT_QUIET=1 "$dir/hello" &&
+		grep -q '^libzap .*, default: hello$' "$work/$name.out"
+}
+mkdir "$work/go-gopath"
+cp "$work/src/packaging/go-hello/main.go" "$work/go-gopath/"
+check "a Go program builds in GOPATH mode (GOPATH=/usr/share/gocode) and runs" \
+	go_hello go-gopath "$work/go-gopath" GO111MODULE=off \
+		GOPATH=/usr/share/gocode GOFLAGS=-buildvcs=false
+sed 's/^/  /' "$work/go-gopath.out" 2>/dev/null || true
+# (/lib/<triplet> is /usr/lib/<triplet> on a merged-/usr system.)
+check "its libzap is the installed one" \
+	sh -c "ldd '$work/go-gopath/hello' | grep -qE 'libzap\.so\.0 => (/usr)?/lib/'"
+# A module vendoring the installed source, as bindings/go/README.md tells
+# users outside Debian to vendor a copy: no replace directive.
+vendor_installed() {
+	local v=$work/go-vendor
+	[ -d "$gocode/transport" ] || return 1
+	mkdir -p "$v/vendor/$go_path" &&
+		cp "$work/src/packaging/go-hello/main.go" "$v/" &&
+		cp -r "$gocode/transport" "$gocode/go.mod" "$v/vendor/$go_path/" &&
+		printf '%s\n' 'module example.com/hello' '' 'go 1.19' '' \
+			"require $go_path v0.0.0" >"$v/go.mod" &&
+		printf '%s\n' "# $go_path v0.0.0" '## explicit; go 1.19' \
+			"$go_path/transport" >"$v/vendor/modules.txt"
+}
+go_vendored() {
+	vendor_installed && go_hello go-vendor "$work/go-vendor" GO111MODULE=on \
+		GOPATH="$work/go-home/go" GOFLAGS="-mod=vendor -buildvcs=false"
+}
+check "a module vendoring the installed source builds (-mod=vendor) and runs" go_vendored
+
 if [ "$pkg_suite" = 1 ]; then
 	step "the tree's test suite with every package installed"
 	all_debs=()
-	for p in libzap0 libzap-dev zap-tools "${expected[@]/#/libzap-plugin-}"; do
+	for p in libzap0 libzap-dev zap-tools golang-github-libzap-libzap-dev \
+		"${expected[@]/#/libzap-plugin-}"; do
 		all_debs+=("$(deb "$p")")
 	done
 	check "install every package" run install-all.log \

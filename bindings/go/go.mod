@@ -1,3 +1,3 @@
-module zap
+module github.com/libzap/libzap/bindings/go
 
 go 1.19

@@ -14,6 +14,7 @@ src=$(cd "$here/../.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd)
 
 command -v go >/dev/null || { echo "test.sh: go not found (apt-get install golang-go)" >&2; exit 1; }
+command -v pkg-config >/dev/null || { echo "test.sh: pkg-config not found (cgo reads the flags of zap.pc)" >&2; exit 1; }
 [ -e "$build/core/libzap.so" ] || { echo "test.sh: no $build/core/libzap.so: build first" >&2; exit 1; }
 [ -x "$build/bindings/go/zap-go-peer" ] || { echo "test.sh: no $build/bindings/go/zap-go-peer: build first (with -Dtests=true)" >&2; exit 1; }
 
@@ -32,18 +33,11 @@ if [ -z "${ZAP_GO_TEST_PRIVATE:-}" ]; then
 		"$build/bindings/go" -- "$here/test.sh" "$build"
 fi
 
-export CGO_ENABLED=1
-export CGO_CFLAGS="-I$src/include"
-export CGO_LDFLAGS="-L$build/core"
-export LD_LIBRARY_PATH="$build/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$here/build-env.sh"
 export ZAP_GO_PEER="$build/bindings/go/zap-go-peer"
 # The build tree's out-of-process probe helper (not the installed one).
 export ZAP_PROBE_HELPER="$build/core/zap-probe"
 export ZAP_LISTEN=127.0.0.1:0
-# Caches under the build dir, so root in CI and users share nothing;
-# offline, and no VCS stamping (a worktree or tarball has no usable VCS).
-export GOPATH="$build/go/path" GOCACHE="$build/go/cache"
-export GOPROXY=off GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
 cd "$here"
 set -x

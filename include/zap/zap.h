@@ -346,8 +346,13 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  * @buf, @len: the message; the caller may reuse @buf once this returns.
  * @ctx:  cancellation/deadline, or NULL to block until sent.
  *
- * Messages to one peer arrive in the order they were sent. Several threads
- * may send at once, to the same or different peers.
+ * Order: a message whose zap_send() returned before another zap_send() to
+ * the same peer began arrives first (so one thread's messages to a peer
+ * arrive in the order it sent them). Sends that overlap in time carry no
+ * order between them: several threads may send at once, to the same or
+ * different peers, and a small message may arrive before a large one
+ * whose send began earlier (the default transport sends large messages
+ * in parts, with other messages between them: docs/wires.md).
  *
  * Blocking: a send waits while the transport cannot take the message,
  * which for TCP means once a few MB are queued to a peer that is not
@@ -369,7 +374,8 @@ ZAP_EXPORT int zap_caps(const struct zap_transport *t, struct zap_caps *caps);
  *               another host, see zap_transport_address());
  *  -EPROTO:     the far end answered but is not a peer of this transport
  *               (another protocol, or an incompatible libzap wire
- *               version); the reason says what it sent;
+ *               version); the reason says what it sent, e.g. "the peer
+ *               requires TLS" to an endpoint without ZAP_TLS_CERT;
  *  -ECANCELED/-ETIMEDOUT: @ctx fired, or the default send timeout passed;
  *  -ESHUTDOWN:  zap_shutdown() or zap_close() was called on @t;
  *  -EBADFD:     @t was inherited across fork() (see zap_close());
@@ -665,9 +671,10 @@ struct zap_scan_attr {
  *
  * Optional: the first zap_pick() or report call scans with defaults.
  *
- * By default every candidate is loaded and probed in a helper process of
- * its own (zap-probe, in the library's libexec directory, started with
- * posix_spawn(), all at once), so a plugin that crashes or hangs is
+ * By default every candidate is loaded and probed in a process of its own,
+ * all at once: one helper (zap-probe, in the library's libexec directory,
+ * started with posix_spawn()) forks a child per candidate. A plugin that
+ * crashes or hangs is
  * reported as ZAP_PLUGIN_ERROR ("probe crashed: signal 11", "probe timed
  * out after N ms") and the program goes on. This process then loads only
  * the plugin a pick chooses, when it first chooses it, after checking that
@@ -694,10 +701,18 @@ ZAP_EXPORT int zap_report_count(void);
  */
 ZAP_EXPORT int zap_report_get(size_t index, struct zap_report_entry *e);
 
-/** zap_report_dir_count() - number of plugin directories searched. */
+/**
+ * zap_report_dir_count() - number of plugin directories searched (scans
+ * first).
+ * Return: the count.
+ */
 ZAP_EXPORT int zap_report_dir_count(void);
 
-/** zap_report_dir_get() - directory @index, in search order. See zap_report_get(). */
+/**
+ * zap_report_dir_get() - copy directory @index, in search order, into @d
+ * (caller sets d->size). Strings stay valid for the life of the process.
+ * Return: 0; -ERANGE past the end; -EINVAL for a bad @d.
+ */
 ZAP_EXPORT int zap_report_dir_get(size_t index, struct zap_dir_entry *d);
 
 /** struct zap_choice - what zap_pick() would do now, and why. */

@@ -139,17 +139,28 @@ static inline void zt_be64(unsigned char *p, uint64_t v)
 }
 
 /**
- * zt_wire_hdr() - a 16-byte frame header of wire version 2 at @p: @type (1
- * HELLO, 2 DATA), @len payload bytes (plugins/default/WIRE.md). Return: 16.
+ * zt_wire_hdr_v() - a 16-byte frame header of wire version @ver at @p:
+ * @type (1 HELLO, 2 DATA; version 3 also 4 BEGIN, 5 MORE), @len payload
+ * bytes (plugins/default/WIRE.md). Return: 16.
  */
-static inline size_t zt_wire_hdr(unsigned char *p, unsigned type, uint64_t len)
+static inline size_t zt_wire_hdr_v(unsigned char *p, unsigned ver, unsigned type,
+				   uint64_t len)
 {
 	memcpy(p, "ZAPW", 4);
-	p[4] = 2;
+	p[4] = (unsigned char)ver;
 	p[5] = (unsigned char)type;
 	p[6] = p[7] = 0;
 	zt_be64(p + 8, len);
 	return 16;
+}
+
+/**
+ * zt_wire_hdr() - zt_wire_hdr_v() of version 2, the previous version's
+ * peers (their HELLO and DATA frames).
+ */
+static inline size_t zt_wire_hdr(unsigned char *p, unsigned type, uint64_t len)
+{
+	return zt_wire_hdr_v(p, 2, type, len);
 }
 
 /* ---- checks for programs without cmocka ------------------------------------ */

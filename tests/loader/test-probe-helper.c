@@ -232,21 +232,26 @@ static void child_fds_scan(void *arg)
 
 /*
  * The helper's own closing, as on a C library without
- * posix_spawn_file_actions_addclosefrom_np(): run it directly with the
- * plugin on 3, the pipe on 4, and descriptors 5, 9 and 40 left open.
+ * posix_spawn_file_actions_addclosefrom_np(): run it directly, as libzap
+ * does (core/probe-wire.h), with the report pipe on 3, the plugin on 5,
+ * and descriptors 4, 9 and 40 left open. The child that probes sees none
+ * above its own pipe; the helper sends the RESULT as candidate 0, then
+ * the child's STATUS.
  */
 static void test_fds_closed(void **state)
 {
 	const char *dir = th_fixture_dir((const char *const[]){ "fdlister", NULL });
 	char plugin[PATH_MAX], proto[16], rec[sizeof(struct zap_probe_rec)];
 	struct scene s = { .dir = dir };
-	struct zap_probe_rec r;
+	struct zap_probe_rec r, result;
+	bool have_result = false, have_status = false;
 	size_t got = 0;
 	int p[2], status;
 	pid_t pid;
 
 	(void)state;
 	memset(&r, 0, sizeof(r));
+	memset(&result, 0, sizeof(result));
 	th_child(child_fds_scan, &s, TIMEOUT_MS);
 
 	th_join(plugin, sizeof(plugin), dir, "libzap-fdlister.so");
@@ -258,10 +263,11 @@ static void test_fds_closed(void **state)
 		int f = open(plugin, O_RDONLY), n = open("/dev/null", O_RDONLY);
 
 		if (f < 0 || n < 0 || dup2(p[1], 50) < 0 || dup2(f, 51) < 0 ||
-		    dup2(50, ZAP_PROBE_PIPE_FD) < 0 || dup2(51, ZAP_PROBE_FILE_FD) < 0 ||
-		    dup2(n, 5) < 0 || dup2(n, 9) < 0 || dup2(n, 40) < 0)
+		    dup2(50, ZAP_PROBE_REPORT_FD) < 0 ||
+		    dup2(51, ZAP_PROBE_FIRST_FILE_FD) < 0 || dup2(n, ZAP_PROBE_EXEC_FD) < 0 ||
+		    dup2(n, 9) < 0 || dup2(n, 40) < 0)
 			_exit(100);
-		execl(PROBE_HELPER_PATH, PROBE_HELPER_PATH, proto, "fdlister", plugin, "1",
+		execl(PROBE_HELPER_PATH, PROBE_HELPER_PATH, proto, "1", "-", "fdlister", plugin,
 		      (char *)NULL);
 		_exit(101);
 	}
@@ -276,16 +282,75 @@ static void test_fds_closed(void **state)
 			continue;
 		memcpy(&r, rec, sizeof(r));
 		got = 0;
-		if (r.type == ZAP_PROBE_REC_RESULT)
-			break;
+		assert_int_equal(r.index, 0);
+		if (r.type == ZAP_PROBE_REC_RESULT) {
+			assert_false(have_status);
+			result = r;
+			have_result = true;
+		}
+		if (r.type == ZAP_PROBE_REC_STATUS) {
+			assert_true(WIFEXITED(r.status));
+			assert_int_equal(WEXITSTATUS(r.status), 0);
+			have_status = true;
+		}
 	}
 	close(p[0]);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
-	assert_int_equal(r.type, ZAP_PROBE_REC_RESULT);
-	r.reason[sizeof(r.reason) - 1] = '\0';
-	assert_string_equal(r.reason, "fds=");
+	assert_true(have_result);
+	assert_true(have_status);
+	result.reason[sizeof(result.reason) - 1] = '\0';
+	assert_string_equal(result.reason, "fds=");
+}
+
+/* ---- one helper per scan -------------------------------------------------- */
+
+/* Four candidates, one of which crashes, probed through a helper script
+ * that counts its starts and runs the real one: one start for the scan,
+ * every row its own outcome (the crash costs only its own row). */
+static void child_one_helper(void *arg)
+{
+	const struct scene *s = arg;
+
+	th_setenv("ZAP_PLUGIN_PATH", s->dir);
+	th_setenv("ZAP_PROBE_HELPER", s->helper);
+	th_setenv("ZAP_TRANSPORT_QUIET", "1");
+	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_LOADED, NULL, NULL);
+	TH_CHECK_ROW("better", NULL, ZAP_PLUGIN_LOADED, NULL, NULL);
+	TH_CHECK_ROW("absent", NULL, ZAP_PLUGIN_NOT_PRESENT, NULL, NULL);
+	TH_CHECK_ROW("crash", NULL, ZAP_PLUGIN_ERROR, "probe crashed: signal 11", NULL);
+	TH_CHECK_PICK(NULL, 0, "better");
+}
+
+static void test_one_helper(void **state)
+{
+	const char *dir = th_fixture_dir(
+		(const char *const[]){ "good", "better", "absent", "crash", NULL });
+	const char *hdir = th_tmpdir();
+	char helper[PATH_MAX], starts[PATH_MAX];
+	struct scene s = { .dir = dir };
+	FILE *f;
+	int n = 0, c;
+
+	(void)state;
+	th_join(starts, sizeof(starts), hdir, "starts");
+	th_join(helper, sizeof(helper), hdir, "zap-probe");
+	f = fopen(helper, "w");
+	assert_non_null(f);
+	fprintf(f, "#!/bin/sh\necho started >>'%s'\nexec '%s' \"$@\"\n", starts,
+		PROBE_HELPER_PATH);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(chmod(helper, 0755), 0);
+	s.helper = helper;
+	th_child(child_one_helper, &s, TIMEOUT_MS);
+
+	f = fopen(starts, "r");
+	assert_non_null(f);
+	while ((c = fgetc(f)) != EOF)
+		n += c == '\n';
+	fclose(f);
+	assert_int_equal(n, 1);
 }
 
 int main(void)
@@ -295,6 +360,7 @@ int main(void)
 		cmocka_unit_test(test_timeout_ends),
 		cmocka_unit_test(test_helper_rules),
 		cmocka_unit_test(test_fds_closed),
+		cmocka_unit_test(test_one_helper),
 	};
 
 	return cmocka_run_group_tests_name("probe-helper", tests, th_group_setup,

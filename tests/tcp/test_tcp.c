@@ -925,7 +925,8 @@ static void test_send_abandoned_mid_frame(void **state)
 	assert_int_equal(zap_send(a, ab, buf, big, ctx), -ETIMEDOUT);
 	zap_ctx_free(ctx);
 	/* The caller's own deadline: returned, logged at DEBUG only. */
-	assert_true(strstr(zap_last_error(), "interrupted mid-frame") != NULL);
+	/* Mid-frame, or between two parts of the message (version 3). */
+	assert_true(strstr(zap_last_error(), "interrupted mid-") != NULL);
 	/* B has not seen A's FIN yet and keeps sending on that connection. */
 	for (unsigned i = nb / 2; i < nb; i++)
 		send_tagged(b, aa, 'B', i, 0);

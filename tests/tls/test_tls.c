@@ -302,6 +302,16 @@ static void test_plaintext_refused(void **state)
 	pump(&s, &c);
 	assert_int_equal(s.res, -EPROTO);
 	assert_non_null(strstr(s.why, "plaintext zap HELLO"));
+	/* It heard back a fatal TLS alert (unexpected_message), which tells
+	 * the plaintext side that this end requires TLS. */
+	{
+		static const unsigned char alert[] = { 0x15, 0x03, 0x03, 0x00,
+						       0x02, 0x02, 0x0a };
+		unsigned char got[sizeof(alert)];
+
+		assert_int_equal(read(sv[1], got, sizeof(got)), (ssize_t)sizeof(got));
+		assert_memory_equal(got, alert, sizeof(alert));
+	}
 	side_free(&s);
 	close(sv[1]);
 

@@ -358,11 +358,22 @@ static void test_refused(void **state)
 	char sa[ZAP_PEER_MAX];
 	addr_of(s, sa);
 
-	/* A plaintext peer. */
+	/* A plaintext peer: refused, and told why (the server answers its
+	 * HELLO with a TLS alert), not "connection reset". */
 	zt_log_clear();
 	struct zap_transport *p = ep(NULL, NULL);
-	assert_int_not_equal(zap_send(p, sa, "x", 1, NULL), 0);
+	assert_int_equal(zap_send(p, sa, "x", 1, NULL), -EPROTO);
+	if (!strstr(zap_last_error(), "the peer requires TLS"))
+		fail_msg("%s", zap_last_error());
 	assert_true(log_wait("plaintext zap HELLO"));
+	/* The reverse: this TLS endpoint sending to the plaintext one. */
+	char pa[ZAP_PEER_MAX];
+	addr_of(p, pa);
+	zt_log_clear();
+	assert_int_equal(zap_send(s, pa, "x", 1, NULL), -EPROTO);
+	if (!strstr(zap_last_error(), "the peer answered without TLS"))
+		fail_msg("%s", zap_last_error());
+	assert_true(log_wait("a TLS peer (it opened with a TLS record)"));
 	zap_close(p);
 	served(s, sa);
 

@@ -137,23 +137,31 @@ static void tx_put(struct zshm_tx *tx, uint32_t len, uint32_t flags, const void 
 	tx->head += REC_HDR + align8(alen + plen);
 }
 
-/* Write one chunk if it fits; -EAGAIN when it does not. */
-static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len)
+/*
+ * Write one chunk of at most @max payload bytes if it fits, keeping @keep
+ * bytes of the ring free after it; -EAGAIN when it does not. @p is the
+ * message's progress (tx->msg_off and tx->mid for zshm_send(), a
+ * caller's own for a whole record written between the chunks of one).
+ */
+static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len,
+		    uint64_t *msg_off, bool *mid, uint64_t max, uint64_t keep)
 {
 	uint64_t limit = tx->size / 4 - REC_HDR - 8, at = tx->head & (tx->size - 1);
-	uint64_t total = len, left = len - tx->msg_off, chunk, need, tail_room;
-	size_t extra = tx->mid ? 0 : sizeof(total);
-	uint32_t flags = tx->mid ? 0 : ZSHM_F_FIRST;
+	uint64_t total = len, left = len - *msg_off, chunk, need, tail_room;
+	size_t extra = *mid ? 0 : sizeof(total);
+	uint32_t flags = *mid ? 0 : ZSHM_F_FIRST;
 	int64_t room;
 
+	if (max < limit)
+		limit = max;
 	chunk = left < limit ? left : limit;
 	need = REC_HDR + align8(extra + chunk);
 	tail_room = tx->size - at;
-	room = tx_room_for(tx, tail_room < need ? tail_room + need : need);
+	room = tx_room_for(tx, (tail_room < need ? tail_room + need : need) + keep);
 	if (room < 0)
 		return -EPROTO;
 	if (tail_room < need) { /* records never wrap: pad to the end */
-		if ((uint64_t)room < tail_room + need)
+		if ((uint64_t)room < tail_room + need + keep)
 			return -EAGAIN;
 		/* tail_room is a multiple of 8: the PAD's header, then its
 		 * (unwritten) length, span exactly it. */
@@ -161,14 +169,13 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len)
 		tx->head += tail_room - REC_HDR;
 		room -= (int64_t)tail_room;
 	}
-	if ((uint64_t)room < need)
+	if ((uint64_t)room < need + keep)
 		return -EAGAIN;
 	if (chunk == left)
 		flags |= ZSHM_F_LAST;
-	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + tx->msg_off,
-	       chunk);
-	tx->msg_off += chunk;
-	tx->mid = !(flags & ZSHM_F_LAST);
+	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + *msg_off, chunk);
+	*msg_off += chunk;
+	*mid = !(flags & ZSHM_F_LAST);
 	return 0;
 }
 
@@ -180,8 +187,15 @@ static bool tx_publish(struct zshm_tx *tx)
 	       atomic_exchange(word32(tx->base, OFF_SLEEPING), 0);
 }
 
-int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
+uint64_t zshm_tx_consumed(const struct zshm_tx *tx)
 {
+	return atomic_load_explicit(word64(tx->base, OFF_TAIL), memory_order_acquire);
+}
+
+int zshm_send_part(struct zshm_tx *tx, const void *msg, size_t len, uint64_t max,
+		   uint64_t keep, bool *wake)
+{
+	uint64_t wrote = 0;
 	int rc = 0;
 
 	*wake = false;
@@ -192,16 +206,44 @@ int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 	/* Each chunk is published as soon as it is written, so that the
 	 * consumer copies one out while we copy the next in. */
 	do {
-		rc = tx_chunk(tx, msg, len);
+		uint64_t before = tx->msg_off;
+		rc = tx_chunk(tx, msg, len, &tx->msg_off, &tx->mid, max - wrote, keep);
+		wrote += tx->msg_off - before;
 		if (!rc && tx_publish(tx))
 			*wake = true;
-	} while (!rc && tx->mid);
+	} while (!rc && tx->mid && wrote < max);
 	if (rc == -EPROTO) {
 		tx->corrupt = true;
 		return rc;
 	}
+	if (!rc && tx->mid)
+		return -EINPROGRESS;
 	if (!rc)
 		tx->msg_off = 0;
+	return rc;
+}
+
+int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
+{
+	return zshm_send_part(tx, msg, len, UINT64_MAX, 0, wake);
+}
+
+int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
+{
+	uint64_t off = 0;
+	bool mid = false;
+	int rc;
+
+	*wake = false;
+	if (tx->corrupt)
+		return -EPROTO;
+	if ((uint64_t)len > tx->size / 4 - REC_HDR - 8)
+		return -EMSGSIZE;
+	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0);
+	if (rc == -EPROTO)
+		tx->corrupt = true;
+	else if (!rc)
+		*wake = tx_publish(tx);
 	return rc;
 }
 
@@ -260,8 +302,11 @@ static int rx_check(struct zshm_rx *rx, uint32_t len, uint32_t flags, uint64_t a
 		return -1; /* beyond what was published, or wrapping */
 	if (flags & ZSHM_F_PAD)
 		return flags == ZSHM_F_PAD && at + span == rx->size ? 0 : -1;
-	if (!!(flags & ZSHM_F_FIRST) == rx->mid)
-		return -1; /* a FIRST mid-message, or a chunk with no FIRST */
+	/* A FIRST mid-message, or a chunk with no FIRST; with interleaving,
+	 * a whole message (FIRST and LAST) may come between two chunks. */
+	if (!!(flags & ZSHM_F_FIRST) == rx->mid &&
+	    !(rx->interleave && rx->mid && (flags & ZSHM_F_FIRST) && (flags & ZSHM_F_LAST)))
+		return -1;
 	if (flags & ZSHM_F_FIRST) {
 		if (len < sizeof(*total))
 			return -1;
@@ -302,6 +347,8 @@ static int rx_one(struct zshm_rx *rx, uint64_t avail, zshm_chunk_fn fn, void *us
 	if (rc)
 		return rc;
 	rx->tail += REC_HDR + align8(hdr[0]);
+	if (rx->mid && (hdr[1] & ZSHM_F_FIRST))
+		return 1; /* whole, between two chunks: the open one stays */
 	rx->msg_total = total;
 	rx->msg_got = last ? 0 : got + (hdr[0] - skip);
 	rx->mid = !last;

@@ -33,6 +33,13 @@
  * (u64) before its payload, the LAST completes it; a chunk is at most a
  * quarter of the data area, so a message of any size flows through.
  *
+ * Interleaving (a consumer that sets rx->interleave after attaching, when
+ * both sides agreed on it beforehand): between two chunks of a message, a
+ * whole message (one record, FIRST and LAST) may come; it is delivered at
+ * once and the open message goes on with its next chunk. Only one message
+ * of several chunks is ever open, so a small message waits behind at most
+ * what is in the ring, never behind the rest of a large one.
+ *
  * Waking: a consumer that finds nothing sets "sleeping", checks again, and
  * only then sleeps (on whatever the layer above uses); a producer that
  * publishes and finds "sleeping" set clears it and wakes the consumer.
@@ -87,6 +94,7 @@ struct zshm_rx {
 	uint64_t msg_got;
 	bool mid;
 	bool corrupt;
+	bool interleave; /* whole messages may come between chunks (see below) */
 };
 
 /*
@@ -114,6 +122,26 @@ int zshm_rx_attach(struct zshm_rx *rx, void *region, unsigned log2, uint64_t max
  * announced it sleeps and must be woken.
  */
 int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake);
+
+/*
+ * zshm_send(), for one chunk's worth at a time: write at most @max bytes of
+ * the message (in chunks of at most @max), and only while @keep bytes of
+ * the ring stay free after each chunk. Return 0 when the message is
+ * complete, -EINPROGRESS when @max bytes went and more remain (call again
+ * with the same message), -EAGAIN when the ring has no room for the next
+ * chunk (zshm_tx_mid() says whether some of it went), or as zshm_send().
+ */
+int zshm_send_part(struct zshm_tx *tx, const void *msg, size_t len, uint64_t max,
+		   uint64_t keep, bool *wake);
+
+/*
+ * Write @msg as one record (FIRST and LAST), leaving the state of a message
+ * zshm_send_part() has open as it is: a consumer with interleaving takes
+ * it between that message's chunks. 0, -EAGAIN (no room: nothing written),
+ * -EMSGSIZE for @len above a chunk (a quarter of the ring, less 16), or
+ * -EPROTO.
+ */
+int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake);
 
 /*
  * Called with each chunk of a message as it is read: @total is the
@@ -159,6 +187,10 @@ bool zshm_rx_producer_waits(struct zshm_rx *rx);
  * call or followed by a wake-up.
  */
 void zshm_tx_prepare_wait(struct zshm_tx *tx);
+
+/* The consumer's position as the region says (unchecked: only compare
+ * two readings); reads nothing of the producer's private state. */
+uint64_t zshm_tx_consumed(const struct zshm_tx *tx);
 
 /* Bytes the consumer left free, as this producer can see (0 when its
  * position cannot be). */

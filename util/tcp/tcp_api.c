@@ -35,6 +35,7 @@
  */
 static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	struct tcp_route *r = calloc(1, sizeof(*r));
 	int err;
 
@@ -47,9 +48,9 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	snprintf(r->addr, sizeof(r->addr), "%s", peer);
 	r->dialing = true;
 	tw_route_add(w, r);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	err = tw_dial(w, peer, ctx);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	/* tw_conn_register() turned the placeholder into a route; on failure
 	 * remove it. */
 	r = tw_route_find(w, peer);
@@ -73,6 +74,7 @@ static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 static int send_verify(struct tcp_wire *w, struct tcp_route *r, const char *peer,
 		       struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: %s; dialing it to see who listens there",
 		     peer,
 		     r->contested ? "another instance claims the address"
@@ -80,9 +82,9 @@ static int send_verify(struct tcp_wire *w, struct tcp_route *r, const char *peer
 	uint64_t was = r->peer ? r->peer->rid : 0;
 	r->verifying = true;
 	r->verify_ms = now_coarse_ms();
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	int err = tw_dial(w, peer, ctx);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	r = tw_route_find(w, peer);
 	if (r) {
 		r->verifying = false;
@@ -114,6 +116,7 @@ static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len
 static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
 		      struct zap_ctx *ctx, struct tcp_txreq *req, struct tcp_conn **out)
 {
+	TW_HELD(w);
 	for (;;) {
 		int err = tw_wait_check(w, me, ctx);
 		if (err)
@@ -175,6 +178,7 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
  * @done bytes does to the connection. */
 static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t done)
 {
+	TW_HELD(w);
 	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
 
 	/* TLS may hold an encrypted record of this frame: partly written. */
@@ -280,10 +284,187 @@ static bool burst_goes_on(const struct tcp_conn *c)
 	return !c->dead && !c->retiring && !c->tx_shut && c->peer && c->peer->tx == c;
 }
 
+/* A DATA frame for @m; its version byte is the connection's, set when
+ * the frame is queued or written (tcp_txq.c). */
 static void req_set(struct tcp_txreq *r, const struct zap_iov *m)
 {
 	*r = (struct tcp_txreq){ .buf = m->buf, .len = m->len };
-	tw_hdr_put(r->hdr, TCP_T_DATA, m->len);
+	tw_hdr_put(r->hdr, TCP_VERSION, TCP_T_DATA, m->len);
+}
+
+/* ---- version 3: a large message in parts (WIRE.md, "Large messages") ---- */
+
+/* Hand @c's large-message turn to the next sender in line (mu held). */
+static void big_next(struct tcp_wire *w, struct tcp_conn *c)
+{
+	TW_HELD(w);
+	c->big = c->bigq;
+	c->big_ring = false;
+	if (c->bigq)
+		c->bigq = c->bigq->next;
+	tw_notify(w, true);
+}
+
+/* Leave the line (mu held); a turn handed to us meanwhile goes on. */
+static void big_leave(struct tcp_wire *w, struct tcp_conn *c, struct tcp_bigwait *me)
+{
+	TW_HELD(w);
+	if (c->big == me) {
+		big_next(w, c);
+		return;
+	}
+	for (struct tcp_bigwait **pp = &c->bigq; *pp; pp = &(*pp)->next)
+		if (*pp == me) {
+			*pp = me->next;
+			return;
+		}
+}
+
+/* Whether @c still takes a message's parts: a part may follow another only
+ * on the connection the first went on, which must stay up. */
+static bool big_usable(const struct tcp_conn *c)
+{
+	return !c->dead && !c->tx_shut;
+}
+
+/* Take @c's tx side again between two parts (mu held). */
+static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
+		       struct zap_ctx *ctx)
+{
+	TW_HELD(w);
+	for (;;) {
+		if (!big_usable(c))
+			return w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
+					     w->dom, c->raddr);
+		if (!c->tx_busy) {
+			c->tx_busy = true;
+			return 0;
+		}
+		int err = tw_wait_step(w, me, ctx);
+		if (err)
+			return err;
+	}
+}
+
+/*
+ * Send @m, above TCP_SOLO_MAX, on the version-3 connection @c, whose tx
+ * side we own (mu held; dropped while writing and waiting), in parts of
+ * TCP_PART bytes, giving the tx side back between two parts so that other
+ * senders' messages go in between; one large message at a time per
+ * connection, the senders of others in line (FIFO) meanwhile. Returns 0 or
+ * an error; *@written: whether any of it went out (then no retry), and
+ * *@again: the connection could not take it before any byte went (claim
+ * afresh). The tx side is given back in every case.
+ */
+static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
+		    struct tcp_waiter *me, struct zap_ctx *ctx, size_t *written, bool *again)
+{
+	TW_HELD(w);
+	struct tcp_bigwait line = { 0 };
+	struct tcp_shm *s = atomic_load(&c->shm);
+	size_t off = 0;
+	bool open = false; /* part of it went, the rest not yet */
+	int err = 0;
+
+	*written = 0;
+	*again = false;
+	if (c->big || c->bigq) {
+		struct tcp_bigwait **pp = &c->bigq;
+		while (*pp)
+			pp = &(*pp)->next;
+		*pp = &line;
+		send_release(w, c, 0, 0);
+		while (c->big != &line && !err) {
+			if (!big_usable(c) || c->retiring || !c->peer || c->peer->tx != c) {
+				big_leave(w, c, &line);
+				*again = true;
+				return 0;
+			}
+			err = tw_wait_step(w, me, ctx);
+		}
+		if (!err)
+			err = big_take_tx(w, c, me, ctx);
+		if (err) {
+			big_leave(w, c, &line);
+			return err;
+		}
+	} else {
+		c->big = &line;
+	}
+	/* The path is chosen once: parts after one on the connection stay
+	 * there, so it may not switch to the ring meanwhile (send_owned()). */
+	if (s && !s->tx_ready)
+		tw_shm_side(w, c);
+	c->big_ring = s && s->tx_ready && !c->retiring;
+	for (;;) {
+		bool partial = false;
+		uint64_t seen = 0;
+		if (c->big_ring) {
+			err = tw_shm_send_part(w, c, m->buf, m->len, me, ctx, &open, &seen);
+		} else {
+			struct tcp_txreq r = { .buf = (const char *)m->buf + off };
+			r.len = m->len - off < TCP_PART ? m->len - off : TCP_PART;
+			if (!off) {
+				r.ext = 8;
+				tw_hdr_put(r.hdr, c->ver, TCP_T_BEGIN, 8 + r.len);
+				put_be64(r.hdr + TCP_HDR, m->len);
+			} else {
+				tw_hdr_put(r.hdr, c->ver, TCP_T_MORE, r.len);
+			}
+			err = tw_txq_send(w, c, &r, 1, me, ctx, &partial, true);
+			if (!err)
+				off += r.len;
+			open = off && off < m->len;
+			err = err ? err : open ? -EINPROGRESS : 0;
+		}
+		if (err && err != -EINPROGRESS && err != -EAGAIN) {
+			*written = open || partial;
+			big_leave(w, c, &line);
+			send_release(w, c, err, *written);
+			return err;
+		}
+		if (!err)
+			break;
+		/* Between two parts, or waiting for room in the ring: the
+		 * tx side is the other senders' meanwhile. */
+		send_release(w, c, 0, 0);
+		if (err == -EAGAIN && tw_shm_consumed(c) == seen)
+			err = tw_wait_step(w, me, ctx);
+		else
+			err = 0;
+		if (!err)
+			err = big_take_tx(w, c, me, ctx);
+		if (err) {
+			*written = open;
+			big_leave(w, c, &line);
+			if (open && !c->dead) {
+				/* The peer holds part of it: no other large
+				 * message may start there; retire it, as a
+				 * send stopped mid-frame does. */
+				w->host->log(ZAP_LOG_DEBUG, w->dom,
+					     "retiring connection to %s: send interrupted "
+					     "between two parts (%s)",
+					     c->raddr, strerror(-err));
+				tw_retire(c);
+				if (c->peer && c->peer->tx == c)
+					tw_peer_pick_tx(w, c->peer);
+				err = w->host->fail(err,
+						    "%s: send to %s interrupted mid-message; "
+						    "connection retired",
+						    w->dom, c->raddr);
+			}
+			if (!w->leader)
+				tw_reap(w);
+			return err;
+		}
+	}
+	*written = 1;
+	/* Counted whole, here (batch_finish() counts DATA frames only). */
+	c->tx_msgs++;
+	c->tx_bytes += m->len;
+	big_leave(w, c, &line);
+	send_release(w, c, 0, 0);
+	return 0;
 }
 
 /*
@@ -300,6 +481,7 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 		      size_t n, struct tcp_waiter *me, struct zap_ctx *ctx, size_t *taken,
 		      size_t *written)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
 	bool partial = false;
 	int err = 0, first = 0, conn_err = 0;
@@ -309,7 +491,9 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 	 * which may be here already. */
 	if (s && !s->tx_ready)
 		tw_shm_side(w, c);
-	bool ring = s && s->tx_ready && !c->retiring;
+	/* Not while a large message goes out in parts on the connection: its
+	 * next part must follow there (send_big()). */
+	bool ring = s && s->tx_ready && !c->retiring && (s->tx_on || !c->big || c->big_ring);
 	*written = 0;
 	while (done < n && (!done || burst_goes_on(c))) {
 		size_t k = done ? 0 : 1, whole = 0;
@@ -370,10 +554,11 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 	/* Later messages above our own limit end the burst before them. */
 	if (n > TCP_BURST_MAX)
 		n = TCP_BURST_MAX;
+	/* ... and so do large ones (version 3 sends each in parts). */
 	for (size_t i = 1; i < n; i++)
-		if (msgs[i].len > w->max_msg)
+		if (msgs[i].len > w->max_msg || msgs[i].len > TCP_SOLO_MAX)
 			n = i;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	for (int attempt = 0;;) {
 		struct tcp_txreq req[TCP_TXQ_BATCH + 1];
 		struct tcp_conn *c = NULL;
@@ -387,7 +572,13 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 			break;
 		if (req[0].state == TXQ_AGAIN)
 			continue; /* nothing written: claim afresh */
-		if (req[0].state == TXQ_OWNER) {
+		if (req[0].state == TXQ_OWNER && c->ver >= 3 && msgs[0].len > TCP_SOLO_MAX) {
+			bool again;
+			err = send_big(w, c, &msgs[0], &me, ctx, &written, &again);
+			if (again)
+				continue; /* nothing written: claim afresh */
+			taken = !err;
+		} else if (req[0].state == TXQ_OWNER) {
 			err = send_owned(w, c, req, msgs, n, &me, ctx, &taken, &written);
 		} else if ((err = req[0].err)) {
 			/* Another sender wrote (or failed to write) our frame and
@@ -412,7 +603,7 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 		if (written || attempt++ || (err != -EPIPE && err != -ECONNRESET))
 			break;
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return err;
 }
 
@@ -436,7 +627,7 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	struct tcp_waiter me = { .ctx_fd = -1, .out_fd = -1 };
 	int err = 0;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	while (!w->qhead) {
 		err = tw_wait_step(w, &me, ctx);
 		if (err)
@@ -463,7 +654,7 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	m->next = NULL;
 	*out = &m->msg;
 out:
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return err;
 }
 
@@ -663,7 +854,7 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 			  (unsigned long long)w->max_msg);
 	}
 	w->id = tw_rand64();
-	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = w->epfd = -1;
+	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = w->epfd = w->hs_epfd = -1;
 	atomic_init(&w->shut, false);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_t ca;
@@ -748,9 +939,9 @@ void tcp_wire_shutdown(struct tcp_wire *w)
 	atomic_store(&w->shut, true);
 	k = write(w->stop_fd, &one, sizeof(one));
 	(void)k;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	pthread_cond_broadcast(&w->cond);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 }
 
 void tcp_wire_destroy(struct tcp_wire *w)
@@ -826,7 +1017,7 @@ int tcp_wire_path(struct tcp_wire *w, const char *peer, char *buf, size_t len)
 {
 	int r = -ENOTCONN;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	struct tcp_route *rt = tw_route_find(w, peer);
 	struct tcp_conn *c = rt && rt->peer ? rt->peer->tx : NULL;
 	if (c && !c->dead) {
@@ -835,7 +1026,7 @@ int tcp_wire_path(struct tcp_wire *w, const char *peer, char *buf, size_t len)
 		if (!r)
 			memcpy(buf, p, strlen(p) + 1);
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return r;
 }
 

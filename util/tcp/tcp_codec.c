@@ -18,18 +18,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len)
+void tw_hdr_put(unsigned char *h, unsigned ver, unsigned type, uint64_t len)
 {
 	put_be32(h, TCP_MAGIC);
-	h[4] = TCP_VERSION;
+	h[4] = (unsigned char)ver;
 	h[5] = (unsigned char)type;
 	h[6] = 0;
 	h[7] = 0;
 	put_be64(h + 8, len);
 }
 
-int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max, uint64_t *len,
-		     char *why, size_t whylen)
+int tcp_parse_header(const unsigned char *h, unsigned ver, unsigned want, uint64_t max,
+		     uint64_t *len, char *why, size_t whylen)
 {
 	uint32_t magic = get_be32(h);
 	if (magic != TCP_MAGIC) {
@@ -37,9 +37,14 @@ int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max, uint64
 			 magic);
 		return -EPROTO;
 	}
-	if (h[4] != TCP_VERSION) {
-		snprintf(why, whylen, "unsupported wire version %u (we speak %u)", h[4],
-			 TCP_VERSION);
+	if (!ver && (h[4] < TCP_VERSION_MIN || h[4] > TCP_VERSION)) {
+		snprintf(why, whylen, "unsupported wire version %u (we speak %u to %u)",
+			 h[4], TCP_VERSION_MIN, TCP_VERSION);
+		return -EPROTO;
+	}
+	if (ver && h[4] != ver) {
+		snprintf(why, whylen, "wire version %u on a connection of version %u",
+			 h[4], ver);
 		return -EPROTO;
 	}
 	if (h[5] != want) {

@@ -133,6 +133,7 @@ void tw_wake_all(struct tcp_wire *w)
  */
 void tw_notify(struct tcp_wire *w, bool tx)
 {
+	TW_HELD(w);
 	tw_wake_all(w);
 	if (w->lead && w->lead->tx == tx)
 		tw_kick(w);
@@ -162,7 +163,7 @@ static bool key_less(const struct tcp_wire *w, const struct tcp_conn *a,
 void tw_retire(struct tcp_conn *c)
 {
 	c->retiring = true;
-	if (!c->tx_busy && !c->tx_shut) {
+	if (!c->tx_busy && !c->big && !c->tx_shut) {
 		shutdown(c->fd, SHUT_WR);
 		c->tx_shut = true;
 	}
@@ -219,6 +220,7 @@ void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
 
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
 {
+	TW_HELD(w);
 	if (!w->rtab_n) {
 		for (struct tcp_route *r = w->routes; r; r = r->next)
 			if (!strcmp(r->addr, addr))
@@ -250,6 +252,7 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 {
+	TW_HELD(w);
 	if (w->rtab_n)
 		for (struct tcp_route **pp = &w->rtab[route_bucket(w, dead->addr)]; *pp;
 		     pp = &(*pp)->hnext)
@@ -268,6 +271,7 @@ void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
 {
+	TW_HELD(w);
 	p->tx = NULL;
 	for (struct tcp_conn *c = w->conns; c; c = c->next)
 		if (c->peer == p && !c->dead && !c->retiring &&
@@ -278,6 +282,7 @@ void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
 /* Whether a connection to @p is retired but still open for reading. */
 bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
 {
+	TW_HELD(w);
 	for (const struct tcp_conn *c = w->conns; c; c = c->next)
 		if (c->peer == p && !c->dead)
 			return true;
@@ -286,6 +291,7 @@ bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
 
 void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why)
 {
+	TW_HELD(w);
 	if (c->dead)
 		return;
 	bool cut = !c->rx_eof; /* the peer's frames on it may not all be in */
@@ -345,9 +351,10 @@ void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c)
  * FIN was already read. */
 void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	if (c->dead)
 		return;
-	if (c->retiring && !c->tx_shut) {
+	if (c->retiring && !c->tx_shut && !c->big) {
 		shutdown(c->fd, SHUT_WR);
 		c->tx_shut = true;
 	}
@@ -370,6 +377,7 @@ void tw_conn_free(struct tcp_conn *c)
 /* Free dead connections nobody uses. Only while no leader is polling. */
 void tw_reap(struct tcp_wire *w)
 {
+	TW_HELD(w);
 	struct tcp_conn **pp = &w->conns;
 	bool again = false;
 
@@ -378,7 +386,7 @@ void tw_reap(struct tcp_wire *w)
 		return;
 	while (*pp) {
 		struct tcp_conn *c = *pp;
-		if (!c->dead || c->tx_busy) {
+		if (!c->dead || c->tx_busy || c->big || c->bigq) {
 			again |= c->dead; /* freed once its sender lets go */
 			pp = &c->next;
 			continue;
@@ -427,6 +435,7 @@ void tw_reap(struct tcp_wire *w)
  */
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c)
 {
+	TW_HELD(w);
 	if (c->rid != w->id)
 		return false;
 	if (!c->dialed) {
@@ -475,6 +484,7 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
  */
 int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
 	uint64_t now = now_coarse_ms();
 	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
@@ -503,6 +513,7 @@ int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
  */
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr)
 {
+	TW_HELD(w);
 	struct tcp_peer *p = NULL;
 
 	c->id = ++w->next_conn_id;
@@ -607,6 +618,7 @@ out:
  */
 bool tw_evict_idle(struct tcp_wire *w, const char *why)
 {
+	TW_HELD(w);
 	struct tcp_conn *old = NULL;
 	uint64_t old_ms = UINT64_MAX, now = now_coarse_ms();
 

@@ -22,18 +22,20 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* Handshake                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static size_t hello_build(const struct tcp_wire *w, uint64_t nonce, unsigned char *buf)
+static size_t hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
+			  unsigned char *buf)
 {
 	size_t al = strlen(w->bound);
-	tw_hdr_put(buf, TCP_T_HELLO, TCP_HELLO_FIXED + al);
+	tw_hdr_put(buf, c->ver, TCP_T_HELLO, TCP_HELLO_FIXED + al);
 	put_be64(buf + TCP_HDR, w->id);
-	put_be64(buf + TCP_HDR + 8, nonce);
+	put_be64(buf + TCP_HDR + 8, c->nonce);
 	put_be64(buf + TCP_HDR + 16, w->max_msg);
 	memcpy(buf + TCP_HDR + TCP_HELLO_FIXED, w->bound, al);
 	return TCP_HDR + TCP_HELLO_FIXED + al;
@@ -65,6 +67,46 @@ static bool own_address(const struct tcp_wire *w, const struct tcp_conn *c)
 }
 
 /*
+ * Without TLS here: does the peer speak TLS (a TLS record, 0x15 alert or
+ * 0x16 handshake, version 3.x, where a HELLO should start)? A TLS endpoint
+ * answers a plaintext HELLO with an alert (util/tls), so the sender learns
+ * what to change rather than "connection reset". The other way, we answer
+ * a TLS ClientHello with the start of a zap frame, which no TLS stack
+ * takes for a record ("wrong version number", which util/tls reports as
+ * a peer without TLS), after taking in what it sent (a close with unread
+ * bytes would reset the connection and could overtake the answer).
+ */
+static bool tls_record(const struct tcp_conn *c, char *why, size_t whylen)
+{
+	if (c->tls || c->hslen < 2 || (c->hs[0] != 0x15 && c->hs[0] != 0x16) ||
+	    c->hs[1] != 0x03)
+		return false;
+	if (!c->dialed && !c->local) {
+		/* Our magic and zeros: more than the 5 bytes of a record
+		 * header, which a TLS stack reads before it judges. */
+		static const unsigned char zap[8] = { 'Z', 'A', 'P', 'W' };
+		unsigned char sink[512];
+		ssize_t k;
+
+		for (int i = 0; i < 8; i++)
+			if (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
+				break;
+		k = send(c->fd, zap, sizeof(zap), MSG_DONTWAIT | MSG_NOSIGNAL);
+		(void)k;
+	}
+	if (c->dialed)
+		snprintf(why, whylen,
+			 "the peer requires TLS (it answered with a TLS record) and this "
+			 "endpoint has none: set ZAP_TLS_CERT and ZAP_TLS_KEY (or "
+			 "zap_attr.tls_cert, tls_key) here");
+	else
+		snprintf(why, whylen,
+			 "a TLS peer (it opened with a TLS record) and this endpoint has "
+			 "no TLS (ZAP_TLS_CERT unset here)");
+	return true;
+}
+
+/*
  * Read more of a HELLO into c->hs without blocking.
  * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
  * error or socket error, reason in @why.
@@ -75,10 +117,19 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 		size_t need = TCP_HDR;
 		uint64_t len = 0;
 		if (c->hslen >= TCP_HDR) {
-			int r = tcp_parse_header(c->hs, TCP_T_HELLO, TCP_HELLO_MAX, &len,
-						 why, whylen);
+			/* The dialer offers a version (c->ver); the acceptor
+			 * answers with it, or with an older one it prefers. */
+			int r = tcp_parse_header(c->hs, 0, TCP_T_HELLO, TCP_HELLO_MAX,
+						 &len, why, whylen);
 			if (r)
 				return r;
+			if (c->dialed && c->hs[4] > c->ver) {
+				snprintf(why, whylen,
+					 "HELLO answers wire version %u to our offer of %u",
+					 c->hs[4], c->ver);
+				return -EPROTO;
+			}
+			c->ver = c->hs[4];
 			if (len < TCP_HELLO_FIXED + 3) {
 				snprintf(why, whylen, "HELLO too short");
 				return -EPROTO;
@@ -90,6 +141,8 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 		ssize_t k = tw_io_read(c, c->hs + c->hslen, need - c->hslen);
 		if (k > 0) {
 			c->hslen += (size_t)k;
+			if (tls_record(c, why, whylen))
+				return -EPROTO;
 			continue;
 		}
 		if (k == 0) {
@@ -143,9 +196,9 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 
 	/* Loops: our own instance id or listen address, unless this really
 	 * is a connection to ourselves (the nonce exchange proves it). */
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	bool self = tw_self_proven(w, c);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (!self && hl.id == w->id) {
 		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
 			 c->raddr);
@@ -190,18 +243,64 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_
 	return hello_read(w, c, why, whylen);
 }
 
+/* The events the handshake of @c waits for. */
+static short pending_events(const struct tcp_conn *c)
+{
+	return c->tls && !c->tls_ok && c->hs_events ? c->hs_events : POLLIN;
+}
+
+/* Watch @c in hs_epfd for what its handshake waits for (a TLS step may
+ * want to write). A failed epoll_ctl() leaves it to its deadline. */
+static void pending_arm(struct tcp_wire *w, struct tcp_conn *c)
+{
+	short ev = pending_events(c);
+
+	if (ev == c->hs_armed)
+		return;
+	struct epoll_event e = { .events = (ev & POLLIN ? EPOLLIN : 0) |
+					   (ev & POLLOUT ? EPOLLOUT : 0),
+				 .data.ptr = c };
+	if (!epoll_ctl(w->hs_epfd, c->hs_armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &e))
+		c->hs_armed = ev;
+}
+
+static void pending_add(struct tcp_wire *w, struct tcp_conn *c)
+{
+	c->pprev = NULL;
+	c->next = w->pending;
+	if (w->pending)
+		w->pending->pprev = c;
+	else
+		w->pending_tail = c;
+	w->pending = c;
+	w->npending++;
+	pending_arm(w, c);
+}
+
+static void pending_unlink(struct tcp_wire *w, struct tcp_conn *c)
+{
+	if (c->pprev)
+		c->pprev->next = c->next;
+	else
+		w->pending = c->next;
+	if (c->next)
+		c->next->pprev = c->pprev;
+	else
+		w->pending_tail = c->pprev;
+	c->next = c->pprev = NULL;
+	w->npending--;
+	if (c->hs_armed)
+		epoll_ctl(w->hs_epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->hs_armed = 0;
+}
+
 static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_level lvl,
 			 int reason, const char *why)
 {
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
 	tw_count_close(w, reason);
 	tw_event(w, ZAP_EVENT_REFUSED, reason, c, c->src, why);
-	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	w->npending--;
+	pending_unlink(w, c);
 	tw_conn_free(c);
 }
 
@@ -209,24 +308,18 @@ static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_le
 static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 {
 	unsigned char buf[TCP_HDR + TCP_HELLO_MAX];
-	size_t n = hello_build(w, c->nonce, buf);
+	size_t n = hello_build(w, c, buf);
 	int r;
 
-	for (struct tcp_conn **pp = &w->pending; *pp; pp = &(*pp)->next)
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	w->npending--;
-	c->next = NULL;
+	pending_unlink(w, c);
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s", c->raddr);
 	tw_tls_log_up(w, c);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	/* Hold tx so that a retire decided here waits for our HELLO. */
 	c->tx_busy = true;
 	r = tw_conn_register(w, c, NULL);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: out of memory", c->src);
@@ -241,7 +334,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	struct iovec hv = { buf, n };
 	ssize_t k = tw_io_send(c, &hv, 1);
 	int e = errno;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	c->tx_busy = false;
 	if (k != (ssize_t)n) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
@@ -258,7 +351,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	else
 		tw_reap(w);
 	tw_notify(w, true);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 }
 
 static void accept_ready(struct tcp_wire *w, bool *backoff)
@@ -310,69 +403,63 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		if (w->npending >= w->pending_max) {
 			/* Too many half-open handshakes: shed the oldest so
 			 * that a flood cannot lock well-behaved peers out. */
-			struct tcp_conn *old = w->pending;
-			while (old && old->next)
-				old = old->next;
-			if (old)
-				pending_drop(w, old, ZAP_LOG_WARN, ZAP_CLOSE_HANDSHAKE,
+			if (w->pending_tail)
+				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
+					     ZAP_CLOSE_HANDSHAKE,
 					     "too many connections in handshake");
 		} else {
 			/* At the descriptor limit, the connection idle the
 			 * longest makes room, else the oldest handshake. */
-			pthread_mutex_lock(&w->mu);
+			tw_lock(w);
 			bool full = w->nconns + w->npending >= w->conn_max;
 			bool made = full && tw_evict_idle(w, "descriptor limit reached");
-			pthread_mutex_unlock(&w->mu);
-			struct tcp_conn *old = w->pending;
-			while (old && old->next)
-				old = old->next;
-			if (full && !made && old)
-				pending_drop(w, old, ZAP_LOG_WARN, ZAP_CLOSE_EVICTED,
+			tw_unlock(w);
+			if (full && !made && w->pending_tail)
+				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
+					     ZAP_CLOSE_EVICTED,
 					     "descriptor limit reached");
 		}
-		c->next = w->pending;
-		w->pending = c;
-		w->npending++;
+		pending_add(w, c);
 	}
 }
 
+/* One handshake step for @c, which epoll reported. */
+static void pending_ready(struct tcp_wire *w, struct tcp_conn *c)
+{
+	char why[400];
+	int h = pending_step(w, c, why, sizeof(why));
+
+	if (h == 1)
+		pending_finish(w, c);
+	else if (h < 0)
+		pending_drop(w, c, h == -EPIPE && !c->hslen ? ZAP_LOG_INFO : ZAP_LOG_WARN,
+			     tw_hs_why(c, h), why);
+	else
+		pending_arm(w, c);
+}
+
+/*
+ * The accept thread: new connections, the handshakes under way (in
+ * hs_epfd, so a round costs what is ready, not how many wait: a burst of
+ * thousands of connects is taken in batches) and the side channels of the
+ * same-host upgrade.
+ */
 void *tw_accept_main(void *arg)
 {
 	struct tcp_wire *w = arg;
-	struct pollfd *pfd = NULL;
-	struct tcp_conn **pc = NULL;
-	size_t cap = 0;
+	struct pollfd pfd[3 + TCP_SHM_PENDING + 1];
+	struct epoll_event ev[TCP_EPOLL_BATCH];
 	bool backoff = false;
 
 	while (!atomic_load(&w->shut)) {
-		size_t n = 0, want = w->npending + w->nshm_pend + 3;
-		if (want > cap) {
-			size_t nc = want * 2;
-			struct pollfd *np = realloc(pfd, nc * sizeof(*np));
-			if (np)
-				pfd = np;
-			struct tcp_conn **npc = realloc(pc, nc * sizeof(*npc));
-			if (npc)
-				pc = npc;
-			if (!np || !npc) {
-				poll(NULL, 0, 100);
-				continue;
-			}
-			cap = nc;
-		}
+		size_t n = 0;
 		uint64_t now = now_ms(), next = now + w->hs_timeout_ms;
 		pfd[n++] = (struct pollfd){ .fd = w->stop_fd, .events = POLLIN };
-		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd,
-					    .events = POLLIN };
-		for (struct tcp_conn *c = w->pending; c; c = c->next) {
-			if (c->hs_deadline_ms < next)
-				next = c->hs_deadline_ms;
-			pc[n] = c;
-			pfd[n++] = (struct pollfd){ .fd = c->fd,
-						    .events = c->tls && !c->tls_ok
-								      ? c->hs_events
-								      : POLLIN };
-		}
+		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = w->hs_epfd, .events = POLLIN };
+		/* The oldest handshake's deadline comes first. */
+		if (w->pending_tail && w->pending_tail->hs_deadline_ms < next)
+			next = w->pending_tail->hs_deadline_ms;
 		size_t shm_first = n;
 		n += tw_shm_accept_fds(w, pfd + n, &next);
 		int timeout = next > now ? (int)(next - now) : 0;
@@ -387,34 +474,24 @@ void *tw_accept_main(void *arg)
 		}
 		if (atomic_load(&w->shut))
 			break;
+		if (pfd[2].revents) {
+			int k = epoll_wait(w->hs_epfd, ev, TCP_EPOLL_BATCH, 0);
+			for (int i = 0; i < k; i++)
+				pending_ready(w, ev[i].data.ptr);
+		}
 		now = now_ms();
-		for (size_t i = 2; i < shm_first; i++) {
-			struct tcp_conn *c = pc[i];
-			char why[400];
-			if (pfd[i].revents) {
-				int h = pending_step(w, c, why, sizeof(why));
-				if (h == 1)
-					pending_finish(w, c);
-				else if (h < 0)
-					pending_drop(w, c,
-						     h == -EPIPE && !c->hslen
-							     ? ZAP_LOG_INFO
-							     : ZAP_LOG_WARN,
-						     tw_hs_why(c, h), why);
-			} else if (c->hs_deadline_ms <= now) {
-				pending_drop(
-					w, c, ZAP_LOG_INFO, ZAP_CLOSE_HANDSHAKE,
-					c->tls && !c->tls_ok
-						? "TLS handshake not complete within the handshake timeout"
-						: "no HELLO within the handshake timeout");
-			}
+		while (w->pending_tail && w->pending_tail->hs_deadline_ms <= now) {
+			struct tcp_conn *c = w->pending_tail;
+			pending_drop(
+				w, c, ZAP_LOG_INFO, ZAP_CLOSE_HANDSHAKE,
+				c->tls && !c->tls_ok
+					? "TLS handshake not complete within the handshake timeout"
+					: "no HELLO within the handshake timeout");
 		}
 		tw_shm_accept_ready(w, pfd + shm_first, n - shm_first);
 		if (pfd[1].revents)
 			accept_ready(w, &backoff);
 	}
-	free(pfd);
-	free(pc);
 	return NULL;
 }
 
@@ -636,11 +713,14 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 }
 
 /*
- * Connect to @peer, exchange HELLOs, register. mu not held. The peer's
- * handshake thread answers independently of its application, so this
- * waits about one round trip, not for the peer to call zap_recv().
+ * Connect to @peer offering wire version @ver, exchange HELLOs, register.
+ * mu not held. The peer's handshake thread answers independently of its
+ * application, so this waits about one round trip, not for the peer to
+ * call zap_recv(). *@closed: the peer closed the connection instead of
+ * answering our HELLO, as a peer that speaks only an older version does.
  */
-int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
+		    unsigned ver, bool *closed)
 {
 	struct tcp_conn *c = NULL;
 	struct sockaddr_storage sa = { 0 };
@@ -672,12 +752,13 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
 	c->local = sa.ss_family == AF_UNIX;
 	c->dialed = true;
+	c->ver = (unsigned char)ver;
 	c->nonce = tw_rand64();
 	struct tcp_dial dial = { .nonce = c->nonce };
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	dial.next = w->dials;
 	w->dials = &dial;
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	uint64_t deadline = now_ms() + w->hs_timeout_ms;
 	if (w->tls) {
 		r = dial_tls(w, c, peer, want, ctx, deadline);
@@ -685,7 +766,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 			goto fail;
 	}
 	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
-	size_t hn = hello_build(w, c->nonce, hb);
+	size_t hn = hello_build(w, c, hb);
 	/* A fresh socket's send buffer always takes a HELLO. */
 	struct iovec hv = { hb, hn };
 	ssize_t k = tw_io_send(c, &hv, 1);
@@ -711,6 +792,7 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 		if (h == 1)
 			break;
 		if (h < 0) {
+			*closed = h == -EPIPE || h == -ECONNRESET;
 			if (h == -EACCES)
 				w->host->log(ZAP_LOG_WARN, w->dom,
 					     "handshake with %s failed: %s", peer, why);
@@ -737,18 +819,18 @@ int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 	/* Same host: move to shared memory if the peer may (tcp_shm.c);
 	 * before registering, so that nothing else uses c meanwhile. */
 	tw_shm_dial(w, c, deadline, ctx);
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	r = tw_conn_register(w, c, peer);
 	dial_done(w, &dial);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (r)
 		goto fail_freed;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "connected to %s (%s)", peer, c->raddr);
 	return 0;
 fail:
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	dial_done(w, &dial);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 fail_freed:;
 	/* The sender's own ctx ended it (-ETIMEDOUT is also the handshake
 	 * limit's code): not the peer's doing. */
@@ -757,5 +839,22 @@ fail_freed:;
 	tw_event(w, ZAP_EVENT_REFUSED, why, c, peer,
 		 ZAP_HOST_HAS(w->host, last_error) ? w->host->last_error() : NULL);
 	tw_conn_free(c);
+	return r;
+}
+
+int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
+{
+	bool closed = false;
+	int r = dial_ver(w, peer, ctx, TCP_VERSION, &closed);
+
+	/* A peer of version 2 closes at a HELLO of version 3 ("unsupported
+	 * wire version"): offer 2 once, on a new connection (WIRE.md). */
+	if (r && closed && !w->host->ctx_err(ctx) && !atomic_load(&w->shut)) {
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s closed at a HELLO of wire version %u; offering %u", peer,
+			     TCP_VERSION, TCP_VERSION_MIN);
+		closed = false;
+		r = dial_ver(w, peer, ctx, TCP_VERSION_MIN, &closed);
+	}
 	return r;
 }

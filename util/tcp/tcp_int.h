@@ -61,7 +61,10 @@
  * Locking
  * -------
  * w->mu guards the connection/peer/route tables, the message queue, the
- * waiter list and every tcp_conn field marked "mu". Receive-side state of a
+ * waiter list and every tcp_conn field marked "mu". It is taken only with
+ * tw_lock() (which notes the holder), and a function documented "mu held"
+ * checks that with TW_HELD(w), an assertion in the tests' builds: the
+ * rule is checked, not only written down. Receive-side state of a
  * connection (rbuf, rx_msg...) belongs to whichever thread is leader; the
  * leader reads sockets with w->mu released. Connections are freed only by
  * tw_reap(), which runs only while no leader is polling (w->leader false, or
@@ -115,6 +118,7 @@
 #include "tcp_wire.h"
 #include "zap-tls.h"
 
+#include <assert.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -125,14 +129,29 @@
 #include <time.h>
 
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
-/* 2: the HELLO announces the sender's maximum message size (WIRE.md). */
-#define TCP_VERSION 2
+/* 2: the HELLO announces the sender's maximum message size (WIRE.md).
+ * 3: messages above TCP_SOLO_MAX go in parts, between which other
+ * messages may pass (WIRE.md, "Large messages"). A dialer offers 3 and
+ * falls back to 2; an acceptor answers with the version offered. */
+#define TCP_VERSION 3
+#define TCP_VERSION_MIN 2
 #define TCP_HDR 16
 #define TCP_T_HELLO 1
 #define TCP_T_DATA 2
 /* A zero-length frame: every later frame of this direction goes through
  * the shared-memory ring (tcp_shm.c, WIRE.md "Same host"). */
 #define TCP_T_SHM 3
+/* Version 3: the first part of a large message (its total length, u64,
+ * then bytes), and the parts after it (WIRE.md, "Large messages"). */
+#define TCP_T_BEGIN 4
+#define TCP_T_MORE 5
+/* Version 3: the largest message sent whole (one DATA frame, one ring
+ * record); larger ones go in parts of at most TCP_PART bytes, one
+ * message's parts at a time per connection and direction, and the
+ * connection (or ring) is free for other senders' messages between two
+ * parts. The ring keeps TCP_SHM_KEEP bytes free for them. */
+#define TCP_SOLO_MAX (32u << 10)
+#define TCP_PART (256u << 10)
 /* HELLO payload: instance id (8), connection nonce (8), largest message
  * accepted (8), address text. */
 #define TCP_HELLO_FIXED 24
@@ -191,6 +210,9 @@
  * comes from the kernel a page fault at a time: 1 MiB streaming ran at
  * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
 #define TCP_SHM_BATCH_BYTES (256u << 10)
+/* Version 3: a large message's parts leave this much of a ring free, room
+ * for the small messages of other senders meanwhile. */
+#define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 2)
 /* Readiness (tcp_progress.c): a hot connection with nothing to do for
  * this long goes back to epoll; the leader takes at most this many cold
  * connections from epoll per round (the rest stay ready for the next). */
@@ -215,10 +237,26 @@ struct tcp_txreq {
 	struct tcp_txreq *next;
 	const void *buf;
 	size_t len;
-	unsigned char hdr[TCP_HDR];
+	unsigned char hdr[TCP_HDR + 8]; /* the header, then @ext bytes (BEGIN) */
+	unsigned char ext;
 	int state;
 	int err;
 	size_t done;
+};
+
+/* Bytes of @r's frame on the connection. */
+static inline size_t tw_frame_bytes(const struct tcp_txreq *r)
+{
+	return TCP_HDR + r->ext + r->len;
+}
+
+/*
+ * A sender of a large message on a version-3 connection, in line for the
+ * connection's one open large message (c->big), on its stack (mu). The
+ * line is FIFO, so large senders take turns message by message.
+ */
+struct tcp_bigwait {
+	struct tcp_bigwait *next;
 };
 
 struct tcp_conn {
@@ -260,6 +298,14 @@ struct tcp_conn {
 	struct tcp_txreq *txq, **txq_tail; /* frames queued behind tx_busy */
 	uint64_t tx_msgs, tx_bytes;        /* whole messages written, payload */
 	unsigned txq_n;
+	unsigned char ver; /* wire version, agreed in the HELLOs; set before use */
+	/* version 3 (mu): the large message going out in parts (its sender's
+	 * line entry), the senders in line behind it, and whether it goes
+	 * through the ring (else on the connection, which then may not
+	 * switch to the ring until it is done). While either is set the
+	 * connection is neither shut for writing nor freed. */
+	struct tcp_bigwait *big, *bigq;
+	bool big_ring;
 	unsigned tx_chain; /* hand-offs since tx_busy was last false */
 
 	/* leader-private receive state */
@@ -269,6 +315,7 @@ struct tcp_conn {
 	size_t rx_off;
 	size_t rx_cap;            /* payload bytes rx_msg has room for (grows) */
 	size_t rx_len;            /* the frame's declared length */
+	size_t rx_part;           /* bytes of rx_msg's current frame still to read */
 	uint64_t rx_charge;       /* bytes of the partial budget rx_msg holds */
 	uint64_t rx_total;        /* bytes read, ever */
 	uint64_t rx_since_ms;     /* last progress on a partial frame; 0: none */
@@ -290,6 +337,8 @@ struct tcp_conn {
 	char tls_why[160];      /* the last TLS error on this connection */
 
 	/* handshake (accept thread or dialer) */
+	struct tcp_conn *pprev; /* accept thread: the newer one in w->pending */
+	short hs_armed;         /* accept thread: the events hs_epfd watches */
 	unsigned char hs[TCP_HDR + TCP_HELLO_MAX];
 	size_t hslen;
 	uint64_t hs_deadline_ms;
@@ -390,6 +439,9 @@ struct tcp_spin {
 };
 
 struct tcp_wire {
+	/* w->mu's holder, for TW_HELD() (written only by it, under mu) */
+	pthread_t mu_owner;
+	bool mu_held;
 	const struct zap_host *host;
 	const char *dom;
 	struct tcp_rx_alloc alloc;
@@ -448,8 +500,13 @@ struct tcp_wire {
 
 	pthread_t acc;
 	bool acc_started;
-	struct tcp_conn *pending; /* accept thread private */
+	/* accept thread private: connections in the handshake, newest first
+	 * (so the oldest, whose deadline comes first, is pending_tail), in
+	 * the epoll set hs_epfd, which the accept thread polls (one
+	 * descriptor, however many handshakes are under way) */
+	struct tcp_conn *pending, *pending_tail;
 	size_t npending;
+	int hs_epfd;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;
@@ -547,8 +604,46 @@ static inline int ms_min(int a, int b)
 	return a < b ? a : b;
 }
 
+/*
+ * w->mu, checked: every lock of it goes through tw_lock()/tw_unlock() (and
+ * the condition waits below), which note the holder, so that a function
+ * documented "mu held" asserts it with TW_HELD(w) in builds with
+ * assertions (the tests'), at the cost of a store per lock.
+ */
+static inline void tw_lock(struct tcp_wire *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->mu_owner = pthread_self();
+	w->mu_held = true;
+}
+
+static inline void tw_unlock(struct tcp_wire *w)
+{
+	w->mu_held = false;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static inline void tw_cond_wait(struct tcp_wire *w)
+{
+	w->mu_held = false;
+	pthread_cond_wait(&w->cond, &w->mu);
+	w->mu_owner = pthread_self();
+	w->mu_held = true;
+}
+
+static inline void tw_cond_timedwait(struct tcp_wire *w, const struct timespec *ts)
+{
+	w->mu_held = false;
+	pthread_cond_timedwait(&w->cond, &w->mu, ts);
+	w->mu_owner = pthread_self();
+	w->mu_held = true;
+}
+
+#define TW_HELD(w) assert((w)->mu_held && pthread_equal((w)->mu_owner, pthread_self()))
+
 /* tcp_codec.c */
-void tw_hdr_put(unsigned char *h, unsigned type, uint64_t len);
+/* A frame header of wire version @ver. */
+void tw_hdr_put(unsigned char *h, unsigned ver, unsigned type, uint64_t len);
 /* Whether @addr, a struct in_addr (AF_INET) or in6_addr (AF_INET6), is a
  * loopback address: 127/8, ::1, or a v4-mapped 127/8. */
 bool tw_ip_loopback(int family, const void *addr);
@@ -718,6 +813,9 @@ size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_
 void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
 void tw_shm_wake(const struct tcp_shm *s);
+int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
+		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open, uint64_t *seen);
+uint64_t tw_shm_consumed(const struct tcp_conn *c);
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);
 const char *tw_conn_path(const struct tcp_conn *c);

@@ -132,6 +132,23 @@ static int rx_alloc(struct tcp_wire *w, struct tcp_conn *c, size_t len,
 	return r;
 }
 
+/*
+ * A message record for a message of @total bytes with room for @first,
+ * taking @first of the partial budget first when @partial (the message
+ * will be completed later). -EAGAIN: paused (the budget or the
+ * allocator), else rx_alloc()'s result.
+ */
+static int rx_new(struct tcp_wire *w, struct tcp_conn *c, size_t first, uint64_t total,
+		  bool partial, struct tcp_rx_msg **m)
+{
+	if (partial && !budget_take(w, c, first))
+		return -EAGAIN;
+	int r = rx_alloc(w, c, first, m);
+	if (!r)
+		(*m)->msg.len = (size_t)total;
+	return r;
+}
+
 /* The peer ended in the middle of c->rx_msg: everything before it was
  * delivered (WIRE.md, "Closing"); drop it, and only it. */
 static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
@@ -141,13 +158,15 @@ static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
 	snprintf(c->rx_why, sizeof(c->rx_why),
 		 "peer closed mid-message (%zu of %zu bytes)", c->rx_off, c->rx_len);
 	c->rx_msg = NULL;
+	c->rx_part = 0;
 	budget_put(w, c);
 	m->msg.release(&m->msg);
 	tw_count(&w->st_drop_partial, 1);
 	return RX_EOF_PARTIAL;
 }
 
-/* Read more of the payload being read straight into place (c->rx_msg). */
+/* Read more of the payload being read straight into place (c->rx_msg):
+ * the rest of its current frame (c->rx_part), from what rbuf holds first. */
 static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail)
 {
 	struct tcp_rx_msg *m = c->rx_msg;
@@ -168,14 +187,29 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		c->rx_cap = ncap;
 	}
 	size_t want = c->rx_cap - c->rx_off;
-	ssize_t k = tw_io_read(c, (char *)m->msg.data + c->rx_off, want);
-	tw_count(&w->st_rx_reads, 1);
+	ssize_t k;
+	if (want > c->rx_part)
+		want = c->rx_part;
+	if (c->rhead < c->rlen) {
+		k = (ssize_t)(c->rlen - c->rhead < want ? c->rlen - c->rhead : want);
+		memcpy((char *)m->msg.data + c->rx_off, c->rbuf + c->rhead, (size_t)k);
+		c->rhead += (size_t)k;
+	} else {
+		k = tw_io_read(c, (char *)m->msg.data + c->rx_off, want);
+		tw_count(&w->st_rx_reads, 1);
+		if (k > 0)
+			c->rx_total += (size_t)k;
+	}
 
 	if (k > 0) {
-		c->rx_total += (size_t)k;
 		c->rx_off += (size_t)k;
-		if (c->rx_off < c->rx_len)
+		c->rx_part -= (size_t)k;
+		if (c->rx_off < c->rx_len) {
+			/* Between two parts (version 3): expect the next. */
+			if (!c->rx_part)
+				c->rx_big = true;
 			return RX_MORE;
+		}
 		c->rx_msg = NULL;
 		c->rx_big = c->rx_len >= TCP_RBUF;
 		budget_put(w, c);
@@ -208,11 +242,16 @@ static int rx_switch(struct tcp_conn *c)
 {
 	struct tcp_shm *s = atomic_load(&c->shm);
 	uint64_t len;
-	int r = tcp_parse_header(c->rbuf + c->rhead, TCP_T_SHM, 0, &len, c->rx_why,
+	int r = tcp_parse_header(c->rbuf + c->rhead, c->ver, TCP_T_SHM, 0, &len, c->rx_why,
 				 sizeof(c->rx_why));
 
 	if (r)
 		return r == -EMSGSIZE ? -EPROTO : r;
+	if (c->rx_msg) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "switch to shared memory in the middle of a message");
+		return -EPROTO;
+	}
 	if (!s || s->rx_on) {
 		snprintf(c->rx_why, sizeof(c->rx_why),
 			 "switch to shared memory that was never set up");
@@ -231,9 +270,92 @@ static int rx_switch(struct tcp_conn *c)
 }
 
 /*
+ * A part of a large message at c->rhead (version 3, WIRE.md "Large
+ * messages"): BEGIN opens c->rx_msg, MORE continues it; its bytes are
+ * then read into place (c->rx_part, rx_payload()). RX_MORE, 0 (paused:
+ * the budget or the allocator), or an error with c->rx_why.
+ */
+static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
+{
+	unsigned char *h = c->rbuf + c->rhead;
+	size_t avail = c->rlen - c->rhead - TCP_HDR;
+	uint64_t len, total;
+	int r = tcp_parse_header(h, c->ver, h[5], w->max_msg + 8, &len, c->rx_why,
+				 sizeof(c->rx_why));
+
+	if (r)
+		return r;
+	if (h[5] == TCP_T_MORE) {
+		if (!c->rx_msg) {
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "a MORE frame with no message open");
+			return -EPROTO;
+		}
+		if (!len || len > c->rx_len - c->rx_off) {
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "a MORE frame of %" PRIu64 " bytes; the open message has %zu left",
+				 len, c->rx_len - c->rx_off);
+			return -EPROTO;
+		}
+		c->rhead += TCP_HDR;
+		c->rx_part = (size_t)len;
+		return RX_MORE;
+	}
+	if (c->rx_msg) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "a BEGIN frame while a message is open (%zu of %zu bytes)",
+			 c->rx_off, c->rx_len);
+		return -EPROTO;
+	}
+	if (len < 8 + 1) {
+		snprintf(c->rx_why, sizeof(c->rx_why), "a BEGIN frame of %" PRIu64 " bytes",
+			 len);
+		return -EPROTO;
+	}
+	if (avail < 8)
+		return RX_MORE; /* its total length is next */
+	total = get_be64(h + TCP_HDR);
+	if (total > w->max_msg) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "message length %" PRIu64 " exceeds the maximum %" PRIu64
+			 " (ZAP_MAX_MSG_BYTES)",
+			 total, w->max_msg);
+		return -EMSGSIZE;
+	}
+	if (len - 8 > total) {
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "a BEGIN frame of %" PRIu64 " bytes for a message of %" PRIu64, len,
+			 total);
+		return -EPROTO;
+	}
+	/* Nothing a peer declares is allocated before it arrives: with a
+	 * growing allocator, start with TCP_GROW_FIRST; either way within
+	 * the budget, which the message holds until it is complete. */
+	size_t first = (size_t)total;
+	if (w->alloc.grow && total > TCP_GROW_FIRST)
+		first = TCP_GROW_FIRST;
+	struct tcp_rx_msg *m = NULL;
+	r = rx_new(w, c, first, total, true, &m);
+	if (r == -EAGAIN)
+		return 0;
+	if (r)
+		return r;
+	c->rhead += TCP_HDR + 8;
+	c->rx_msg = m;
+	c->rx_start_ms = now_coarse_ms();
+	c->rx_off = 0;
+	c->rx_cap = first;
+	c->rx_len = (size_t)total;
+	c->rx_part = (size_t)(len - 8);
+	return RX_MORE;
+}
+
+/*
  * Turn the complete frames in c->rbuf into messages (counted in *@got); a
- * frame whose payload does not fit the buffer starts c->rx_msg. RX_MORE
- * when the buffer has no complete frame left, else conn_rx()'s result.
+ * frame whose payload does not fit the buffer starts c->rx_msg (version
+ * 2), as does a BEGIN (version 3). RX_MORE when the buffer has no
+ * complete frame left or a payload is to be read into place, else
+ * conn_rx()'s result.
  */
 static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
 		     int *got)
@@ -243,12 +365,27 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		uint64_t len;
 		if (h[5] == TCP_T_SHM)
 			return rx_switch(c);
-		int r = tcp_parse_header(h, TCP_T_DATA, w->max_msg, &len, c->rx_why,
-					 sizeof(c->rx_why));
+		if (c->ver >= 3 && (h[5] == TCP_T_BEGIN || h[5] == TCP_T_MORE)) {
+			/* RX_MORE: its bytes next (c->rx_part), or more of
+			 * its header first. */
+			return rx_part(w, c);
+		}
+		/* Version 3 sends larger messages in parts: a DATA frame
+		 * always fits rbuf, and may come between two parts. */
+		int r = tcp_parse_header(h, c->ver, TCP_T_DATA,
+					 c->ver >= 3 ? TCP_SOLO_MAX : w->max_msg, &len,
+					 c->rx_why, sizeof(c->rx_why));
+		if (r == -EMSGSIZE && c->ver >= 3) {
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "a DATA frame of %" PRIu64
+				 " bytes (version 3 sends more than %u in parts)",
+				 get_be64(h + 8), TCP_SOLO_MAX);
+			return -EPROTO;
+		}
 		if (r)
 			return r;
 		size_t avail = c->rlen - c->rhead - TCP_HDR;
-		if (len > avail && len - avail <= TCP_RBUF - c->rlen) {
+		if (len > avail && (c->ver >= 3 || len - avail <= TCP_RBUF - c->rlen)) {
 			/* The rest fits the buffer: wait for it there, small
 			 * frames cost one read each. */
 			return RX_MORE;
@@ -260,15 +397,12 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		bool part = len > avail;
 		if (part && w->alloc.grow && len > TCP_GROW_FIRST)
 			first = avail > TCP_GROW_FIRST ? avail : TCP_GROW_FIRST;
-		if (part && !budget_take(w, c, first))
-			return 0;
 		struct tcp_rx_msg *m = NULL;
-		r = rx_alloc(w, c, first, &m);
+		r = rx_new(w, c, first, len, part, &m);
 		if (r == -EAGAIN)
 			return 0;
 		if (r)
 			return r;
-		m->msg.len = (size_t)len;
 		size_t take = avail < len ? avail : (size_t)len;
 		if (take)
 			memcpy((void *)m->msg.data, h + TCP_HDR, take);
@@ -279,6 +413,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 			c->rx_off = take;
 			c->rx_cap = first;
 			c->rx_len = (size_t)len;
+			c->rx_part = (size_t)len - take;
 			return RX_MORE;
 		}
 		deliver(c, m, (size_t)len, tail);
@@ -350,7 +485,7 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 
 	c->rx_ready = false;
 	for (;;) {
-		if (c->rx_msg) {
+		if (c->rx_part) {
 			r = rx_payload(w, c, tail);
 			if (r != RX_MORE)
 				return r;
@@ -360,7 +495,7 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 		if (r != RX_MORE)
 			return r;
 		rx_compact(c, false);
-		if (c->rx_msg)
+		if (c->rx_part)
 			continue;
 		if (got) {
 			c->rx_ready = true;
@@ -410,6 +545,28 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	/* One chunk per zshm_recv(): ring_rx() frees its room at once. */
 	if (x->recs++)
 		return -EINTR;
+	if (!off && last && c->rx_msg) {
+		/* A whole message between two chunks of the open one
+		 * (version 3): delivered now, outside the partial budget
+		 * (rx_alloc() would return the open message's). */
+		struct tcp_rx_msg *m = NULL;
+		if (ring_batch_done(x))
+			return -EINTR;
+		int r = w->alloc.alloc(w->alloc.user, (size_t)total, &m);
+		if (r == -EAGAIN)
+			c->alloc_wait = true;
+		else if (r)
+			snprintf(c->rx_why, sizeof(c->rx_why),
+				 "cannot allocate %zu bytes: %s", (size_t)total, strerror(-r));
+		if (r)
+			return r;
+		memcpy((void *)m->msg.data, data, len);
+		deliver(c, m, (size_t)total, x->tail);
+		tw_count(&w->st_rx_frames, 1);
+		x->got++;
+		x->bytes += total;
+		return 0;
+	}
 	if (!off && !c->rx_msg) {
 		if (ring_batch_done(x))
 			return -EINTR;
@@ -513,16 +670,23 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***
 {
 	uint64_t before = c->rx_total;
 	struct tcp_shm *s = atomic_load(&c->shm);
+	const struct tcp_rx_msg *open = c->rx_msg;
+	size_t open_off = c->rx_off;
 	int r = s && s->rx_on ? ring_rx(w, c, s, tail, now, readable)
 			      : conn_rx_inner(w, c, tail);
+	bool moved = c->rx_total != before;
 
-	if (c->rx_total != before) {
+	if (moved) {
 		tw_touch(c, now);
 		atomic_store_explicit(&c->rx_ms, now, memory_order_relaxed);
 	}
+	/* Version 3: while a large message is open, only its own bytes are
+	 * progress; messages between its parts do not keep it alive. */
+	if (c->ver >= 3 && open && c->rx_msg == open && c->rx_off == open_off)
+		moved = false;
 	if (!c->rx_msg && c->rhead == c->rlen)
 		c->rx_since_ms = 0;
-	else if (c->rx_total != before || !c->rx_since_ms)
+	else if (moved || !c->rx_since_ms)
 		c->rx_since_ms = now;
 	return r;
 }
@@ -900,7 +1064,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 	if (w->reap_due)
 		timeout = 0;
 
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (wire_poll(w, first_conn, n, timeout, me->out_fd < 0, ctx) < 0 &&
 	    errno != EINTR)
 		err = -errno;
@@ -920,7 +1084,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 				c->rx_ready = true;
 		}
 	}
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 
 	bool changed = leader_apply(w, me, n);
 	if (mhead) {
@@ -938,6 +1102,7 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	if (atomic_load(&w->shut))
 		return -ESHUTDOWN;
 	int e = w->host->ctx_err(ctx);
@@ -953,6 +1118,7 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx
  */
 int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	int err = tw_wait_check(w, me, ctx);
 	if (err)
 		return err;
@@ -975,7 +1141,7 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 		tw_kick(w); /* the leader must add our fds to its set */
 	int tmo = w->host->ctx_timeout_ms(ctx);
 	if (tmo < 0) {
-		pthread_cond_wait(&w->cond, &w->mu);
+		tw_cond_wait(w);
 	} else {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -985,7 +1151,7 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&w->cond, &w->mu, &ts);
+		tw_cond_timedwait(w, &ts);
 	}
 	waiter_del(w, me);
 	me->ctx_fired = false;
@@ -999,10 +1165,11 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
  */
 void tw_wait_plain(struct tcp_wire *w, struct tcp_waiter *me)
 {
+	TW_HELD(w);
 	me->ctx_fd = -1;
 	me->next = w->waiters;
 	w->waiters = me;
 	w->nwaiters++;
-	pthread_cond_wait(&w->cond, &w->mu);
+	tw_cond_wait(w);
 	waiter_del(w, me);
 }

@@ -22,14 +22,20 @@ int tw_ready_open(struct tcp_wire *w)
 {
 	w->next_idle_ms = UINT64_MAX;
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
-	return w->epfd < 0 ? -errno : 0;
+	if (w->epfd < 0)
+		return -errno;
+	/* The accept thread's, for the handshakes under way. */
+	w->hs_epfd = epoll_create1(EPOLL_CLOEXEC);
+	return w->hs_epfd < 0 ? -errno : 0;
 }
 
 void tw_ready_close(struct tcp_wire *w)
 {
 	if (w->epfd >= 0)
 		close(w->epfd);
-	w->epfd = -1;
+	if (w->hs_epfd >= 0)
+		close(w->hs_epfd);
+	w->epfd = w->hs_epfd = -1;
 }
 
 static int ep_add(struct tcp_wire *w, struct tcp_conn *c)
@@ -133,6 +139,7 @@ bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c, uint64_t now)
  */
 void tw_idle_scan(struct tcp_wire *w, uint64_t now)
 {
+	TW_HELD(w);
 	uint64_t next = UINT64_MAX;
 
 	if (now < w->next_idle_ms)

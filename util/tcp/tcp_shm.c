@@ -436,6 +436,8 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	s->sock = fd;
 	fd = -1;
 	s->tx_ready = true; /* the peer mapped our ring before it answered */
+	/* Version 3: whole messages may come between a large one's parts. */
+	s->rx.interleave = c->ver >= 3;
 	atomic_store(&c->shm, s);
 	s = NULL;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: messages go through shared memory",
@@ -518,9 +520,11 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 	if (!s)
 		goto out;
 	s->sock = p->fd;
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	struct tcp_conn *c = conn_by_nonce(w, m.nonce);
 	if (c) {
+		/* Version 3: whole messages may come between a large one's parts. */
+		s->rx.interleave = c->ver >= 3;
 		atomic_store(&c->shm, s);
 		/* Its ring and side channel are read every round: the
 		 * leader must poll it itself from now on. */
@@ -528,7 +532,7 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 		if (w->leader)
 			tw_kick(w);
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (!c) {
 		s->sock = -1;
 		snprintf(why, sizeof(why), "no connection of ours has that nonce");
@@ -616,6 +620,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
  */
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
 	bool changed = false;
 
@@ -677,18 +682,51 @@ static bool peer_gone(struct tcp_shm *s)
 	return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
 }
 
-/* Where the consumer is (its tail, offset by the ring size): grows with
- * its progress only, whatever we write meanwhile. */
+/* Where the consumer is: grows with its progress only, whatever we
+ * write meanwhile. Read from the region alone, so a sender that does not
+ * own the tx side may read it too (tw_shm_consumed()). */
 static uint64_t consumer_pos(const struct tcp_shm *s)
 {
-	return zshm_tx_room(&s->tx) + s->tx.head;
+	return zshm_tx_consumed(&s->tx);
 }
 
-/* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. */
-static int ring_put(struct tcp_shm *s, const struct tcp_txreq *own)
+uint64_t tw_shm_consumed(const struct tcp_conn *c)
+{
+	return consumer_pos(atomic_load(&c->shm));
+}
+
+/*
+ * The first frame of this direction into the ring writes TCP_T_SHM on the
+ * connection first (mu held; tx side owned). 0, or tw_txq_send()'s error
+ * with @own's result set.
+ */
+static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		       struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+{
+	struct tcp_shm *s = atomic_load(&c->shm);
+
+	if (s->tx_on)
+		return 0;
+	struct tcp_txreq sw = { 0 };
+	tw_hdr_put(sw.hdr, c->ver, TCP_T_SHM, 0);
+	int err = tw_txq_send(w, c, &sw, 1, me, ctx, partial, true);
+	if (err) {
+		own->err = sw.err;
+		own->done = sw.done;
+		return err;
+	}
+	s->tx_on = true;
+	return 0;
+}
+
+/* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. Version 3
+ * writes it as one record, which may go between the parts of a large
+ * message another sender has open (tw_shm_send_part()). */
+static int ring_put(struct tcp_shm *s, const struct tcp_conn *c, const struct tcp_txreq *own)
 {
 	bool wake;
-	int r = zshm_send(&s->tx, own->buf, own->len, &wake);
+	int r = c->ver >= 3 ? zshm_send_whole(&s->tx, own->buf, own->len, &wake)
+			    : zshm_send(&s->tx, own->buf, own->len, &wake);
 
 	if (wake)
 		tw_shm_wake(s);
@@ -706,35 +744,28 @@ static int ring_put(struct tcp_shm *s, const struct tcp_txreq *own)
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait)
 {
+	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
-	int err = 0;
+	bool whole = c->ver >= 3; /* one record, never partly written */
+	int err = ring_switch(w, c, own, me, ctx, partial);
 
-	if (!s->tx_on) {
-		struct tcp_txreq sw = { 0 };
-		tw_hdr_put(sw.hdr, TCP_T_SHM, 0);
-		err = tw_txq_send(w, c, &sw, 1, me, ctx, partial, true);
-		if (err) {
-			own->err = sw.err;
-			own->done = sw.done;
-			return err;
-		}
-		s->tx_on = true;
-	}
+	if (err)
+		return err;
 	*partial = false;
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	if (peer_gone(s)) {
 		/* Nothing written: the caller retries on a new connection. */
-		pthread_mutex_lock(&w->mu);
+		tw_lock(w);
 		own->done = 0;
 		own->err = w->host->fail(-EPIPE, "%s: send to %s: the peer closed",
 					 w->dom, c->raddr);
 		return own->err;
 	}
 	for (;;) {
-		int r = ring_put(s, own);
+		int r = ring_put(s, c, own);
 		uint64_t seen = 0;
-		if (r == -EAGAIN && !may_wait && !zshm_tx_mid(&s->tx)) {
-			pthread_mutex_lock(&w->mu);
+		if (r == -EAGAIN && !may_wait && (whole || !zshm_tx_mid(&s->tx))) {
+			tw_lock(w);
 			own->done = 0;
 			own->err = 0;
 			return -EAGAIN;
@@ -743,7 +774,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 			/* Full: announce that we wait, look once more. */
 			zshm_tx_prepare_wait(&s->tx);
 			seen = consumer_pos(s);
-			r = ring_put(s, own);
+			r = ring_put(s, c, own);
 		}
 		if (!r)
 			break;
@@ -762,7 +793,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		 * leader's broadcast needs mu too, so it either comes after
 		 * we sleep or its progress is visible here.
 		 */
-		pthread_mutex_lock(&w->mu);
+		tw_lock(w);
 		if (consumer_pos(s) == seen) {
 			me->room = s; /* a leading waiter also watches the ring */
 			me->room_had = zshm_tx_room(&s->tx);
@@ -772,12 +803,12 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		if (!err && (c->dead || s->side_gone))
 			err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
 					    w->dom, c->raddr);
-		pthread_mutex_unlock(&w->mu);
+		tw_unlock(w);
 		if (err)
 			break;
 	}
-	pthread_mutex_lock(&w->mu);
-	*partial = err && zshm_tx_mid(&s->tx);
+	tw_lock(w);
+	*partial = err && !whole && zshm_tx_mid(&s->tx);
 	own->done = err ? *partial : TCP_HDR + own->len;
 	own->err = err;
 	if (!err) {
@@ -795,4 +826,53 @@ const char *tw_conn_path(const struct tcp_conn *c)
 	if (s && s->tx_ready)
 		return "shm";
 	return c->local ? "unix" : "tcp";
+}
+
+/*
+ * Version 3: write the next part of the large message @buf/@len into @c's
+ * ring (tx side owned, mu held; dropped while writing): at most TCP_PART
+ * bytes, leaving TCP_SHM_KEEP bytes free for other senders' messages.
+ * 0: the message is complete; -EINPROGRESS: a part went, more is to come;
+ * -EAGAIN: no room for the next part (*@seen: the consumer's position
+ * then; give the tx side back and wait for it to move); or an error.
+ * *@open: part of the message is in the ring and the rest is not.
+ */
+int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
+		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open, uint64_t *seen)
+{
+	TW_HELD(w);
+	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_txreq own = { .buf = buf, .len = len };
+	bool wake;
+	int r = ring_switch(w, c, &own, me, ctx, open);
+
+	if (r)
+		return r;
+	*open = zshm_tx_mid(&s->tx);
+	tw_unlock(w);
+	if (!*open && peer_gone(s)) {
+		tw_lock(w);
+		return w->host->fail(-EPIPE, "%s: send to %s: the peer closed", w->dom,
+				     c->raddr);
+	}
+	r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
+	if (wake)
+		tw_shm_wake(s);
+	if (r == -EAGAIN) {
+		/* Full: announce that we wait, look once more. */
+		zshm_tx_prepare_wait(&s->tx);
+		*seen = consumer_pos(s);
+		r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
+		if (wake)
+			tw_shm_wake(s);
+	}
+	tw_lock(w);
+	*open = zshm_tx_mid(&s->tx);
+	if (r == -EPROTO)
+		return w->host->fail(-EPROTO,
+				     "%s: send to %s: the peer broke the shared-memory ring",
+				     w->dom, c->raddr);
+	if (!r)
+		tw_count(&w->st_tx_frames, 1);
+	return r;
 }

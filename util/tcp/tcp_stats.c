@@ -95,7 +95,7 @@ void tcp_wire_obs(struct tcp_wire *w, struct zap_stats *out)
 	s.rxq_limit = w->rxq_max;
 	s.partial_limit = w->partial_max;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	s.msgs_sent = w->gone_tx_msgs;
 	s.bytes_sent = w->gone_tx_bytes;
 	s.msgs_received = w->gone_rx_msgs;
@@ -112,7 +112,7 @@ void tcp_wire_obs(struct tcp_wire *w, struct zap_stats *out)
 	s.rxq_bytes = w->qbytes;
 	if (atomic_load(&w->shut))
 		s.drops_shutdown = w->qmsgs;
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	/* The leader's, read without its lock: a recent value is all a
 	 * gauge promises (and the budget changes with every round). */
 	s.partial_bytes = ld(&w->st_partial_now);
@@ -157,7 +157,7 @@ int tcp_wire_peers(struct tcp_wire *w, struct zap_peer_info *out, size_t n)
 	uint64_t now = now_coarse_ms();
 	size_t i = 0;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	for (const struct tcp_conn *c = w->conns; c; c = c->next) {
 		if (c->dead)
 			continue;
@@ -173,7 +173,7 @@ int tcp_wire_peers(struct tcp_wire *w, struct zap_peer_info *out, size_t n)
 		}
 		i++;
 	}
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	return i > INT32_MAX ? INT32_MAX : (int)i;
 }
 

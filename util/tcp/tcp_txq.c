@@ -55,7 +55,7 @@ struct txbatch {
 
 static size_t frame_bytes(const struct tcp_txreq *r)
 {
-	return TCP_HDR + r->len;
+	return tw_frame_bytes(r);
 }
 
 /*
@@ -66,11 +66,14 @@ static size_t frame_bytes(const struct tcp_txreq *r)
  */
 bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r)
 {
+	TW_HELD(w);
 	/* A connection with rings takes no new queued frames: its owner
 	 * writes into the ring, one frame each (tcp_shm.c). */
 	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
-	    c->tx_chain >= TCP_TXQ_CHAIN || atomic_load(&c->shm))
+	    c->tx_chain >= TCP_TXQ_CHAIN || atomic_load(&c->shm) ||
+	    (c->ver >= 3 && r->len > TCP_SOLO_MAX))
 		return false;
+	r->hdr[4] = c->ver; /* frames speak the connection's version */
 	r->state = TXQ_QUEUED;
 	r->next = NULL;
 	if (!c->txq)
@@ -114,6 +117,7 @@ static void txq_push_front(struct tcp_conn *c, struct tcp_txreq *r)
 int tw_txq_wait(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r,
 		struct tcp_waiter *me, struct zap_ctx *ctx)
 {
+	TW_HELD(w);
 	for (;;) {
 		if (r->state == TXQ_TAKEN) {
 			/* Its buffer is being written: no ctx applies. */
@@ -153,7 +157,7 @@ static size_t batch_iov(struct txbatch *b)
 	for (size_t i = 0; i < b->n; i++) {
 		struct tcp_txreq *r = b->req[i];
 		const char *part[2] = { (const char *)r->hdr, r->buf };
-		size_t plen[2] = { TCP_HDR, r->len };
+		size_t plen[2] = { TCP_HDR + r->ext, r->len };
 		for (int j = 0; j < 2; j++) {
 			if (pos >= plen[j]) {
 				pos -= plen[j];
@@ -188,6 +192,7 @@ static size_t batch_wrote(const struct txbatch *b, size_t i)
  */
 static void batch_cut(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b)
 {
+	TW_HELD(w);
 	size_t keep = 1;
 
 	while (keep < b->n && batch_wrote(b, keep))
@@ -212,7 +217,7 @@ static int wait_room(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *
 {
 	int err = 0;
 
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	me->out_fd = c->fd;
 	me->out_ready = false;
 	while (!me->out_ready && !err && !c->dead)
@@ -222,7 +227,7 @@ static int wait_room(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *
 		err = w->host->fail(-ECONNRESET, "%s: connection to %s was lost", w->dom,
 				    c->raddr);
 	if (!err)
-		pthread_mutex_unlock(&w->mu);
+		tw_unlock(w);
 	return err;
 }
 
@@ -242,15 +247,15 @@ static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b
 			continue;
 		if (k < 0 && errno == EAGAIN) {
 			if (b->no_wait && !b->sent && !c->tls_wpend) {
-				pthread_mutex_lock(&w->mu);
+				tw_lock(w);
 				return -EAGAIN; /* nothing started */
 			}
 			/* TLS may hold a record of these bytes, which must
 			 * be offered again as they are (tcp_tls.c). */
 			if (!c->tls_wpend) {
-				pthread_mutex_lock(&w->mu);
+				tw_lock(w);
 				batch_cut(w, c, b);
-				pthread_mutex_unlock(&w->mu);
+				tw_unlock(w);
 				if (b->sent == b->total)
 					break; /* ours is out, the rest given back */
 			}
@@ -262,10 +267,10 @@ static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b
 		int err = k < 0 ? -errno : -EPIPE;
 		err = w->host->fail(err, "%s: send to %s: %s", w->dom, c->raddr,
 				    tw_io_err(c, -err));
-		pthread_mutex_lock(&w->mu);
+		tw_lock(w);
 		return err;
 	}
-	pthread_mutex_lock(&w->mu);
+	tw_lock(w);
 	return 0;
 }
 
@@ -274,6 +279,7 @@ static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b
 static void batch_finish(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b,
 			 int err)
 {
+	TW_HELD(w);
 	size_t whole = 0;
 
 	for (size_t i = 0; i < b->n; i++) {
@@ -312,9 +318,11 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,
 		bool may_wait)
 {
+	TW_HELD(w);
 	struct txbatch b = { .n = nown, .own = nown, .no_wait = !may_wait };
 
 	for (size_t i = 0; i < nown; i++) {
+		own[i].hdr[4] = c->ver; /* frames speak the connection's version */
 		b.req[i] = &own[i];
 		b.total += frame_bytes(&own[i]);
 	}
@@ -323,7 +331,7 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	 * fills its own system call. */
 	if (!atomic_load(&c->shm) && nown == 1)
 		batch_take(c, &b);
-	pthread_mutex_unlock(&w->mu);
+	tw_unlock(w);
 	int err = batch_write(w, c, &b, me, ctx);
 	batch_finish(w, c, &b, err);
 	for (size_t i = 0; i < nown; i++)
@@ -346,6 +354,7 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
  */
 void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c)
 {
+	TW_HELD(w);
 	if (!c->txq) {
 		c->tx_chain = 0;
 		return;

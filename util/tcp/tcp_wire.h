@@ -160,10 +160,11 @@ void tcp_kick_put(struct tcp_kick *k);
  * fuzz/fuzz-tcp-wire.c calls them directly. The wire uses exactly these.
  */
 
-/* Check a 16-byte frame header: magic, version, type @want, reserved
- * bytes, length <= @max. 0 and *@len; -EPROTO or -EMSGSIZE with @why. */
-int tcp_parse_header(const unsigned char *h, unsigned want, uint64_t max, uint64_t *len,
-		     char *why, size_t whylen);
+/* Check a 16-byte frame header: magic, version @ver (0: any version this
+ * side speaks, for a HELLO that offers one), type @want, reserved bytes,
+ * length <= @max. 0 and *@len; -EPROTO or -EMSGSIZE with @why. */
+int tcp_parse_header(const unsigned char *h, unsigned ver, unsigned want, uint64_t max,
+		     uint64_t *len, char *why, size_t whylen);
 
 /* A HELLO payload, parsed. */
 struct tcp_hello {

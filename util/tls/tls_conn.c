@@ -247,12 +247,45 @@ static int fail(struct ztls_conn *c, int err, int sys_errno, const char *what, c
 			"peer refused: it did not prove the key of the certificate it presented (bad CertificateVerify signature)");
 		return -EACCES;
 	}
+	/* What a plaintext zap endpoint answers a ClientHello with (the
+	 * start of its own frame, util/tcp) is no TLS record. */
+	if (!c->server && !c->done && reason == SSL_R_WRONG_VERSION_NUMBER) {
+		snprintf(why, whylen,
+			 "the peer answered without TLS: a plaintext endpoint "
+			 "(ZAP_TLS_CERT unset there), and this one requires TLS (%s)",
+			 sub);
+		return -EPROTO;
+	}
 	if (reason > SSL_AD_REASON_OFFSET && alert_refuses_us(reason)) {
 		snprintf(why, whylen, "the peer refused this endpoint (%s)", sub);
 		return -EACCES;
 	}
 	snprintf(why, whylen, "%s", sub);
 	return -EPROTO;
+}
+
+/*
+ * Tell a plaintext zap peer that this endpoint speaks TLS, so that its
+ * send fails saying so instead of "connection reset" (the dialer looks for
+ * a TLS record where it expects our HELLO, tcp_handshake.c): take in what
+ * it sent (closing with unread bytes would reset the connection, and the
+ * reset can overtake our answer), then answer with a fatal TLS alert,
+ * unexpected_message, the record OpenSSL itself would send. Best effort:
+ * the connection is refused whatever happens here.
+ */
+static void answer_plaintext(int fd)
+{
+	static const unsigned char alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x0a };
+	unsigned char sink[512];
+	ssize_t k;
+
+	for (int i = 0; i < 8; i++) {
+		k = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (k <= 0)
+			break;
+	}
+	k = send(fd, alert, sizeof(alert), MSG_DONTWAIT | MSG_NOSIGNAL);
+	(void)k;
 }
 
 /* Server: refuse at once what is not a TLS handshake record, and name a
@@ -271,11 +304,12 @@ static int first_byte(struct ztls_conn *c, char *why, size_t whylen)
 	}
 	if (b[0] == 0x16)
 		return 1;
-	if (b[0] == 'Z' && (k < 4 || !memcmp(b, "ZAPW", 4)))
+	if (b[0] == 'Z' && (k < 4 || !memcmp(b, "ZAPW", 4))) {
 		snprintf(
 			why, whylen,
 			"plaintext zap HELLO from a peer without TLS (ZAP_TLS_CERT unset there); this endpoint requires TLS");
-	else
+		answer_plaintext(c->fd);
+	} else
 		snprintf(why, whylen, "not a TLS handshake (first byte 0x%02x)", b[0]);
 	return -EPROTO;
 }

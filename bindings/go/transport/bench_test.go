@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"zap/internal/cbench"
+	"github.com/libzap/libzap/bindings/go/internal/cbench"
 )
 
 // BenchmarkRoundTrip64 is one 64 B round trip per op: Send, then Recv of

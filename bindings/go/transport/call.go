@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -39,6 +40,12 @@ type call struct {
 	c    *cCall    // s.c; c.t and c.timeout_ns set by begin
 	stop chan bool // nil: no watcher
 	peer string    // for Send's error text, built only on error
+
+	// bound, set before begin: the limit of a call whose ctx has no
+	// deadline (Send: the transport's send timeout; 0: none). bounded:
+	// begin applied it, so -ETIMEDOUT is that limit, not ctx's.
+	bound   time.Duration
+	bounded bool
 }
 
 // begin registers the call with tr and maps ctx onto the slot's zap ctx.
@@ -54,6 +61,8 @@ func (cl *call) begin(tr *zapTransport, ctx context.Context, op string) error {
 			return context.DeadlineExceeded
 		}
 		timeout = uint64(left)
+	} else if cl.bound > 0 {
+		timeout, cl.bounded = uint64(cl.bound), true
 	}
 	tr.mu.Lock()
 	if tr.closing {
@@ -153,6 +162,10 @@ func (cl *call) err(rc cInt, op string) error {
 		if err := cl.ctx.Err(); err != nil {
 			return err
 		}
+		if code == eTimedOut && cl.bounded {
+			return &zapError{op: cl.opPeer(op), code: code,
+				text: fmt.Sprintf("%s: the send timeout (%v) passed", whyOf(cl.c), cl.bound)}
+		}
 		if code == eTimedOut {
 			// libzap's clock got there before Go's timer fired.
 			return context.DeadlineExceeded
@@ -166,8 +179,12 @@ func (cl *call) err(rc cInt, op string) error {
 	case eShutdown:
 		return closedErr(op)
 	}
+	return &zapError{op: cl.opPeer(op), code: code, text: whyOf(cl.c)}
+}
+
+func (cl *call) opPeer(op string) string {
 	if cl.peer != "" {
-		op += " " + cl.peer
+		return op + " " + cl.peer
 	}
-	return &zapError{op: op, code: code, text: whyOf(cl.c)}
+	return op
 }

@@ -5,7 +5,7 @@ package transport
 // in one place.
 
 /*
-#cgo LDFLAGS: -lzap
+#cgo pkg-config: zap
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +134,24 @@ static int gozap_buffer_alloc(struct gozap_call *c, size_t size,
 }
 
 static int gozap_pick(struct gozap_call *c, const char *pref,
-		      struct zap_transport **out)
+		      struct zap_attr *attr, struct zap_transport **out)
 {
-	return gozap_fail(c, zap_pick(pref, 0, NULL, out));
+	attr->size = sizeof(*attr);
+	return gozap_fail(c, zap_pick(pref, 0, attr, out));
+}
+
+// The value of ZAP_SEND_TIMEOUT_MS as libzap's registry reads it, or
+// NULL when it is unset or not valid (zap_pick() then fails, naming it).
+static const char *gozap_env_send_timeout(void)
+{
+	struct zap_env_entry e;
+
+	for (size_t i = 0; i < zap_env_count(); i++) {
+		e.size = sizeof(e);
+		if (zap_env_get(i, &e) == 0 && strcmp(e.name, "ZAP_SEND_TIMEOUT_MS") == 0)
+			return e.source == ZAP_ENV_SET ? e.value : NULL;
+	}
+	return NULL;
 }
 
 static int gozap_explain(struct gozap_call *c, const char *pref,
@@ -254,6 +269,9 @@ import "C"
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -283,26 +301,78 @@ type cUint64 = C.uint64_t
 
 func errnoOf(rc C.int) syscall.Errno { return syscall.Errno(-rc) }
 
-// pick opens a transport; "" lets libzap read ZAP_TRANSPORT.
-func pick(preference string) (*zapTransport, error) {
+// pick opens a transport with the attributes o sets; "" lets libzap read
+// ZAP_TRANSPORT. libzap reads the attribute strings during zap_pick()
+// only, so they are freed when it returns.
+func pick(preference string, o *options) (*zapTransport, error) {
 	c, err := newCCall()
 	if err != nil {
 		return nil, err
 	}
 	defer freeCCall(c)
-	var cpref *C.char
-	if preference != "" {
-		cpref = C.CString(preference)
-		defer C.free(unsafe.Pointer(cpref))
+	var strs []*C.char
+	defer func() {
+		for _, p := range strs {
+			C.free(unsafe.Pointer(p))
+		}
+	}()
+	cstr := func(s string) *C.char {
+		if s == "" {
+			return nil
+		}
+		p := C.CString(s)
+		strs = append(strs, p)
+		return p
 	}
+	cpref := cstr(preference)
+	var attr C.struct_zap_attr
+	attr.listen = cstr(o.listen)
+	attr.max_msg_size = C.uint64_t(o.maxMsgSize)
+	attr.pool_bytes = C.uint64_t(o.poolBytes)
+	if o.hasTimeout {
+		attr.send_timeout_ms = C.ZAP_TIMEOUT_NONE
+		if o.sendTimeout > 0 {
+			attr.send_timeout_ms = C.uint64_t((o.sendTimeout + time.Millisecond - 1) / time.Millisecond)
+		}
+	}
+	attr.tls_cert = cstr(o.tls.CertFile)
+	attr.tls_key = cstr(o.tls.KeyFile)
+	attr.tls_ca = cstr(o.tls.CAFile)
+	attr.tls_peers = cstr(o.tls.PeersFile)
 	var t *C.struct_zap_transport
-	if rc := C.gozap_pick(c, cpref, &t); rc != 0 {
+	if rc := C.gozap_pick(c, cpref, &attr, &t); rc != 0 {
 		return nil, &zapError{op: opName("pick", preference), code: errnoOf(rc), text: whyOf(c)}
 	}
 	tr := &zapTransport{t: t, name: C.GoString(C.zap_transport_name(t))}
 	tr.drained.L = &tr.mu
 	tr.caps, _ = capsOf(t)
+	tr.sendTimeout = envSendTimeout()
+	if o.hasTimeout {
+		tr.sendTimeout = time.Duration(attr.send_timeout_ms) * time.Millisecond
+		if o.sendTimeout == 0 {
+			tr.sendTimeout = 0
+		}
+	}
 	return tr, nil
+}
+
+var envTimeout struct {
+	once sync.Once
+	d    time.Duration
+}
+
+// envSendTimeout is ZAP_SEND_TIMEOUT_MS (0: unset), read once per
+// process as libzap reads it. A value libzap refuses never gets here: the
+// pick fails first.
+func envSendTimeout() time.Duration {
+	envTimeout.once.Do(func() {
+		if v := C.gozap_env_send_timeout(); v != nil {
+			if ms, err := strconv.ParseUint(strings.TrimSpace(C.GoString(v)), 10, 32); err == nil {
+				envTimeout.d = time.Duration(ms) * time.Millisecond
+			}
+		}
+	})
+	return envTimeout.d
 }
 
 func opName(op, preference string) string {

@@ -18,7 +18,9 @@
 // then its plugin directory); this package needs only libzap.so and its
 // header at build time.
 //
-// Beyond the original: LocalAddr (the address peers send to), PeerPath
+// Beyond the original: PickWith (Pick with options: Listen, TLS,
+// MaxMsgSize, SendTimeout, MaxPoolBytes, in place of the environment
+// variables), LocalAddr (the address peers send to), PeerPath
 // (shared memory, Unix socket or TCP to a peer), Explain (the
 // transport a preference gets, and why), LoadReport and Version (what the
 // plugin scan found), and two Capabilities fields (DeviceBuffers,
@@ -52,6 +54,9 @@
 //     once Send returns. libzap never keeps a pointer into Go's heap past
 //     a call: all the state libzap holds between calls (contexts, messages,
 //     buffers) is C memory.
+//   - AllocBuffer is not in the Transport interface (which is the original
+//     package's): reach it with a type assertion, t.(BufferAllocator),
+//     which holds for every Transport from Pick and PickWith.
 //   - A Buffer from AllocBuffer is C memory owned by the transport's pool,
 //     not Go memory: Bytes() aliases it, the garbage collector never frees
 //     it, and it must be Released (once; a second Release is a no-op).

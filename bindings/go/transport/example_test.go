@@ -7,7 +7,7 @@ import (
 	"log"
 	"time"
 
-	"zap/transport"
+	"github.com/libzap/libzap/bindings/go/transport"
 )
 
 // Open the best transport this host has (ZAP_TRANSPORT, else auto), or
@@ -20,6 +20,23 @@ func ExamplePick() {
 	defer t.Close()
 	fmt.Println(t.Name())
 	// Output: default
+}
+
+// Options in place of the environment variables: where to listen, the
+// largest message, how long a Send without a deadline may wait, TLS files
+// (transport.TLS). Each transport gets its own, so one process can open
+// endpoints on several fixed addresses.
+func ExamplePickWith() {
+	t, err := transport.PickWith("default",
+		transport.Listen("127.0.0.1:0"), // port 0: any free port
+		transport.MaxMsgSize(1<<20),
+		transport.SendTimeout(2*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	fmt.Println(t.Caps().MaxMsgSize)
+	// Output: 1048576
 }
 
 // A strict preference ("=name") fails instead of falling back, and says
@@ -93,6 +110,8 @@ func ExampleTransport_Recv_deadline() {
 
 // Use pool memory where the transport has a pool (uma: CUDA managed
 // memory a GPU kernel reads in place), heap memory where it has none.
+// The Transport interface has no AllocBuffer: a type assertion reaches
+// it, and succeeds for every Transport from Pick and PickWith.
 func ExampleBufferAllocator() {
 	t, err := transport.Pick("")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -42,9 +43,12 @@ type Capabilities struct {
 	MaxMsgSize uint64
 }
 
-// Transport is the wire-level surface multichain gossip uses to ship sealed
-// MultiChainBlocks between validators. The interface is sized for one ZAP
-// message per Send/Recv — batching happens above this layer.
+// Transport moves whole messages between endpoints: one message per Send
+// and per Recv, delivered intact and, to one peer, in order. Batching and
+// request/reply correlation belong to the application above it.
+//
+// Every Transport from Pick and PickWith is also a BufferAllocator: get
+// at its pool with a type assertion, t.(BufferAllocator).
 //
 // All methods are safe for concurrent use by many goroutines.
 type Transport interface {
@@ -96,14 +100,28 @@ type Buffer interface {
 	Release()
 }
 
-// BufferAllocator hands out managed buffers. Every Transport from Pick
-// implements it; transports that can't deliver GPU-resident bytes
-// (default TCP) return an error matching ErrNotAvailable from AllocBuffer
-// so the caller knows to fall back to heap allocation.
+// BufferAllocator hands out managed buffers from a transport's pool.
 //
-// Capacity in bytes is the operator-configurable pool size (default 4 GiB,
-// ZAP_UMA_POOL_BYTES for uma); allocations from a full pool block until a
-// buffer is Released (or the transport is closed).
+// The Transport interface does not include it (its method set is the
+// original package's), but every Transport from Pick and PickWith
+// implements it, so a type assertion gets at it:
+//
+//	ba := t.(transport.BufferAllocator) // holds for every t from Pick
+//	b, err := ba.AllocBuffer(1 << 20)
+//	if errors.Is(err, transport.ErrNotAvailable) {
+//		// no pool here (default): use heap memory
+//	}
+//
+// The assertion fails only for a Transport that is not from this package
+// (a test double, say). Whether t has a pool is AllocBuffer's answer:
+// transports that cannot deliver pool memory (default TCP) return an
+// error matching ErrNotAvailable, so the caller knows to fall back to
+// heap allocation. Caps().DeviceBuffers says beforehand whether buffers
+// are device-visible.
+//
+// Capacity in bytes is the operator-configurable pool size (MaxPoolBytes,
+// else ZAP_UMA_POOL_BYTES for uma, default 4 GiB); allocations from a full
+// pool block until a buffer is Released (or the transport is closed).
 type BufferAllocator interface {
 	// AllocBuffer returns a buffer of at least `size` bytes. The
 	// returned Buffer.Bytes() slice has length `size` even though the
@@ -132,22 +150,15 @@ type BufferAllocator interface {
 //
 // First call also emits one log line listing the transports that were
 // probed and which won. Set ZAP_TRANSPORT_QUIET=1 to silence.
-func Pick(preference string) (Transport, error) {
-	tr, err := pick(preference)
-	if err != nil {
-		return nil, err
-	}
-	// A transport dropped without Close still gives back its socket and
-	// threads. Only unreachable transports are finalized, so no call can
-	// be in flight then.
-	runtime.SetFinalizer(tr, (*zapTransport).Close)
-	return tr, nil
-}
+//
+// PickWith takes options (listen address, TLS files, limits) in place of
+// those variables.
+func Pick(preference string) (Transport, error) { return PickWith(preference) }
 
 // Registered returns the list of transports that this binary can attempt to
 // instantiate: libzap's built-in default plus every plugin that loaded
-// with a valid descriptor, best rank first. Used by tools like `zap-info`
-// and the boot-time diagnostic in lqd. LoadReport says why the others did
+// with a valid descriptor, best rank first, as zap-info lists them (and
+// cmd/zap-info-go, a zap-info in Go). LoadReport says why the others did
 // not load.
 func Registered() []string { return registeredC() }
 
@@ -217,6 +228,11 @@ type zapTransport struct {
 	name string
 	caps Capabilities // as opened; returned once closed
 
+	// sendTimeout bounds a Send whose context has no deadline (0: none):
+	// SendTimeout, else ZAP_SEND_TIMEOUT_MS. libzap applies its own only
+	// to a zap_send() given no zap ctx, and every call here passes one.
+	sendTimeout time.Duration
+
 	mu      sync.Mutex
 	t       *cTransport // nil once closed
 	closing bool
@@ -244,12 +260,15 @@ func (tr *zapTransport) Caps() Capabilities {
 
 // Send delivers msg to peer ("host:port" for default and uma; a peer
 // string from Recv replies). msg may be reused once Send returns: libzap
-// has copied it or handed it to the kernel by then. Errors: ctx.Err() when
-// ctx ends first; net.ErrClosed after Close; otherwise libzap's errno
-// (errors.Is(err, syscall.EMSGSIZE), syscall.ECONNREFUSED...) with its
-// reason in the text.
+// has copied it or handed it to the kernel by then. A ctx without a
+// deadline is bounded by the transport's send timeout, if it has one
+// (SendTimeout, ZAP_SEND_TIMEOUT_MS). Errors: ctx.Err() when ctx ends
+// first; net.ErrClosed after Close; syscall.ETIMEDOUT when the send
+// timeout passes; otherwise libzap's errno (errors.Is(err,
+// syscall.EMSGSIZE), syscall.ECONNREFUSED...) with its reason in the
+// text.
 func (tr *zapTransport) Send(ctx context.Context, peer string, msg []byte) error {
-	var cl call
+	cl := call{bound: tr.sendTimeout}
 	if err := cl.begin(tr, ctx, "send"); err != nil {
 		return err
 	}

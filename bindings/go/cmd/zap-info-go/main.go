@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"zap/transport"
+	"github.com/libzap/libzap/bindings/go/transport"
 )
 
 func main() {

@@ -5,7 +5,7 @@
 package cbench
 
 /*
-#cgo LDFLAGS: -lzap
+#cgo pkg-config: zap
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Votes beside blocks: the 64 B round trip to a peer while another thread
+ * of the same endpoint streams large messages to that peer.
+ *
+ *   hol SIZE [PINGS (5000)] [SECONDS (0: until the pings are done)]
+ *   hol --stream SIZE [SECONDS (3)]
+ *
+ * A server process (default transport, its own endpoint) echoes every
+ * message of at most 64 bytes and drops the others. The client endpoint
+ * sends a 64 B ping every 200 us from one thread and waits for its echo,
+ * while, with SIZE > 0, a second thread sends SIZE-byte messages to the
+ * same server as fast as it can. Prints one line of key=value: the round
+ * trip's median, p99 and max in microseconds, the pings done, and the
+ * streaming rate of the large messages meanwhile. --stream only streams
+ * SIZE-byte messages for SECONDS and prints the bandwidth.
+ *
+ * ZAP_SHM=off (bench/traffic.sh sets it) measures TCP, the default the
+ * shared-memory ring. Loopback only. CPUS="a,b" pins the server to core a
+ * and the client to core b.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zap/zap.h>
+
+#define PING 64
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void pin(int which)
+{
+	const char *cpus = getenv("CPUS");
+	int a = -1, b = -1;
+	cpu_set_t set;
+
+	if (!cpus || sscanf(cpus, "%d,%d", &a, &b) != 2)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(which ? b : a, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+static struct zap_transport *open_ep(void)
+{
+	struct zap_attr attr = { .size = sizeof(attr), .listen = "127.0.0.1:0" };
+	struct zap_transport *t = NULL;
+	int r = zap_pick("=default", 0, &attr, &t);
+
+	if (r) {
+		fprintf(stderr, "hol: zap_pick: %s (%s)\n", zap_strerror(r), zap_last_error());
+		exit(2);
+	}
+	return t;
+}
+
+static void serve(struct zap_transport *t)
+{
+	for (;;) {
+		struct zap_msg *m;
+		if (zap_recv(t, NULL, &m))
+			break;
+		if (zap_msg_len(m) <= PING)
+			zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), NULL);
+		zap_msg_release(m);
+	}
+}
+
+struct streamer {
+	struct zap_transport *t;
+	const char *peer;
+	size_t size;
+	atomic_bool stop;
+	uint64_t msgs;
+	int err;
+};
+
+static void *stream_main(void *arg)
+{
+	struct streamer *s = arg;
+	char *buf = calloc(1, s->size);
+
+	while (buf && !atomic_load(&s->stop)) {
+		struct zap_ctx *ctx = NULL;
+		/* A deadline, so that the thread stops however full the
+		 * path is when the pings are done. */
+		zap_ctx_new(&ctx);
+		zap_ctx_set_timeout(ctx, 200000000u);
+		int r = zap_send(s->t, s->peer, buf, s->size, ctx);
+		zap_ctx_free(ctx);
+		if (!r)
+			s->msgs++;
+		else if (r != -ETIMEDOUT) {
+			s->err = r;
+			break;
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	bool stream_only = argc > 1 && !strcmp(argv[1], "--stream");
+	int ai = stream_only ? 2 : 1;
+	size_t size = argc > ai ? strtoull(argv[ai], NULL, 0) : 0;
+	long pings = !stream_only && argc > ai + 1 ? atol(argv[ai + 1]) : 5000;
+	double secs = argc > ai + (stream_only ? 1 : 2)
+			      ? atof(argv[ai + (stream_only ? 1 : 2)])
+			      : (stream_only ? 3 : 0);
+	char addr[ZAP_PEER_MAX];
+	int pfd[2];
+
+	if (pings < 1 || (stream_only && !size) || pipe(pfd))
+		return 2;
+	pid_t srv = fork();
+	if (srv < 0)
+		return 2;
+	if (!srv) {
+		pin(0);
+		struct zap_transport *t = open_ep();
+		zap_transport_address(t, addr, sizeof(addr));
+		if (write(pfd[1], addr, sizeof(addr)) != (ssize_t)sizeof(addr))
+			_exit(2);
+		serve(t);
+		_exit(0);
+	}
+	if (read(pfd[0], addr, sizeof(addr)) != (ssize_t)sizeof(addr))
+		return 2;
+	pin(1);
+	struct zap_transport *t = open_ep();
+	struct zap_ctx *ctx = NULL;
+	char ping[PING] = "ping";
+	struct zap_msg *m;
+	int rc = 0;
+
+	/* Connect (and move to shared memory) before measuring. */
+	zap_ctx_new(&ctx);
+	zap_ctx_set_timeout(ctx, 10000000000u);
+	if (zap_send(t, addr, ping, PING, ctx) || zap_recv(t, ctx, &m)) {
+		fprintf(stderr, "hol: first round trip: %s\n", zap_last_error());
+		kill(srv, SIGKILL);
+		return 1;
+	}
+	zap_msg_release(m);
+
+	struct streamer s = { .t = t, .peer = addr, .size = size };
+	pthread_t st;
+	uint64_t t0 = now_ns();
+	if (size)
+		pthread_create(&st, NULL, stream_main, &s);
+	if (stream_only) {
+		usleep((useconds_t)(secs * 1e6));
+		atomic_store(&s.stop, true);
+		pthread_join(st, NULL);
+		double el = (double)(now_ns() - t0) / 1e9;
+		printf("size=%zu stream_MBps=%.0f msgs=%llu err=%d\n", size,
+		       (double)s.msgs * (double)size / el / 1e6, (unsigned long long)s.msgs,
+		       s.err);
+		kill(srv, SIGKILL);
+		waitpid(srv, NULL, 0);
+		return s.err != 0;
+	}
+	/* Let the stream fill the path first. */
+	if (size)
+		usleep(100000);
+	uint64_t *rtt = calloc((size_t)pings, sizeof(*rtt));
+	long done = 0;
+	uint64_t next = now_ns();
+	uint64_t stop_at = secs > 0 ? now_ns() + (uint64_t)(secs * 1e9) : UINT64_MAX;
+	while (rtt && done < pings && now_ns() < stop_at) {
+		/* Sleep, not spin, till the next ping: on a machine with few
+		 * cores a spinning pinger takes one from the two endpoints. */
+		struct timespec at = { (time_t)(next / 1000000000u), (long)(next % 1000000000u) };
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+			;
+		next += 200000;
+		uint64_t a = now_ns();
+		zap_ctx_set_timeout(ctx, 60000000000u);
+		if (zap_send(t, addr, ping, PING, ctx)) {
+			rc = 1;
+			break;
+		}
+		for (;;) {
+			if (zap_recv(t, ctx, &m)) {
+				rc = 1;
+				break;
+			}
+			bool echo = zap_msg_len(m) == PING;
+			zap_msg_release(m);
+			if (echo)
+				break;
+		}
+		if (rc)
+			break;
+		rtt[done++] = (now_ns() - a) / 1000;
+		if (now_ns() > next)
+			next = now_ns();
+	}
+	double el = (double)(now_ns() - t0) / 1e9;
+	atomic_store(&s.stop, true);
+	if (size)
+		pthread_join(st, NULL);
+	if (!done) {
+		fprintf(stderr, "hol: no ping completed: %s\n", zap_last_error());
+		rc = 1;
+	} else {
+		qsort(rtt, (size_t)done, sizeof(*rtt), cmp_u64);
+		printf("size=%zu rtt_med_us=%llu rtt_p99_us=%llu rtt_max_us=%llu pings=%ld "
+		       "stream_MBps=%.0f stream_err=%d\n",
+		       size, (unsigned long long)rtt[done / 2],
+		       (unsigned long long)rtt[(size_t)((double)done * 0.99)],
+		       (unsigned long long)rtt[done - 1], done,
+		       (double)s.msgs * (double)size / el / 1e6, s.err);
+	}
+	free(rtt);
+	zap_ctx_free(ctx);
+	zap_close(t);
+	kill(srv, SIGKILL);
+	waitpid(srv, NULL, 0);
+	return rc;
+}

@@ -500,6 +500,50 @@ ZAP_EXPORT int zap_pool_stats(const struct zap_transport *t, struct zap_pool_sta
 	return 0;
 }
 
+/* For core/stats.c: the optional stats op into @full (zeroed, size set). */
+int zap__transport_stats(const struct zap_transport *t, struct zap_stats *full)
+{
+	int (*fn)(void *, struct zap_stats *);
+
+	if (inherited(t))
+		return fail_inherited(t);
+	fn = OPTIONAL_OP(t->ops, stats);
+	if (!fn)
+		return zap__fail(-EOPNOTSUPP, "transport '%s' keeps no counters",
+				 t->plugin->name);
+	return fn(t->tp, full);
+}
+
+/* For core/stats.c: the optional peers op over @n entries (zeroed, each
+ * its size set). */
+int zap__transport_peers(const struct zap_transport *t, struct zap_peer_info *arr,
+			 size_t n)
+{
+	int (*fn)(void *, struct zap_peer_info *, size_t);
+
+	if (inherited(t))
+		return fail_inherited(t);
+	fn = OPTIONAL_OP(t->ops, peers);
+	if (!fn)
+		return zap__fail(-EOPNOTSUPP, "transport '%s' does not list its peers",
+				 t->plugin->name);
+	return fn(t->tp, arr, n);
+}
+
+/* For core/stats.c: the optional events op, as the peers op. */
+int zap__transport_events(const struct zap_transport *t, struct zap_event *arr, size_t n)
+{
+	int (*fn)(void *, struct zap_event *, size_t);
+
+	if (inherited(t))
+		return fail_inherited(t);
+	fn = OPTIONAL_OP(t->ops, events);
+	if (!fn)
+		return zap__fail(-EOPNOTSUPP, "transport '%s' reports no events",
+				 t->plugin->name);
+	return fn(t->tp, arr, n);
+}
+
 ZAP_EXPORT int64_t zap_pool_bytes(const struct zap_transport *t)
 {
 	struct zap_pool_stats s = { .size = sizeof(s) };

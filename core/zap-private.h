@@ -201,6 +201,13 @@ void zap__probe_out(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
  */
 int zap__copy_sized(void *dst, const void *full, size_t full_size);
 
+/* transport.c, for stats.c: call the optional stats and peers ops
+ * (-EOPNOTSUPP when absent, -EBADFD in a fork() child). */
+int zap__transport_stats(const struct zap_transport *t, struct zap_stats *full);
+int zap__transport_peers(const struct zap_transport *t, struct zap_peer_info *arr,
+			 size_t n);
+int zap__transport_events(const struct zap_transport *t, struct zap_event *arr, size_t n);
+
 /* pool.c */
 int zap__pool_new(const struct zap_pool_backing *backing, uint64_t cap, uint64_t max_buf,
 		  struct zap_pool **out);

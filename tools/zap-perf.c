@@ -15,7 +15,8 @@
  *         unacknowledged; the server acknowledges every window messages
  *         (1 byte) and once at the end.
  *   bw:   the client streams count messages of @size; one ack at the end.
- * "zperf quit 0 0 0" stops the server.
+ * "zperf quit 0 0 0" stops the server. "zperf metrics 0 0 0" (--metrics):
+ * after the "ok", the server sends its zap_metrics_render() text.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -34,6 +35,8 @@
 
 #include <zap/zap.h>
 
+#include "zap-perf.h"
+
 #define MAX_SIZES 32
 
 struct opts {
@@ -49,6 +52,7 @@ struct opts {
 	long warmup;
 	bool do_lat, do_rate, do_bw;
 	bool json;
+	bool metrics; /* --metrics: both ends' counters after the run */
 	int cpu_server, cpu_client;
 };
 
@@ -98,6 +102,9 @@ static void usage(FILE *f)
 		"      --warmup N        unmeasured round trips first (default 100)\n"
 		"      --cpus S,C        loopback: pin server to CPU S, client to C\n"
 		"  -j, --json            one JSON object on stdout instead of a table\n"
+		"      --metrics         after the results, both ends' counters and\n"
+		"                        peers in the Prometheus text format (with\n"
+		"                        --json: the object's \"metrics\" string)\n"
 		"  -h, --help            this text\n"
 		"\n"
 		"Exit status: 0 on success, 1 on a transport error, 2 on bad usage.\n");
@@ -230,6 +237,12 @@ static int serve(struct zap_transport *t)
 		if (!strcmp(test, "quit")) {
 			send_or_die(t, peer, "ok", 2);
 			break;
+		}
+		if (!strcmp(test, "metrics")) {
+			send_or_die(t, peer, "ok", 2);
+			if (perf_metrics_answer(t, peer))
+				fprintf(stderr, "zap-perf: cannot send the metrics\n");
+			continue;
 		}
 		if (size > cap) {
 			free(buf);
@@ -400,13 +413,16 @@ static int client(const struct opts *o, struct zap_transport *t,
 	/* The path, while the connection is sure to be up (print_results()). */
 	if (zap_peer_path(t, peer, run_path, sizeof(run_path)))
 		snprintf(run_path, sizeof(run_path), "-");
+	if (o->metrics)
+		perf_metrics_collect(t, peer);
 	if (quit)
 		control(t, peer, "quit", 0, 0, 0);
 	free(buf);
 	return 0;
 }
 
-static void print_results(struct zap_transport *t, const char *peer, bool json)
+static void print_results(struct zap_transport *t, const char *peer, bool json,
+			  bool metrics)
 {
 	const char *transport = zap_transport_name(t);
 	/* How the messages went (per peer: shm, unix or tcp), if it says. */
@@ -426,7 +442,13 @@ static void print_results(struct zap_transport *t, const char *peer, bool json)
 				       r->burst, r->msgs_per_s, r->mb_per_s);
 			printf("}");
 		}
-		printf("]}\n");
+		printf("]");
+		if (metrics) {
+			printf(",\"metrics\":\"");
+			perf_metrics_print(stdout, true);
+			printf("\"");
+		}
+		printf("}\n");
 		return;
 	}
 	printf("transport %s, peer %s, path %s (latency is one-way: RTT/2; MB = 10^6 bytes)\n",
@@ -443,6 +465,10 @@ static void print_results(struct zap_transport *t, const char *peer, bool json)
 			printf("%-10s %10zu %9ld %10s %10s %10s %13.0f %11.1f\n", r->test,
 			       r->size, r->count, "-", "-", "-", r->msgs_per_s,
 			       r->mb_per_s);
+	}
+	if (metrics) {
+		printf("\n");
+		perf_metrics_print(stdout, false);
 	}
 }
 
@@ -512,6 +538,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool *loopback)
 		{"warmup", required_argument, NULL, 'W'},
 		{"cpus", required_argument, NULL, 'c'},
 		{"json", no_argument, NULL, 'j'},
+		{"metrics", no_argument, NULL, 'M'},
 		{"loopback", no_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{0},
@@ -545,6 +572,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool *loopback)
 			}
 			break;
 		case 'j': o->json = true; break;
+		case 'M': o->metrics = true; break;
 		case 'L': *loopback = true; break;
 		case 'h': usage(stdout); r = 0; break;
 		default: usage(stderr); r = 2; break;
@@ -610,7 +638,7 @@ static int run_loopback(const struct opts *o)
 	if (!r && (!WIFEXITED(st) || WEXITSTATUS(st)))
 		r = 1;
 	if (!r)
-		print_results(t, addr, o->json);
+		print_results(t, addr, o->json, o->metrics);
 	zap_close(t);
 	return r;
 }
@@ -633,7 +661,7 @@ static int run_client(const struct opts *o, const char *peer)
 	struct zap_transport *t = open_transport(o, o->listen);
 	int r = client(o, t, peer, false);
 	if (!r)
-		print_results(t, peer, o->json);
+		print_results(t, peer, o->json, o->metrics);
 	zap_close(t);
 	return r;
 }

@@ -107,7 +107,9 @@
  *    zap_host.last_error (so plugins need not link libzap.so) and
  *    zap_host.env_get; 1.2 added zap_plugin_ops.peer_path; 1.3 added
  *    zap_plugin_ops.send_burst; 1.4 added zap_host.config_u64 and
- *    zap_host.config_str (the configuration registry).
+ *    zap_host.config_str (the configuration registry); 1.5 added
+ *    zap_plugin_ops.stats, zap_plugin_ops.peers and zap_plugin_ops.events
+ *    (zap_stats(), zap_peer_list(), zap_events()).
  *
  * A plugin's probe normally runs in a helper process (zap-probe, under the
  * library's libexec directory), and only the plugin a pick chooses is
@@ -128,7 +130,7 @@ extern "C" {
 #endif
 
 #define ZAP_PLUGIN_ABI_MAJOR 1
-#define ZAP_PLUGIN_ABI_MINOR 4
+#define ZAP_PLUGIN_ABI_MINOR 5
 
 #define ZAP_PLUGIN_CAT_(a, b) a##b
 #define ZAP_PLUGIN_CAT(a, b) ZAP_PLUGIN_CAT_(a, b)
@@ -437,6 +439,31 @@ struct zap_plugin_ops {
 	 */
 	int (*send_burst)(void *tp, const char *peer, const struct zap_iov *msgs,
 			  unsigned int n, struct zap_ctx *ctx);
+
+	/**
+	 * See zap_stats() (ABI 1.5). @out is zeroed, out->size preset by the
+	 * host; write only members within it. Any thread, concurrently with
+	 * every op but destroy, also after shutdown; it must not slow send
+	 * or recv (no lock of theirs held for long). Absent: -EOPNOTSUPP.
+	 */
+	int (*stats)(void *tp, struct zap_stats *out);
+
+	/**
+	 * See zap_peer_list() (ABI 1.5). @out holds @n zeroed entries
+	 * out->size bytes apart, each with its size set (the host's
+	 * sizeof(struct zap_peer_info)); fill at most @n, members within
+	 * that size only, and return how many peers there are. Threads as
+	 * @stats. Absent: -EOPNOTSUPP.
+	 */
+	int (*peers)(void *tp, struct zap_peer_info *out, size_t n);
+
+	/**
+	 * See zap_events() (ABI 1.5). @out holds 1 <= @n zeroed entries laid
+	 * out as for @peers; move up to @n queued events there, oldest
+	 * first, and return how many. Threads as @stats; never wait for the
+	 * data path. Absent: -EOPNOTSUPP.
+	 */
+	int (*events)(void *tp, struct zap_event *out, size_t n);
 };
 
 /** The last mandatory op; ops->size must reach past it. */

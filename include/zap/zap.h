@@ -778,6 +778,225 @@ ZAP_EXPORT size_t zap_env_count(void);
  */
 ZAP_EXPORT int zap_env_get(size_t index, struct zap_env_entry *e);
 
+/* ------------------------------------------------------------------------ */
+/* What an operator sees: counters, peers, events, metrics (since 0.3)      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * enum zap_close_reason - why a connection ended (struct
+ * zap_stats.conns_closed is indexed by it). Each connection a transport
+ * dialed or accepted ends exactly once, under one reason, also when it is
+ * refused during its handshake. Later releases may add reasons (up to
+ * ZAP_CLOSE_REASON_SLOTS); treat an unknown one like ZAP_CLOSE_OTHER.
+ */
+enum zap_close_reason {
+	ZAP_CLOSE_OTHER = 0,    /**< none below: out of memory, a local error */
+	ZAP_CLOSE_PEER_EOF,     /**< closed in order (FIN): the peer closed or
+	                               retired it, or we retired it */
+	ZAP_CLOSE_PEER_RESET,   /**< reset or socket error (a peer that died) */
+	ZAP_CLOSE_IDLE,         /**< no frame byte for ZAP_TCP_IDLE_MS */
+	ZAP_CLOSE_STALL,        /**< a partial frame stalled ZAP_TCP_STALL_MS */
+	ZAP_CLOSE_EVICTED,      /**< made room at the descriptor cap */
+	ZAP_CLOSE_PROTOCOL,     /**< malformed frame or handshake */
+	ZAP_CLOSE_OVERSIZE,     /**< a frame above ZAP_MAX_MSG_BYTES */
+	ZAP_CLOSE_TLS,          /**< TLS handshake failed or a key was refused */
+	ZAP_CLOSE_IDENTITY,     /**< the handshake claimed an address or
+	                               identity the connection does not prove */
+	ZAP_CLOSE_HANDSHAKE,    /**< the handshake did not finish in time, or
+	                               was shed (too many at once) */
+	ZAP_CLOSE_SEND_ABORTED, /**< our send's ctx fired mid-frame or while it
+	                             dialed */
+	ZAP_CLOSE_SHUTDOWN,     /**< zap_close() of this transport */
+	ZAP_CLOSE_REASON_COUNT  /**< the number of reasons this header knows */
+};
+
+/** Room in struct zap_stats.conns_closed for reasons added later. */
+#define ZAP_CLOSE_REASON_SLOTS 32
+
+/**
+ * zap_close_reason_name() - "peer_eof", "idle", ... (lower case, usable as
+ * a metric label); "other" for an unknown value. Since 0.3.
+ */
+ZAP_EXPORT const char *zap_close_reason_name(int reason);
+
+/**
+ * struct zap_stats - a transport's counters since it was opened (totals,
+ * never reset) and its present state (gauges). Caller sets @size; libzap
+ * writes only members within it, so the struct grows compatibly. A
+ * transport fills what applies to it and leaves the rest 0:
+ * docs/metrics.md says which members each one fills.
+ */
+struct zap_stats {
+	size_t size; /**< sizeof(struct zap_stats) */
+	/* traffic: whole messages, payload bytes (no headers) */
+	uint64_t msgs_sent;      /**< messages the transport took (zap_send()
+	                              returned 0, or counted by zap_send_burst()) */
+	uint64_t bytes_sent;     /**< their payload bytes */
+	uint64_t msgs_received;  /**< complete messages received (queued for
+	                              zap_recv(), taken or not) */
+	uint64_t bytes_received; /**< their payload bytes */
+	/* connections */
+	uint64_t conns_dialed;   /**< connections we opened (connect() done) */
+	uint64_t conns_accepted; /**< connections a peer opened to us */
+	uint64_t conns_open;     /**< gauge: dialed + accepted - closed */
+	uint64_t conns_closed[ZAP_CLOSE_REASON_SLOTS]; /**< by enum
+	                              zap_close_reason, handshake refusals
+	                              included */
+	/* the same-host upgrade */
+	uint64_t shm_upgrades; /**< connections that moved onto shared memory
+	                              (each end counts its own) */
+	uint64_t shm_refused;  /**< same-host upgrades offered or tried that
+	                              did not happen (policy, limits, failures) */
+	/* messages lost */
+	uint64_t drops_partial;  /**< partly received messages dropped: the
+	                              peer closed, reset or stalled mid-message */
+	uint64_t drops_shutdown; /**< gauge: messages received but not taken,
+	                              which zap_close() will drop; 0 before
+	                              zap_shutdown() */
+	/* queues and budgets, now */
+	uint64_t rxq_msgs;      /**< messages waiting for zap_recv() */
+	uint64_t rxq_bytes;     /**< their bytes, against @rxq_limit */
+	uint64_t rxq_limit;     /**< ZAP_TCP_RX_QUEUE_BYTES */
+	uint64_t partial_bytes; /**< memory held by partly received messages,
+	                              against @partial_limit */
+	uint64_t partial_limit; /**< ZAP_TCP_PARTIAL_BYTES */
+	uint64_t peers;         /**< gauge: peers with a connection */
+	uint64_t events_lost;   /**< events zap_events() will never see: the
+	                             queue was full (the oldest go first) */
+};
+
+/**
+ * zap_stats() - copy @t's counters into @out (caller sets out->size).
+ * Since 0.3. Cheap enough to call every second: it takes the transport's
+ * table lock briefly, never a lock of the send or receive path.
+ * Return: 0; -EINVAL for NULL arguments or a size below the first member;
+ * -EOPNOTSUPP if the transport keeps no counters (plugins older than
+ * plugin ABI 1.5, and dpdk and gpudirect today); -EBADFD in a fork() child.
+ */
+ZAP_EXPORT int zap_stats(const struct zap_transport *t, struct zap_stats *out);
+
+/** Longest identity string of struct zap_peer_info, with the NUL. */
+#define ZAP_PEER_ID_MAX 72
+
+/**
+ * struct zap_peer_info - one connection to a peer, as zap_peer_list()
+ * reports it. A peer usually has one; while a connection replaces
+ * another (both ends dialed at once, a restart) it may show twice.
+ */
+struct zap_peer_info {
+	size_t size;                    /**< sizeof(struct zap_peer_info) */
+	char peer[ZAP_PEER_MAX];        /**< the peer string, as zap_msg_peer() */
+	char identity[ZAP_PEER_ID_MAX]; /**< what the connection proves: with
+	                                   TLS the key, "sha256:<hex>"; on a
+	                                   Unix socket the credentials,
+	                                   "uid=U gid=G pid=P"; "" on plaintext
+	                                   TCP (only the source address) */
+	char path[16];                  /**< "tcp", "unix" or "shm", as
+	                                   zap_peer_path() */
+	bool tls;                       /**< TLS-authenticated (also on "shm") */
+	bool dialed;                    /**< we opened it; else the peer did */
+	uint64_t conn_id;               /**< unique among @t's connections: tells
+	                                   two connections to one peer apart */
+	uint64_t msgs_sent, bytes_sent; /**< on this connection */
+	uint64_t msgs_received, bytes_received;
+	uint64_t idle_ms;   /**< since the last frame byte either way
+	                                   (a few ms coarse) */
+	int64_t rtt_us;     /**< the kernel's smoothed round-trip
+	                                   estimate (TCP_INFO); -1 where there is
+	                                   none (Unix sockets, shared memory
+	                                   keeps the TCP one) */
+	int64_t rtt_var_us; /**< its variation; -1 with @rtt_us */
+};
+
+/**
+ * zap_peer_list() - describe @t's current peers. Since 0.3.
+ * @out: NULL with @n 0 (just count), or an array of @n entries; the caller
+ *       sets out[0].size to sizeof(struct zap_peer_info), which is also
+ *       taken as the distance between entries.
+ * @n:   room in @out (at most 1048576 is used).
+ *
+ * A snapshot taken under the transport's table lock: peers may come and go
+ * right after.
+ * Return: the number of connections now (which may exceed @n: the first @n
+ * are filled; call again with more room); -EINVAL for a NULL @out with @n
+ * above 0, or out[0].size below the first member; -EOPNOTSUPP as
+ * zap_stats(); -ENOMEM; -EBADFD in a fork() child.
+ */
+ZAP_EXPORT int zap_peer_list(const struct zap_transport *t, struct zap_peer_info *out,
+			     size_t n);
+
+/**
+ * zap_metrics_render() - @t's counters (zap_stats()) and peers
+ * (zap_peer_list()) in the Prometheus text exposition format 0.0.4, for a
+ * metrics endpoint. Since 0.3. Every sample carries the labels
+ * transport="<name>" and endpoint="<zap_transport_address()>"; per-peer
+ * samples also peer, identity and path. docs/metrics.md lists the names.
+ * @buf, @len: where to write, NUL-terminated; NULL and 0 to measure.
+ *
+ * Return: like snprintf(): the length of the whole text (without the NUL),
+ * which is written only in part (still terminated) when it is @len or
+ * more; -EOPNOTSUPP as zap_stats(); -EINVAL for NULL @t, or NULL @buf with
+ * @len above 0; -ENOMEM; -EBADFD in a fork() child.
+ */
+ZAP_EXPORT int zap_metrics_render(const struct zap_transport *t, char *buf, size_t len);
+
+/** What happened to a peer (struct zap_event.type). */
+enum zap_event_type {
+	ZAP_EVENT_CONNECTED = 1,    /**< a connection finished its handshake */
+	ZAP_EVENT_UPGRADED = 2,     /**< it moved onto shared memory (this
+	                                 end's direction) */
+	ZAP_EVENT_DISCONNECTED = 3, /**< an established connection closed */
+	ZAP_EVENT_REFUSED = 4,      /**< a connection closed during its
+	                                 handshake: refused, or given up */
+};
+
+/**
+ * zap_event_type_name() - "connected", "upgraded", "disconnected",
+ * "refused"; "unknown" otherwise. Since 0.3.
+ */
+ZAP_EXPORT const char *zap_event_type_name(int type);
+
+/** struct zap_event - one thing that happened to a peer, in order. */
+struct zap_event {
+	size_t size;                    /**< sizeof(struct zap_event) */
+	int type;                       /**< enum zap_event_type */
+	int reason;                     /**< DISCONNECTED, REFUSED: enum zap_close_reason;
+	                       else 0 */
+	uint64_t time_ms;               /**< when, CLOCK_REALTIME in ms since the epoch */
+	uint64_t conn_id;               /**< as struct zap_peer_info.conn_id; 0 for a
+	                       connection refused before it had one */
+	bool dialed;                    /**< we opened the connection */
+	char peer[ZAP_PEER_MAX];        /**< the peer string; REFUSED: the source
+	                          address of an accepted connection, or the
+	                          peer string a dial was for */
+	char identity[ZAP_PEER_ID_MAX]; /**< as struct zap_peer_info's;
+	                          REFUSED: the key the peer presented, when
+	                          the refusal names one */
+	char path[16];                  /**< "tcp", "unix" or "shm" when it happened */
+	char detail[200];               /**< REFUSED and some DISCONNECTED: the reason in
+	                        words, as the log line says it; else "" */
+};
+
+/**
+ * zap_events() - take the events of @t that happened since the last call,
+ * oldest first. Since 0.3.
+ * @out: an array of @n entries; the caller sets out[0].size to
+ *       sizeof(struct zap_event), also the distance between entries.
+ *
+ * A transport keeps the last 128 events (docs/metrics.md): call this
+ * regularly (from a metrics scrape, or a timer); zap_stats().events_lost
+ * counts those dropped because nobody took them. Events are queued by the
+ * threads that see them happen and taken by whichever thread calls this:
+ * there is no callback, so an application cannot block the transport by
+ * being slow, and may call any libzap function while handling one.
+ *
+ * Return: the number of events written (0 when none happened); -EINVAL
+ * for NULL @out or @n 0, or out[0].size below the first member;
+ * -EOPNOTSUPP for a transport without events (as zap_stats());
+ * -EBADFD in a fork() child.
+ */
+ZAP_EXPORT int zap_events(const struct zap_transport *t, struct zap_event *out, size_t n);
+
 /** zap_version() - the library version string, e.g. "0.1.0". */
 ZAP_EXPORT const char *zap_version(void);
 

@@ -429,6 +429,25 @@ static int tcp_peer_path(void *p, const char *peer, char *buf, size_t len)
 	return tcp_wire_path(tp->wire, peer, buf, len);
 }
 
+static int tcp_stats(void *p, struct zap_stats *out)
+{
+	struct tcp_tp *tp = p;
+	tcp_wire_obs(tp->wire, out);
+	return 0;
+}
+
+static int tcp_peers(void *p, struct zap_peer_info *out, size_t n)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_peers(tp->wire, out, n);
+}
+
+static int tcp_events(void *p, struct zap_event *out, size_t n)
+{
+	struct tcp_tp *tp = p;
+	return tcp_wire_events(tp->wire, out, n);
+}
+
 static const struct zap_plugin_ops tcp_ops = {
 	.size = sizeof(struct zap_plugin_ops),
 	.probe = tcp_probe,
@@ -444,6 +463,9 @@ static const struct zap_plugin_ops tcp_ops = {
 	.pool_stats = NULL,
 	.peer_path = tcp_peer_path,
 	.send_burst = tcp_send_burst,
+	.stats = tcp_stats,
+	.peers = tcp_peers,
+	.events = tcp_events,
 };
 
 /* Referenced by name from core/loader.c; not exported from libzap. */

@@ -443,6 +443,28 @@ static int uma_peer_path(void *tp, const char *peer, char *buf, size_t len)
 	return tcp_wire_path(u->wire, peer, buf, len);
 }
 
+static int uma_stats(void *tp, struct zap_stats *out)
+{
+	struct uma *u = tp;
+
+	tcp_wire_obs(u->wire, out);
+	return 0;
+}
+
+static int uma_peers(void *tp, struct zap_peer_info *out, size_t n)
+{
+	struct uma *u = tp;
+
+	return tcp_wire_peers(u->wire, out, n);
+}
+
+static int uma_events(void *tp, struct zap_event *out, size_t n)
+{
+	struct uma *u = tp;
+
+	return tcp_wire_events(u->wire, out, n);
+}
+
 static const struct zap_plugin_ops uma_ops = {
 	.size = sizeof(uma_ops),
 	.probe = uma_probe,
@@ -457,6 +479,9 @@ static const struct zap_plugin_ops uma_ops = {
 	.pool_stats = uma_pool_stats,
 	.peer_path = uma_peer_path,
 	.send_burst = uma_send_burst,
+	.stats = uma_stats,
+	.peers = uma_peers,
+	.events = uma_events,
 };
 
 ZAP_PLUGIN_EXPORT = {

@@ -288,7 +288,7 @@ static const char snippet_plugin[] =
 	"static int ca(void *t, struct zap_caps *c) { (void)t; (void)c; return 0; }\n"
 	"static const struct zap_plugin_ops ops = {\n"
 	"  sizeof(struct zap_plugin_ops), p, o, sd, de, se, re, ca,\n"
-	"  NULL, NULL, NULL, NULL, NULL };\n"
+	"  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL };\n"
 	"ZAP_PLUGIN_EXPORT = { ZAP_PLUGIN_ABI_MAJOR, ZAP_PLUGIN_ABI_MINOR,\n"
 	"  sizeof(struct zap_plugin), 1, \"mine\", \"1.0\", &ops };\n"
 	"typedef char min_size_ok[ZAP_PLUGIN_MIN_SIZE <= sizeof(struct zap_plugin)\n"

@@ -237,6 +237,47 @@ static void test_burst_fallback(void **state)
 	th_child(child_burst_fallback, (void *)good_dir(), TIMEOUT_MS);
 }
 
+/*
+ * A plugin without the stats, peers and events ops (plugin ABI 1.5; the
+ * fixture has none) loads and works; the core answers -EOPNOTSUPP for
+ * zap_stats(), zap_peer_list(), zap_metrics_render() and zap_events(),
+ * and -EINVAL for
+ * bad arguments before asking the plugin.
+ */
+static void child_no_stats(void *arg)
+{
+	struct zap_transport *t = NULL;
+	struct zap_stats s = { .size = sizeof(s) };
+	struct zap_peer_info p = { .size = sizeof(p) };
+	char buf[64];
+
+	th_setenv("ZAP_PLUGIN_PATH", arg);
+	TH_CHECK_INT(zap_pick("=good", 0, NULL, &t), 0);
+	TH_CHECK_INT(zap_stats(t, &s), -EOPNOTSUPP);
+	TH_CHECK_HAS(zap_strerror(-EOPNOTSUPP), "keeps no counters");
+	TH_CHECK_INT(zap_peer_list(t, &p, 1), -EOPNOTSUPP);
+	TH_CHECK_INT(zap_peer_list(t, NULL, 0), -EOPNOTSUPP);
+	TH_CHECK_INT(zap_metrics_render(t, buf, sizeof(buf)), -EOPNOTSUPP);
+	struct zap_event ev = { .size = sizeof(ev) };
+	TH_CHECK_INT(zap_events(t, &ev, 1), -EOPNOTSUPP);
+	TH_CHECK_STR(zap_event_type_name(ZAP_EVENT_REFUSED), "refused");
+	TH_CHECK_STR(zap_event_type_name(0), "unknown");
+	TH_CHECK_INT(zap_stats(NULL, &s), -EINVAL);
+	TH_CHECK_INT(zap_stats(t, NULL), -EINVAL);
+	TH_CHECK_INT(zap_peer_list(t, NULL, 1), -EINVAL);
+	TH_CHECK_INT(zap_metrics_render(t, NULL, 1), -EINVAL);
+	TH_CHECK_STR(zap_close_reason_name(ZAP_CLOSE_IDLE), "idle");
+	TH_CHECK_STR(zap_close_reason_name(-1), "other");
+	TH_CHECK_STR(zap_close_reason_name(ZAP_CLOSE_REASON_COUNT), "other");
+	zap_close(t);
+}
+
+static void test_no_stats(void **state)
+{
+	(void)state;
+	th_child(child_no_stats, (void *)good_dir(), TIMEOUT_MS);
+}
+
 static void test_shutdown_recv(void **state)
 {
 	(void)state;
@@ -562,6 +603,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shutdown_recv),
 		cmocka_unit_test(test_burst_fallback),
+		cmocka_unit_test(test_no_stats),
 		cmocka_unit_test(test_shutdown_send),
 		cmocka_unit_test(test_send_timeout_env),
 		cmocka_unit_test(test_send_timeout_attr),

@@ -31,6 +31,7 @@
 
 #include "log-capture.h"
 #include "zap-test.h"
+#include "raw_peer.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -1053,46 +1054,9 @@ static void test_ipv6_and_names(void **state)
 /* Hostile input                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Connect to @addr from the local address @from (NULL: any). Loopback
- * addresses 127.0.0.2 and up stand for other hosts. */
-static int raw_connect_from(const char *addr, const char *from);
-
 static int raw_connect(const char *addr)
 {
 	return raw_connect_from(addr, NULL);
-}
-
-static int raw_connect_from(const char *addr, const char *from)
-{
-	char host[64];
-	const char *colon = strrchr(addr, ':');
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	memcpy(host, addr, (size_t)(colon - addr));
-	host[colon - addr] = '\0';
-	inet_pton(AF_INET, host, &sa.sin_addr);
-	sa.sin_port = htons((uint16_t)atoi(colon + 1));
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	assert_true(fd >= 0);
-	if (from) {
-		struct sockaddr_in me = {.sin_family = AF_INET};
-		inet_pton(AF_INET, from, &me.sin_addr);
-		assert_int_equal(bind(fd, (struct sockaddr *)&me, sizeof(me)), 0);
-	}
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	return fd;
-}
-
-/* A HELLO from instance @id with @nonce announcing @addr (and a 64 MiB
- * maximum message). */
-static size_t hello_full(unsigned char *p, uint64_t id, uint64_t nonce,
-			 const char *addr)
-{
-	size_t n = zt_wire_hdr(p, 1, 24 + strlen(addr));
-	zt_be64(p + n, id);
-	zt_be64(p + n + 8, nonce);
-	zt_be64(p + n + 16, 64ull << 20);
-	memcpy(p + n + 24, addr, strlen(addr));
-	return n + 24 + strlen(addr);
 }
 
 /* A HELLO announcing @addr. */

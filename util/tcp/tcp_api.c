@@ -214,14 +214,14 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t
 			     w->dom,
 			     "dropping connection to %s: send interrupted mid-frame (%s)",
 			     c->raddr, strerror(-err));
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, stopped ? ZAP_CLOSE_SEND_ABORTED : tw_close_why(err));
 		if (stopped)
 			w->host->fail(
 				err,
 				"%s: send to %s interrupted mid-frame; connection closed",
 				w->dom, c->raddr);
 	} else if (err && !stopped && err != -ESHUTDOWN) {
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, tw_close_why(err));
 	}
 	tw_conn_tx_done(w, c);
 	tw_txq_handoff(w, c);
@@ -459,6 +459,9 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		}
 	}
 	*written = 1;
+	/* Counted whole, here (batch_finish() counts DATA frames only). */
+	c->tx_msgs++;
+	c->tx_bytes += m->len;
 	big_leave(w, c, &line);
 	send_release(w, c, 0, 0);
 	return 0;
@@ -637,6 +640,7 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	struct tcp_rx_msg *m = w->qhead;
 	w->qhead = m->next;
 	w->qbytes -= m->msg.len;
+	w->qmsgs--;
 	if (w->q_full && w->qbytes < w->rxq_max) {
 		/* Room again: the leader reads connections again. */
 		w->q_full = false;
@@ -884,6 +888,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		r = tw_tls_open(w, args);
 	if (!r)
 		r = tw_shm_open(w);
+	if (!r && tw_events_open(w))
+		r = host->fail(-ENOMEM, "%s: out of memory", w->dom);
 	if (r)
 		goto fail;
 
@@ -946,14 +952,20 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		tcp_wire_shutdown(w);
 		pthread_join(w->acc, NULL);
 	}
+	/* Counted for completeness: every connection ends once (tcp_int.h,
+	 * "Counters"), though no handle is left to read these. */
 	while (w->pending) {
 		struct tcp_conn *c = w->pending;
 		w->pending = c->next;
+		tw_count_close(w, ZAP_CLOSE_SHUTDOWN);
 		tw_conn_free(c);
 	}
 	while (w->conns) {
 		struct tcp_conn *c = w->conns;
 		w->conns = c->next;
+		if (!c->dead)
+			c->why = ZAP_CLOSE_SHUTDOWN;
+		tw_conn_count_gone(w, c);
 		tw_conn_free(c);
 	}
 	while (w->peers) {
@@ -967,6 +979,10 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		free(r);
 	}
 	free(w->rtab);
+	/* The last word on them: no handle is left to ask zap_stats(). */
+	if (w->qmsgs)
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "dropping %zu received messages nobody took", w->qmsgs);
 	while (w->qhead) {
 		struct tcp_rx_msg *m = w->qhead;
 		w->qhead = m->next;
@@ -983,6 +999,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	free(w->pfd);
 	free(w->slot);
 	tw_tls_close(w);
+	tw_events_close(w);
 	pthread_cond_destroy(&w->cond);
 	pthread_mutex_destroy(&w->mu);
 	free(w);

@@ -289,13 +289,14 @@ bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p)
 	return false;
 }
 
-void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
+void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why)
 {
 	TW_HELD(w);
 	if (c->dead)
 		return;
 	bool cut = !c->rx_eof; /* the peer's frames on it may not all be in */
 	c->dead = true;
+	c->why = why;
 	c->rx_eof = true;
 	w->reap_due = true;
 	if (c->peer && c->peer->tx == c)
@@ -317,7 +318,7 @@ void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c)
 			     "dropping connection to %s (from %s) unread: the connection "
 			     "before it broke, and frames sent there first may be lost",
 			     x->raddr, x->src);
-		tw_conn_kill(w, x);
+		tw_conn_kill(w, x, why);
 	}
 }
 
@@ -342,7 +343,7 @@ void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c)
 	c->rx_eof = true;
 	tw_retire(c);
 	if (c->tx_shut)
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, ZAP_CLOSE_PEER_EOF);
 }
 
 /* The tx owner (a sender, or the handshake's HELLO) let go of @c (mu
@@ -358,7 +359,7 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 		c->tx_shut = true;
 	}
 	if (c->rx_eof && c->tx_shut)
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, ZAP_CLOSE_PEER_EOF);
 }
 
 void tw_conn_free(struct tcp_conn *c)
@@ -396,6 +397,8 @@ void tw_reap(struct tcp_wire *w)
 		if (c->rx_charge) {
 			/* Its partial message goes: others may take the budget. */
 			w->partial_bytes -= c->rx_charge;
+			atomic_store_explicit(&w->st_partial_now, w->partial_bytes,
+					      memory_order_relaxed);
 			c->rx_charge = 0;
 			if (w->budget_wait) {
 				w->budget_wait = false;
@@ -405,6 +408,7 @@ void tw_reap(struct tcp_wire *w)
 		if (w->oldest == c)
 			w->oldest = NULL;
 		w->nconns--;
+		tw_conn_count_gone(w, c);
 		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
 			for (struct tcp_route *r = w->routes, *next; r; r = next) {
@@ -511,6 +515,8 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 {
 	TW_HELD(w);
 	struct tcp_peer *p = NULL;
+
+	c->id = ++w->next_conn_id;
 	bool self = c->rid == w->id;
 
 	bool keep_route = false;
@@ -590,6 +596,11 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);
 out:
+	tw_event(w, ZAP_EVENT_CONNECTED, 0, c, NULL, NULL);
+	/* The dialer moved to shared memory before registering (tcp_shm.c). */
+	struct tcp_shm *s = atomic_load(&c->shm);
+	if (s && s->tx_ready)
+		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
 	/* A leader waiting for something send-side (a dial, a route) looks
 	 * again; a receiving one only when the new connection needs it. */
 	if (w->leader && (kick || (w->lead && w->lead->tx)))
@@ -623,7 +634,7 @@ bool tw_evict_idle(struct tcp_wire *w, const char *why)
 	w->host->log(ZAP_LOG_WARN, w->dom,
 		     "closing the connection to %s (from %s), idle %llu ms: %s",
 		     old->raddr, old->src, (unsigned long long)(now - old_ms), why);
-	tw_conn_kill(w, old);
+	tw_conn_kill(w, old, ZAP_CLOSE_EVICTED);
 	if (w->leader)
 		tw_kick(w);
 	else

@@ -175,6 +175,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 			snprintf(why, whylen,
 				 "HELLO from %.64s does not echo our connection nonce",
 				 c->src);
+			c->why = ZAP_CLOSE_IDENTITY;
 			return -EPROTO;
 		}
 	}
@@ -184,8 +185,10 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 	else
 		r = tcp_hello_peer(&hl, (struct sockaddr *)&c->sa, c->salen, dport,
 				   c->raddr, sizeof(c->raddr), why, whylen);
-	if (r)
+	if (r) {
+		c->why = ZAP_CLOSE_IDENTITY; /* a claim the connection does not back */
 		return r;
+	}
 	c->rid = hl.id;
 	c->peer_max = hl.max_msg;
 	if (!c->dialed)
@@ -199,11 +202,13 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 	if (!self && hl.id == w->id) {
 		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
 			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
 		return -EPROTO;
 	}
 	if (!self && own_address(w, c)) {
 		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
 			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
 		return -EPROTO;
 	}
 	/* TLS: the peer is its key as much as its address, so the key is
@@ -228,6 +233,8 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_
 {
 	if (c->tls && !c->tls_ok) {
 		int r = tw_tls_step(c, why, whylen);
+		if (r < 0 && r != -EPIPE)
+			c->why = ZAP_CLOSE_TLS;
 		if (r <= 0)
 			return r;
 		c->hs_events = POLLIN;
@@ -288,9 +295,11 @@ static void pending_unlink(struct tcp_wire *w, struct tcp_conn *c)
 }
 
 static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_level lvl,
-			 const char *why)
+			 int reason, const char *why)
 {
 	w->host->log(lvl, w->dom, "dropping connection from %s: %s", c->src, why);
+	tw_count_close(w, reason);
+	tw_event(w, ZAP_EVENT_REFUSED, reason, c, c->src, why);
 	pending_unlink(w, c);
 	tw_conn_free(c);
 }
@@ -314,6 +323,9 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: out of memory", c->src);
+		tw_count_close(w, ZAP_CLOSE_OTHER);
+		tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_OTHER, c, c->src,
+			 "out of memory");
 		tw_conn_free(c);
 		return;
 	}
@@ -328,7 +340,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 		w->host->log(ZAP_LOG_WARN, w->dom,
 			     "dropping connection from %s: cannot answer HELLO: %s",
 			     c->raddr, k < 0 ? tw_io_err(c, e) : "short write");
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, ZAP_CLOSE_PEER_RESET);
 	} else {
 		tw_conn_tx_done(w, c);
 	}
@@ -361,10 +373,12 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			}
 			return;
 		}
+		tw_count(&w->st_accepted, 1);
 		struct tcp_conn *c = calloc(1, sizeof(*c));
 		if (!c) {
 			w->host->log(ZAP_LOG_WARN, w->dom,
 				     "dropping new connection: out of memory");
+			tw_count_close(w, ZAP_CLOSE_OTHER);
 			close(fd);
 			continue;
 		}
@@ -381,6 +395,8 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		if (w->tls && tw_tls_conn_new(w, c, true, NULL, why, sizeof(why))) {
 			w->host->log(ZAP_LOG_WARN, w->dom,
 				     "dropping connection from %s: %s", c->src, why);
+			tw_count_close(w, ZAP_CLOSE_TLS);
+			tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_TLS, c, c->src, why);
 			tw_conn_free(c);
 			continue;
 		}
@@ -389,6 +405,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			 * that a flood cannot lock well-behaved peers out. */
 			if (w->pending_tail)
 				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
+					     ZAP_CLOSE_HANDSHAKE,
 					     "too many connections in handshake");
 		} else {
 			/* At the descriptor limit, the connection idle the
@@ -399,6 +416,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			tw_unlock(w);
 			if (full && !made && w->pending_tail)
 				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
+					     ZAP_CLOSE_EVICTED,
 					     "descriptor limit reached");
 		}
 		pending_add(w, c);
@@ -415,7 +433,7 @@ static void pending_ready(struct tcp_wire *w, struct tcp_conn *c)
 		pending_finish(w, c);
 	else if (h < 0)
 		pending_drop(w, c, h == -EPIPE && !c->hslen ? ZAP_LOG_INFO : ZAP_LOG_WARN,
-			     why);
+			     tw_hs_why(c, h), why);
 	else
 		pending_arm(w, c);
 }
@@ -464,10 +482,11 @@ void *tw_accept_main(void *arg)
 		now = now_ms();
 		while (w->pending_tail && w->pending_tail->hs_deadline_ms <= now) {
 			struct tcp_conn *c = w->pending_tail;
-			pending_drop(w, c, ZAP_LOG_INFO,
-				     c->tls && !c->tls_ok
-					     ? "TLS handshake not complete within the handshake timeout"
-					     : "no HELLO within the handshake timeout");
+			pending_drop(
+				w, c, ZAP_LOG_INFO, ZAP_CLOSE_HANDSHAKE,
+				c->tls && !c->tls_ok
+					? "TLS handshake not complete within the handshake timeout"
+					: "no HELLO within the handshake timeout");
 		}
 		tw_shm_accept_ready(w, pfd + shm_first, n - shm_first);
 		if (pfd[1].revents)
@@ -664,13 +683,16 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 	char why[400];
 	int r = tw_tls_conn_new(w, c, false, want, why, sizeof(why));
 
-	if (r)
+	if (r) {
+		c->why = ZAP_CLOSE_TLS;
 		return w->host->fail(r, "%s: %s: %s", w->dom, peer, why);
+	}
 	for (;;) {
 		r = tw_tls_step(c, why, sizeof(why));
 		if (r == 1)
 			return 0;
 		if (r < 0) {
+			c->why = ZAP_CLOSE_TLS;
 			w->host->log(ZAP_LOG_WARN, w->dom, "TLS with %s failed: %s", peer,
 				     why);
 			return w->host->fail(r, "%s: TLS with %s failed: %s", w->dom,
@@ -719,8 +741,10 @@ static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
 	if (r)
 		return r;
 
+	tw_count(&w->st_dialed, 1);
 	c = calloc(1, sizeof(*c));
 	if (!c) {
+		tw_count_close(w, ZAP_CLOSE_OTHER);
 		close(fd);
 		return -ENOMEM;
 	}
@@ -807,7 +831,13 @@ fail:
 	tw_lock(w);
 	dial_done(w, &dial);
 	tw_unlock(w);
-fail_freed:
+fail_freed:;
+	/* The sender's own ctx ended it (-ETIMEDOUT is also the handshake
+	 * limit's code): not the peer's doing. */
+	int why = w->host->ctx_err(ctx) ? ZAP_CLOSE_SEND_ABORTED : tw_hs_why(c, r);
+	tw_count_close(w, why);
+	tw_event(w, ZAP_EVENT_REFUSED, why, c, peer,
+		 ZAP_HOST_HAS(w->host, last_error) ? w->host->last_error() : NULL);
 	tw_conn_free(c);
 	return r;
 }

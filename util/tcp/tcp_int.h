@@ -15,6 +15,7 @@
  *                    identity and the checks of a local peer's claims
  *   tcp_shm.c        the same-host upgrade: shared-memory rings set up over
  *                    a side channel, sending into them, wake-ups
+ *   tcp_stats.c      what an operator sees: counters and the peer listing
  *
  * Threads and progress
  * --------------------
@@ -84,6 +85,25 @@
  * tx_busy is set (the owner hands it on, tw_txq_handoff()), so it is not
  * reaped under them; a TAKEN frame's buffer is the owner's until it sets
  * DONE, which is why its sender then waits whatever its ctx says.
+ *
+ * Counters (tcp_stats.c): nothing on the send or receive path takes a
+ * lock or an atomic read-modify-write of a line other threads write for
+ * them. A connection's tx_msgs/tx_bytes are under mu (every writer of
+ * frames already holds it when it learns what went out); its rx_msgs and
+ * rx_bytes have one writer, the leader, which adds with a relaxed load
+ * and store (tw_add1()), so readers under mu see a recent value. Rare
+ * events (connections opened and closed, upgrades, drops) are relaxed
+ * atomic adds on the wire (w->st_*). A freed connection's traffic moves
+ * into w->gone_* (mu) in tw_reap(), so the totals never go back.
+ * Every connection that is dialed (connect() done) or accepted is closed
+ * exactly once, under one enum zap_close_reason: established ones by
+ * tw_conn_kill(), whose reason tw_reap() counts; handshakes where they
+ * fail (tw_count_close()).
+ *
+ * Events (tcp_stats.c, zap_events()): a ring of the last TCP_EV_MAX under
+ * its own mutex, w->ev->mu, a leaf: tw_event() takes it with or without
+ * w->mu held and takes nothing inside it. Events are per connection, never
+ * per message.
  *
  * Shared memory (tcp_shm.c): c->shm is set once (an atomic pointer, so the
  * leader may load it while reading) and freed with the connection. Its
@@ -255,6 +275,9 @@ struct tcp_conn {
 	char ident[72];         /* Unix: "uid=U gid=G pid=P", the identity
 				 * (SO_PEERCRED); "" on TCP */
 	struct tcp_peer *peer;  /* mu; NULL for the accepted end of a self-connection */
+	uint64_t id;            /* mu: unique in the wire, set at register */
+	int why;                /* enum zap_close_reason: set by tw_conn_kill()
+				 * (mu); in a handshake, a refusal's kind */
 	struct tcp_shm *_Atomic shm; /* set once, see "Shared memory" above */
 
 	/* mu: hot (in the leader's poll set, on w->hot) or cold (in w->epfd);
@@ -273,6 +296,7 @@ struct tcp_conn {
 	bool rx_ready;   /* leader: may have buffered data, read without waiting */
 	bool rx_big;     /* leader: last message was large */
 	struct tcp_txreq *txq, **txq_tail; /* frames queued behind tx_busy */
+	uint64_t tx_msgs, tx_bytes;        /* whole messages written, payload */
 	unsigned txq_n;
 	unsigned char ver; /* wire version, agreed in the HELLOs; set before use */
 	/* version 3 (mu): the large message going out in parts (its sender's
@@ -299,7 +323,8 @@ struct tcp_conn {
 	bool budget_paused;       /* leader: alloc_wait for the partial budget */
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
 	_Atomic uint64_t rx_ms;   /* last frame byte in (relaxed) */
-	int rx_res;               /* result of this round's read */
+	_Atomic uint64_t rx_msgs, rx_bytes; /* delivered; leader writes (tw_add1()) */
+	int rx_res;                         /* result of this round's read */
 	char rx_why[160];
 
 	/* TLS (tcp_tls.c): NULL on a plaintext endpoint */
@@ -449,6 +474,15 @@ struct tcp_wire {
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
 	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
 	_Atomic uint64_t st_tx_calls, st_tx_frames, st_rx_reads, st_rx_frames;
+	/* tcp_wire_obs() (relaxed atomics, rare events; see "Counters") */
+	_Atomic uint64_t st_dialed, st_accepted, st_closed[ZAP_CLOSE_REASON_SLOTS];
+	_Atomic uint64_t st_shm_up, st_shm_refused, st_drop_partial;
+	_Atomic uint64_t st_partial_now;      /* partial_bytes, as its writer stores it */
+	uint64_t gone_tx_msgs, gone_tx_bytes; /* mu: of freed connections */
+	uint64_t gone_rx_msgs, gone_rx_bytes;
+	uint64_t next_conn_id; /* mu */
+	size_t qmsgs;          /* mu: messages queued for recv */
+	struct tcp_events *ev; /* zap_events(): its own lock (see above) */
 
 	/* Shared memory (tcp_shm.c) */
 	int shm_policy;                /* ZAP_SHM, read at open */
@@ -653,7 +687,8 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p);
 bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
-void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c);
+/* Close @c at the next reap, counted under @why (enum zap_close_reason). */
+void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why);
 void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c);
 void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c);
 void tw_conn_free(struct tcp_conn *c);
@@ -694,6 +729,42 @@ void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c);
 static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
 {
 	atomic_fetch_add_explicit(n, k, memory_order_relaxed);
+}
+/* Add to a counter only one thread writes: no locked instruction. */
+static inline void tw_add1(_Atomic uint64_t *n, uint64_t k)
+{
+	atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + k,
+			      memory_order_relaxed);
+}
+
+/* tcp_stats.c: events. @c: the connection (its peer, identity, path);
+ * @peer: the peer string instead of c->raddr (a dial), or NULL; @detail:
+ * words for REFUSED and DISCONNECTED, or NULL. */
+#define TCP_EV_MAX 128u
+int tw_events_open(struct tcp_wire *w);
+void tw_events_close(struct tcp_wire *w);
+void tw_event(struct tcp_wire *w, int type, int reason, const struct tcp_conn *c,
+	      const char *peer, const char *detail);
+
+/* tcp_stats.c: a connection that never got established (a refused or
+ * failed handshake) or is freed ends here, counted once under @why. */
+static inline void tw_count_close(struct tcp_wire *w, int why)
+{
+	if (why < 0 || why >= ZAP_CLOSE_REASON_SLOTS)
+		why = ZAP_CLOSE_OTHER;
+	tw_count(&w->st_closed[why], 1);
+}
+/* The close reason for a failure @err (a negative errno) of a handshake
+ * or of the socket: oversize, protocol, TLS, reset, ... */
+int tw_close_why(int err);
+/* tw_reap(), before freeing @c (mu held, no leader): its traffic into
+ * the wire's totals, its close and any partial message it held. */
+void tw_conn_count_gone(struct tcp_wire *w, const struct tcp_conn *c);
+/* A handshake that failed with @err: @c->why if the check that refused
+ * it named one, else tw_close_why(@err). */
+static inline int tw_hs_why(const struct tcp_conn *c, int err)
+{
+	return c->why ? c->why : tw_close_why(err);
 }
 
 /* tcp_handshake.c */

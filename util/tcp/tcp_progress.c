@@ -68,6 +68,9 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 	memcpy(m->peer_id, c->tls ? c->fp : c->ident, sizeof(m->peer_id));
 	m->msg.peer_id = c->tls || c->ident[0] ? m->peer_id : NULL;
 	m->next = NULL;
+	/* The leader is their only writer: no locked instruction here. */
+	tw_add1(&c->rx_msgs, 1);
+	tw_add1(&c->rx_bytes, len);
 	**tail = m;
 	*tail = &m->next;
 }
@@ -92,6 +95,7 @@ static bool budget_take(struct tcp_wire *w, struct tcp_conn *c, uint64_t n)
 		return false;
 	}
 	w->partial_bytes += n;
+	atomic_store_explicit(&w->st_partial_now, w->partial_bytes, memory_order_relaxed);
 	c->rx_charge += n;
 	return true;
 }
@@ -99,6 +103,7 @@ static bool budget_take(struct tcp_wire *w, struct tcp_conn *c, uint64_t n)
 static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
 {
 	w->partial_bytes -= c->rx_charge;
+	atomic_store_explicit(&w->st_partial_now, w->partial_bytes, memory_order_relaxed);
 	c->rx_charge = 0;
 	if (w->budget_wait) {
 		w->budget_wait = false;
@@ -156,6 +161,7 @@ static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
 	c->rx_part = 0;
 	budget_put(w, c);
 	m->msg.release(&m->msg);
+	tw_count(&w->st_drop_partial, 1);
 	return RX_EOF_PARTIAL;
 }
 
@@ -822,7 +828,7 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 				ZAP_LOG_WARN, w->dom,
 				"dropping connection to %s (from %s): a partial frame made no progress for %u ms",
 				c->raddr, c->src, w->stall_ms);
-			tw_conn_kill(w, c);
+			tw_conn_kill(w, c, ZAP_CLOSE_STALL);
 			continue;
 		} else {
 			*timeout = ms_min(*timeout,
@@ -907,7 +913,7 @@ static bool conn_rx_result(struct tcp_wire *w, struct tcp_conn *c)
 	} else if (c->rx_res < 0) {
 		w->host->log(ZAP_LOG_WARN, w->dom, "dropping connection to %s: %s",
 			     c->raddr, c->rx_why);
-		tw_conn_kill(w, c);
+		tw_conn_kill(w, c, tw_close_why(c->rx_res));
 		changed = true;
 	}
 	c->rx_res = 0;
@@ -1025,9 +1031,11 @@ static void queue_append(struct tcp_wire *w, struct tcp_rx_msg *mhead)
 		w->qhead = mhead;
 	struct tcp_rx_msg *t = mhead;
 	w->qbytes += t->msg.len;
+	w->qmsgs++;
 	while (t->next) {
 		t = t->next;
 		w->qbytes += t->msg.len;
+		w->qmsgs++;
 	}
 	w->qtail = t;
 }

@@ -154,7 +154,7 @@ void tw_idle_scan(struct tcp_wire *w, uint64_t now)
 				ZAP_LOG_INFO, w->dom,
 				"closing the connection to %s (from %s): idle for %u ms",
 				c->raddr, c->src, w->idle_ms);
-			tw_conn_kill(w, c);
+			tw_conn_kill(w, c, ZAP_CLOSE_IDLE);
 			continue;
 		}
 		if (due <= now)

@@ -374,6 +374,7 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	void *tx_map = NULL;
 	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
 	int fd = -1, txfd = -1, pfd = -1, r;
+	bool tried = false;
 
 	if (w->shm_policy == TW_SHM_OFF)
 		return;
@@ -387,6 +388,7 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 			 strerror(errno));
 		goto out;
 	}
+	tried = true; /* from here on a failure is a refused upgrade */
 	if (!peer_allowed(w, fd, why, sizeof(why)))
 		goto out;
 	txfd = region_new(len, &tx_map);
@@ -440,10 +442,13 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	s = NULL;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: messages go through shared memory",
 		     c->src);
+	tw_count(&w->st_shm_up, 1);
 out:
 	if (why[0])
 		w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: staying on the connection: %s",
 			     c->src, why);
+	if (why[0] && tried)
+		tw_count(&w->st_shm_refused, 1);
 	tw_shm_free(s);
 	if (tx_map)
 		munmap(tx_map, len);
@@ -543,9 +548,11 @@ static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
 	pend_drop(w, p, false);
 	p = NULL;
 out:
-	if (why[0])
+	if (why[0]) {
 		w->host->log(ZAP_LOG_DEBUG, w->dom,
 			     "refusing a shared-memory request: %s", why);
+		tw_count(&w->st_shm_refused, 1);
+	}
 	tw_shm_free(s);
 	if (ours >= 0)
 		close(ours);
@@ -581,6 +588,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 		if (!peer_allowed(w, fd, why, sizeof(why))) {
 			w->host->log(ZAP_LOG_DEBUG, w->dom,
 				     "refusing a shared-memory request: %s", why);
+			tw_count(&w->st_shm_refused, 1);
 			close(fd);
 			continue;
 		}
@@ -637,6 +645,8 @@ bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 		if (k == (ssize_t)sizeof(m) && m.magic == SHM_DONE && !c->dialed &&
 		    m.nonce == c->nonce && !s->tx_ready) {
 			s->tx_ready = true;
+			tw_count(&w->st_shm_up, 1);
+			tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
 			w->host->log(ZAP_LOG_DEBUG, w->dom,
 				     "%s: messages go through shared memory", c->raddr);
 		}
@@ -801,8 +811,11 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	*partial = err && !whole && zshm_tx_mid(&s->tx);
 	own->done = err ? *partial : TCP_HDR + own->len;
 	own->err = err;
-	if (!err)
+	if (!err) {
 		tw_count(&w->st_tx_frames, 1);
+		c->tx_msgs++; /* mu held */
+		c->tx_bytes += own->len;
+	}
 	return err;
 }
 

@@ -274,9 +274,10 @@ static int batch_write(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b
 	return 0;
 }
 
-/* Results for the queued frames of @b after a write that ended with @err
- * (mu held). */
-static void batch_finish(struct tcp_wire *w, struct txbatch *b, int err)
+/* Results for the queued frames of @b, written on @c, after a write that
+ * ended with @err (mu held): also @c's counters (its whole DATA frames). */
+static void batch_finish(struct tcp_wire *w, struct tcp_conn *c, struct txbatch *b,
+			 int err)
 {
 	TW_HELD(w);
 	size_t whole = 0;
@@ -284,6 +285,10 @@ static void batch_finish(struct tcp_wire *w, struct txbatch *b, int err)
 	for (size_t i = 0; i < b->n; i++) {
 		struct tcp_txreq *r = b->req[i];
 		size_t k = batch_wrote(b, i);
+		if (k == frame_bytes(r) && r->hdr[5] == TCP_T_DATA) {
+			c->tx_msgs++;
+			c->tx_bytes += r->len;
+		}
 		whole += k == frame_bytes(r);
 		if (i < b->own)
 			continue;
@@ -328,7 +333,7 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		batch_take(c, &b);
 	tw_unlock(w);
 	int err = batch_write(w, c, &b, me, ctx);
-	batch_finish(w, &b, err);
+	batch_finish(w, c, &b, err);
 	for (size_t i = 0; i < nown; i++)
 		own[i].done = i < b.n ? batch_wrote(&b, i) : 0;
 	own->err = err;

@@ -128,6 +128,18 @@ struct tcp_wire_stats {
 };
 void tcp_wire_stats(const struct tcp_wire *w, struct tcp_wire_stats *out);
 
+/*
+ * What an operator sees (zap_stats(), zap_peer_list()): fill @out, of
+ * out->size bytes (members within it only), and the connections now, at
+ * most @n entries out->size bytes apart; tcp_wire_peers() returns how many
+ * there are. Any thread, also after tcp_wire_shutdown().
+ */
+void tcp_wire_obs(struct tcp_wire *w, struct zap_stats *out);
+int tcp_wire_peers(struct tcp_wire *w, struct zap_peer_info *out, size_t n);
+/* zap_events(): move up to @n (>= 1) queued events into @out (entries
+ * out->size bytes apart), oldest first; how many. */
+int tcp_wire_events(struct tcp_wire *w, struct zap_event *out, size_t n);
+
 /* Retry connections paused by an -EAGAIN allocation now. Thread-safe. */
 void tcp_wire_kick(struct tcp_wire *w);
 

@@ -197,6 +197,68 @@ static int gozap_report_count(struct gozap_call *c)
 	return n < 0 ? gozap_fail(c, n) : n;
 }
 
+// What an operator sees (observe.go). Each takes the failure text in the
+// same cgo call, as gozap_fail() does.
+static int gozap_stats(struct zap_transport *t, struct zap_stats *s, char *why,
+		       size_t wl)
+{
+	s->size = sizeof(*s);
+	int rc = zap_stats(t, s);
+	if (rc)
+		snprintf(why, wl, "%s", zap_strerror(rc));
+	return rc;
+}
+
+static int gozap_peers(struct zap_transport *t, struct zap_peer_info *p, size_t n,
+		       char *why, size_t wl)
+{
+	if (n)
+		p[0].size = sizeof(*p);
+	int rc = zap_peer_list(t, n ? p : NULL, n);
+	if (rc < 0)
+		snprintf(why, wl, "%s", zap_strerror(rc));
+	return rc;
+}
+
+static int gozap_events(struct zap_transport *t, struct zap_event *e, size_t n,
+			char *why, size_t wl)
+{
+	e[0].size = sizeof(*e);
+	int rc = zap_events(t, e, n);
+	if (rc < 0)
+		snprintf(why, wl, "%s", zap_strerror(rc));
+	return rc;
+}
+
+// The metrics text in C memory (the caller frees it), or NULL and *rc.
+static char *gozap_metrics(struct zap_transport *t, int *rc, char *why, size_t wl)
+{
+	char *text = NULL;
+	for (;;) {
+		int n = zap_metrics_render(t, NULL, 0);
+		if (n < 0) {
+			*rc = n;
+			break;
+		}
+		text = malloc((size_t)n + 1);
+		if (!text) {
+			*rc = -ENOMEM;
+			break;
+		}
+		int k = zap_metrics_render(t, text, (size_t)n + 1);
+		if (k >= 0 && k <= n)
+			return text;
+		free(text); // it grew in between: again
+		text = NULL;
+		if (k < 0) {
+			*rc = k;
+			break;
+		}
+	}
+	snprintf(why, wl, "%s", zap_strerror(*rc));
+	return NULL;
+}
+
 static int gozap_dir_count(struct gozap_call *c)
 {
 	int n = zap_report_dir_count();
@@ -495,6 +557,110 @@ func loadReportC() (Report, error) {
 }
 
 func versionC() string { return C.GoString(C.zap_version()) }
+
+func observeErr(op string, rc C.int, why []C.char) error {
+	return &zapError{op: op, code: errnoOf(rc), text: C.GoString(&why[0])}
+}
+
+func statsC(t *C.struct_zap_transport) (Stats, error) {
+	var s C.struct_zap_stats
+	var why [300]C.char
+	if rc := C.gozap_stats(t, &s, &why[0], C.size_t(len(why))); rc != 0 {
+		return Stats{}, observeErr("stats", rc, why[:])
+	}
+	st := Stats{
+		MessagesSent: uint64(s.msgs_sent), BytesSent: uint64(s.bytes_sent),
+		MessagesReceived: uint64(s.msgs_received), BytesReceived: uint64(s.bytes_received),
+		ConnsDialed: uint64(s.conns_dialed), ConnsAccepted: uint64(s.conns_accepted),
+		ConnsOpen: uint64(s.conns_open), ConnsClosed: map[string]uint64{},
+		ShmUpgrades: uint64(s.shm_upgrades), ShmRefused: uint64(s.shm_refused),
+		DropsPartial: uint64(s.drops_partial), DropsShutdown: uint64(s.drops_shutdown),
+		RxQueueMessages: uint64(s.rxq_msgs), RxQueueBytes: uint64(s.rxq_bytes),
+		RxQueueLimit: uint64(s.rxq_limit), PartialBytes: uint64(s.partial_bytes),
+		PartialLimit: uint64(s.partial_limit), Peers: uint64(s.peers),
+		EventsLost: uint64(s.events_lost),
+	}
+	for i, n := range s.conns_closed {
+		if n != 0 {
+			st.ConnsClosed[closeReasonC(i)] += uint64(n)
+		}
+	}
+	return st, nil
+}
+
+func closeReasonC(i int) string { return C.GoString(C.zap_close_reason_name(C.int(i))) }
+
+func peersC(t *C.struct_zap_transport) ([]PeerInfo, error) {
+	var why [300]C.char
+	for room := 16; ; {
+		// Go memory without Go pointers: cgo may pass it to C.
+		p := make([]C.struct_zap_peer_info, room)
+		rc := C.gozap_peers(t, &p[0], C.size_t(room), &why[0], C.size_t(len(why)))
+		if rc < 0 {
+			return nil, observeErr("peers", rc, why[:])
+		}
+		if int(rc) > room {
+			room = int(rc) + 16
+			continue
+		}
+		out := make([]PeerInfo, int(rc))
+		for i := range out {
+			e := &p[i]
+			out[i] = PeerInfo{
+				Peer: C.GoString(&e.peer[0]), Identity: C.GoString(&e.identity[0]),
+				Path: C.GoString(&e.path[0]), TLS: bool(e.tls), Dialed: bool(e.dialed),
+				ConnID:       uint64(e.conn_id),
+				MessagesSent: uint64(e.msgs_sent), BytesSent: uint64(e.bytes_sent),
+				MessagesReceived: uint64(e.msgs_received),
+				BytesReceived:    uint64(e.bytes_received),
+				Idle:             time.Duration(e.idle_ms) * time.Millisecond,
+				RTT:              time.Duration(e.rtt_us) * time.Microsecond,
+				RTTVar:           time.Duration(e.rtt_var_us) * time.Microsecond,
+			}
+		}
+		return out, nil
+	}
+}
+
+func eventsC(t *C.struct_zap_transport) ([]Event, error) {
+	var why [300]C.char
+	var out []Event
+	for {
+		var e [32]C.struct_zap_event
+		rc := C.gozap_events(t, &e[0], C.size_t(len(e)), &why[0], C.size_t(len(why)))
+		if rc < 0 {
+			return out, observeErr("events", rc, why[:])
+		}
+		for i := 0; i < int(rc); i++ {
+			x := &e[i]
+			out = append(out, Event{
+				Type:   C.GoString(C.zap_event_type_name(x._type)),
+				Reason: "",
+				Time:   time.UnixMilli(int64(x.time_ms)),
+				ConnID: uint64(x.conn_id), Dialed: bool(x.dialed),
+				Peer: C.GoString(&x.peer[0]), Identity: C.GoString(&x.identity[0]),
+				Path: C.GoString(&x.path[0]), Detail: C.GoString(&x.detail[0]),
+			})
+			if x._type == C.ZAP_EVENT_DISCONNECTED || x._type == C.ZAP_EVENT_REFUSED {
+				out[len(out)-1].Reason = closeReasonC(int(x.reason))
+			}
+		}
+		if int(rc) < len(e) {
+			return out, nil
+		}
+	}
+}
+
+func metricsC(t *C.struct_zap_transport) (string, error) {
+	var why [300]C.char
+	var rc C.int
+	text := C.gozap_metrics(t, &rc, &why[0], C.size_t(len(why)))
+	if text == nil {
+		return "", observeErr("metrics", rc, why[:])
+	}
+	defer C.free(unsafe.Pointer(text))
+	return C.GoString(text), nil
+}
 
 // errShutdown and friends are the codes mapped specially in call.go.
 const (

@@ -192,6 +192,30 @@ static void test_mixed_senders(void **state)
 	zap_close(r);
 }
 
+/* Small messages, one after the other, 1,000 and then on until 20 large
+ * sends were stopped or 50,000 went (test_deadline_between_parts). */
+static atomic_uint small_done;
+struct stopper;
+static struct stopper *small_until;
+static unsigned stopped_count(void);
+
+static void *small_main(void *arg)
+{
+	struct sender *s = arg;
+	unsigned char buf[1000];
+
+	for (uint32_t i = 0; (i < 1000 || stopped_count() < 20) && i < 50000 && !s->rc;
+	     i++) {
+		size_t len = 16 + (i * 37) % (sizeof(buf) - 16);
+		make_msg(buf, len, s->id, s->sent);
+		s->rc = zap_send(s->t, s->peer, buf, len, NULL);
+		if (!s->rc)
+			s->sent++;
+	}
+	atomic_fetch_add(&small_done, 1);
+	return NULL;
+}
+
 /* ---- a small message passes a large one ----------------------------------- */
 
 struct one {
@@ -255,6 +279,111 @@ static void test_small_passes_large(void **state)
 	pthread_join(ts, NULL);
 	assert_int_equal(large.rc, 0);
 	assert_int_equal(small.rc, 0);
+	zap_close(s);
+	zap_close(r);
+}
+
+/* ---- large sends stopped between parts, small ones beside them ------------ */
+
+struct stopper {
+	struct zap_transport *t;
+	const char *peer;
+	atomic_bool stop;
+	atomic_uint stopped; /* sends stopped by their deadline */
+};
+
+static unsigned stopped_count(void)
+{
+	return small_until ? atomic_load(&small_until->stopped) : 0;
+}
+
+static void *stopper_main(void *arg)
+{
+	struct stopper *s = arg;
+	unsigned char *buf = malloc(MAX_MSG);
+
+	assert_non_null(buf);
+	make_msg(buf, MAX_MSG, 3, 0);
+	while (!atomic_load(&s->stop)) {
+		struct zap_ctx *ctx;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 1000000u); /* 1 ms: usually mid-message */
+		int r = zap_send(s->t, s->peer, buf, MAX_MSG, ctx);
+		zap_ctx_free(ctx);
+		assert_true(r == 0 || r == -ETIMEDOUT);
+		if (r == -ETIMEDOUT)
+			atomic_fetch_add(&s->stopped, 1);
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * A large send whose deadline stops it between two parts retires the
+ * connection, while other threads' small messages wait in line on it (or,
+ * with rings, write into the ring): every small send that returned 0 is
+ * delivered, whole, in its sender's order, and nothing breaks the framing
+ * (no "data on the connection after the switch to shared memory").
+ */
+static void test_deadline_between_parts(void **state)
+{
+	struct zap_transport *r = ep_open(), *s = ep_open();
+	char ra[ZAP_PEER_MAX];
+	struct stopper st = { 0 };
+	pthread_t ts, tp[2];
+	struct sender small[2];
+	uint32_t next[THREADS] = { 0 };
+	unsigned got = 0, want = 0;
+	(void)state;
+
+	ep_addr(r, ra);
+	zap_set_log_handler(zt_log_capture, NULL);
+	zt_log_clear();
+	st = (struct stopper){ .t = s, .peer = ra };
+	small_until = &st;
+	assert_int_equal(pthread_create(&ts, NULL, stopper_main, &st), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		small[i] = (struct sender){ .t = s, .peer = ra, .id = i };
+		assert_int_equal(pthread_create(&tp[i], NULL, small_main, &small[i]), 0);
+	}
+	/* Receive until both small senders are done and all theirs came. */
+	for (;;) {
+		struct zap_ctx *ctx;
+		struct zap_msg *m;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 100000000u);
+		int rc = zap_recv(r, ctx, &m);
+		zap_ctx_free(ctx);
+		if (!rc) {
+			if (zap_msg_len(m) != MAX_MSG) {
+				struct tag t = check_msg(m);
+				assert_true(t.thread < 2);
+				assert_int_equal(t.seq, next[t.thread]);
+				next[t.thread]++;
+				got++;
+			}
+			zap_msg_release(m);
+		}
+		if (atomic_load(&small_done) == 2 && !want)
+			want = small[0].sent + small[1].sent;
+		if (want && got == want)
+			break;
+		assert_true(rc == 0 || rc == -ETIMEDOUT);
+	}
+	atomic_store(&st.stop, true);
+	pthread_join(ts, NULL);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(tp[i], NULL);
+		assert_int_equal(small[i].rc, 0);
+	}
+	fprintf(stderr, "# %u large sends stopped by their deadline, %u small delivered\n",
+		atomic_load(&st.stopped), got);
+	small_until = NULL;
+	pthread_mutex_lock(&zt_log_mu);
+	assert_false(zt_log_has_("after the switch", NULL, false));
+	assert_false(zt_log_has_("broke", NULL, false));
+	pthread_mutex_unlock(&zt_log_mu);
+	zap_set_log_handler(NULL, NULL);
 	zap_close(s);
 	zap_close(r);
 }
@@ -625,6 +754,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mixed_senders),
 		cmocka_unit_test(test_small_passes_large),
+		cmocka_unit_test(test_deadline_between_parts),
 		cmocka_unit_test(test_v2_dialer),
 		cmocka_unit_test(test_v2_acceptor),
 		cmocka_unit_test(test_hostile_framing),

@@ -395,7 +395,7 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 	 * there, so it may not switch to the ring meanwhile (send_owned()). */
 	if (s && !s->tx_ready)
 		tw_shm_side(w, c);
-	c->big_ring = s && s->tx_ready && !c->retiring;
+	c->big_ring = s && s->tx_ready && (s->tx_on || !c->retiring);
 	for (;;) {
 		bool partial = false;
 		uint64_t seen = 0;
@@ -491,9 +491,13 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 	 * which may be here already. */
 	if (s && !s->tx_ready)
 		tw_shm_side(w, c);
-	/* Not while a large message goes out in parts on the connection: its
-	 * next part must follow there (send_big()). */
-	bool ring = s && s->tx_ready && !c->retiring && (s->tx_on || !c->big || c->big_ring);
+	/* Once this direction switched, only the ring: nothing may follow
+	 * TCP_T_SHM on the connection, even on one retired since we were
+	 * handed its tx side (its FIN waits for us, and the peer delivers
+	 * what the ring holds at its end). Not while a large message goes
+	 * out in parts on the connection: its next part must follow there
+	 * (send_big()). */
+	bool ring = s && s->tx_ready && (s->tx_on || (!c->retiring && (!c->big || c->big_ring)));
 	*written = 0;
 	while (done < n && (!done || burst_goes_on(c))) {
 		size_t k = done ? 0 : 1, whole = 0;

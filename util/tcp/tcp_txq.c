@@ -67,11 +67,14 @@ static size_t frame_bytes(const struct tcp_txreq *r)
 bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r)
 {
 	TW_HELD(w);
-	/* A connection with rings takes no new queued frames: its owner
-	 * writes into the ring, one frame each (tcp_shm.c). */
+	/* On a connection with rings a queued frame is not written with
+	 * the owner's (tw_txq_send()): it waits for its turn, handed the tx
+	 * side in line (tw_txq_handoff()), and writes into the ring itself.
+	 * The line is what keeps a sender that keeps the ring busy from
+	 * shutting the others out: the tx side is free for whoever grabs it
+	 * first only when nobody waits in it. */
 	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
-	    c->tx_chain >= TCP_TXQ_CHAIN || atomic_load(&c->shm) ||
-	    (c->ver >= 3 && r->len > TCP_SOLO_MAX))
+	    c->tx_chain >= TCP_TXQ_CHAIN || (c->ver >= 3 && r->len > TCP_SOLO_MAX))
 		return false;
 	r->hdr[4] = c->ver; /* frames speak the connection's version */
 	r->state = TXQ_QUEUED;

@@ -173,7 +173,8 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len,
 		return -EAGAIN;
 	if (chunk == left)
 		flags |= ZSHM_F_LAST;
-	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + *msg_off, chunk);
+	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + *msg_off,
+	       chunk);
 	*msg_off += chunk;
 	*mid = !(flags & ZSHM_F_LAST);
 	return 0;
@@ -305,7 +306,8 @@ static int rx_check(struct zshm_rx *rx, uint32_t len, uint32_t flags, uint64_t a
 	/* A FIRST mid-message, or a chunk with no FIRST; with interleaving,
 	 * a whole message (FIRST and LAST) may come between two chunks. */
 	if (!!(flags & ZSHM_F_FIRST) == rx->mid &&
-	    !(rx->interleave && rx->mid && (flags & ZSHM_F_FIRST) && (flags & ZSHM_F_LAST)))
+	    !(rx->interleave && rx->mid && (flags & ZSHM_F_FIRST) &&
+	      (flags & ZSHM_F_LAST)))
 		return -1;
 	if (flags & ZSHM_F_FIRST) {
 		if (len < sizeof(*total))

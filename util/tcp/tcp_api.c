@@ -357,7 +357,8 @@ static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter
  * afresh). The tx side is given back in every case.
  */
 static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
-		    struct tcp_waiter *me, struct zap_ctx *ctx, size_t *written, bool *again)
+		    struct tcp_waiter *me, struct zap_ctx *ctx, size_t *written,
+		    bool *again)
 {
 	TW_HELD(w);
 	struct tcp_bigwait line = { 0 };
@@ -375,7 +376,8 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		*pp = &line;
 		send_release(w, c, 0, 0);
 		while (c->big != &line && !err) {
-			if (!big_usable(c) || c->retiring || !c->peer || c->peer->tx != c) {
+			if (!big_usable(c) || c->retiring || !c->peer ||
+			    c->peer->tx != c) {
 				big_leave(w, c, &line);
 				*again = true;
 				return 0;
@@ -400,7 +402,8 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		bool partial = false;
 		uint64_t seen = 0;
 		if (c->big_ring) {
-			err = tw_shm_send_part(w, c, m->buf, m->len, me, ctx, &open, &seen);
+			err = tw_shm_send_part(w, c, m->buf, m->len, me, ctx, &open,
+					       &seen);
 		} else {
 			struct tcp_txreq r = { .buf = (const char *)m->buf + off };
 			r.len = m->len - off < TCP_PART ? m->len - off : TCP_PART;
@@ -448,10 +451,11 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 				tw_retire(c);
 				if (c->peer && c->peer->tx == c)
 					tw_peer_pick_tx(w, c->peer);
-				err = w->host->fail(err,
-						    "%s: send to %s interrupted mid-message; "
-						    "connection retired",
-						    w->dom, c->raddr);
+				err = w->host->fail(
+					err,
+					"%s: send to %s interrupted mid-message; "
+					"connection retired",
+					w->dom, c->raddr);
 			}
 			if (!w->leader)
 				tw_reap(w);
@@ -497,7 +501,8 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 	 * what the ring holds at its end). Not while a large message goes
 	 * out in parts on the connection: its next part must follow there
 	 * (send_big()). */
-	bool ring = s && s->tx_ready && (s->tx_on || (!c->retiring && (!c->big || c->big_ring)));
+	bool ring = s && s->tx_ready &&
+		    (s->tx_on || (!c->retiring && (!c->big || c->big_ring)));
 	*written = 0;
 	while (done < n && (!done || burst_goes_on(c))) {
 		size_t k = done ? 0 : 1, whole = 0;
@@ -576,7 +581,8 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 			break;
 		if (req[0].state == TXQ_AGAIN)
 			continue; /* nothing written: claim afresh */
-		if (req[0].state == TXQ_OWNER && c->ver >= 3 && msgs[0].len > TCP_SOLO_MAX) {
+		if (req[0].state == TXQ_OWNER && c->ver >= 3 &&
+		    msgs[0].len > TCP_SOLO_MAX) {
 			bool again;
 			err = send_big(w, c, &msgs[0], &me, ctx, &written, &again);
 			if (again)

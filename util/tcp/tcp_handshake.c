@@ -260,7 +260,8 @@ static void pending_arm(struct tcp_wire *w, struct tcp_conn *c)
 	struct epoll_event e = { .events = (ev & POLLIN ? EPOLLIN : 0) |
 					   (ev & POLLOUT ? EPOLLOUT : 0),
 				 .data.ptr = c };
-	if (!epoll_ctl(w->hs_epfd, c->hs_armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &e))
+	if (!epoll_ctl(w->hs_epfd, c->hs_armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd,
+		       &e))
 		c->hs_armed = ev;
 }
 
@@ -455,7 +456,8 @@ void *tw_accept_main(void *arg)
 		size_t n = 0;
 		uint64_t now = now_ms(), next = now + w->hs_timeout_ms;
 		pfd[n++] = (struct pollfd){ .fd = w->stop_fd, .events = POLLIN };
-		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = backoff ? -1 : w->lfd,
+					    .events = POLLIN };
 		pfd[n++] = (struct pollfd){ .fd = w->hs_epfd, .events = POLLIN };
 		/* The oldest handshake's deadline comes first. */
 		if (w->pending_tail && w->pending_tail->hs_deadline_ms < next)

@@ -642,7 +642,7 @@ static inline void tw_cond_timedwait(struct tcp_wire *w, const struct timespec *
 	w->mu_held = true;
 }
 
-#define TW_HELD(w) assert((w)->mu_held && pthread_equal((w)->mu_owner, pthread_self()))
+#define TW_HELD(w) assert((w)->mu_held &&pthread_equal((w)->mu_owner, pthread_self()))
 
 /* tcp_codec.c */
 /* A frame header of wire version @ver. */
@@ -817,7 +817,8 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
 void tw_shm_wake(const struct tcp_shm *s);
 int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
-		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open, uint64_t *seen);
+		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
+		     uint64_t *seen);
 uint64_t tw_shm_consumed(const struct tcp_conn *c);
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);

@@ -242,8 +242,8 @@ static int rx_switch(struct tcp_conn *c)
 {
 	struct tcp_shm *s = atomic_load(&c->shm);
 	uint64_t len;
-	int r = tcp_parse_header(c->rbuf + c->rhead, c->ver, TCP_T_SHM, 0, &len, c->rx_why,
-				 sizeof(c->rx_why));
+	int r = tcp_parse_header(c->rbuf + c->rhead, c->ver, TCP_T_SHM, 0, &len,
+				 c->rx_why, sizeof(c->rx_why));
 
 	if (r)
 		return r == -EMSGSIZE ? -EPROTO : r;
@@ -293,7 +293,8 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 		}
 		if (!len || len > c->rx_len - c->rx_off) {
 			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "a MORE frame of %" PRIu64 " bytes; the open message has %zu left",
+				 "a MORE frame of %" PRIu64
+				 " bytes; the open message has %zu left",
 				 len, c->rx_len - c->rx_off);
 			return -EPROTO;
 		}
@@ -308,8 +309,8 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 		return -EPROTO;
 	}
 	if (len < 8 + 1) {
-		snprintf(c->rx_why, sizeof(c->rx_why), "a BEGIN frame of %" PRIu64 " bytes",
-			 len);
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "a BEGIN frame of %" PRIu64 " bytes", len);
 		return -EPROTO;
 	}
 	if (avail < 8)
@@ -324,8 +325,8 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 	}
 	if (len - 8 > total) {
 		snprintf(c->rx_why, sizeof(c->rx_why),
-			 "a BEGIN frame of %" PRIu64 " bytes for a message of %" PRIu64, len,
-			 total);
+			 "a BEGIN frame of %" PRIu64 " bytes for a message of %" PRIu64,
+			 len, total);
 		return -EPROTO;
 	}
 	/* Nothing a peer declares is allocated before it arrives: with a
@@ -557,7 +558,8 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 			c->alloc_wait = true;
 		else if (r)
 			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %zu bytes: %s", (size_t)total, strerror(-r));
+				 "cannot allocate %zu bytes: %s", (size_t)total,
+				 strerror(-r));
 		if (r)
 			return r;
 		memcpy((void *)m->msg.data, data, len);

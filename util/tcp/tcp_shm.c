@@ -722,7 +722,8 @@ static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq 
 /* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. Version 3
  * writes it as one record, which may go between the parts of a large
  * message another sender has open (tw_shm_send_part()). */
-static int ring_put(struct tcp_shm *s, const struct tcp_conn *c, const struct tcp_txreq *own)
+static int ring_put(struct tcp_shm *s, const struct tcp_conn *c,
+		    const struct tcp_txreq *own)
 {
 	bool wake;
 	int r = c->ver >= 3 ? zshm_send_whole(&s->tx, own->buf, own->len, &wake)
@@ -838,7 +839,8 @@ const char *tw_conn_path(const struct tcp_conn *c)
  * *@open: part of the message is in the ring and the rest is not.
  */
 int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
-		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open, uint64_t *seen)
+		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
+		     uint64_t *seen)
 {
 	TW_HELD(w);
 	struct tcp_shm *s = atomic_load(&c->shm);
@@ -869,9 +871,10 @@ int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, si
 	tw_lock(w);
 	*open = zshm_tx_mid(&s->tx);
 	if (r == -EPROTO)
-		return w->host->fail(-EPROTO,
-				     "%s: send to %s: the peer broke the shared-memory ring",
-				     w->dom, c->raddr);
+		return w->host
+			->fail(-EPROTO,
+			       "%s: send to %s: the peer broke the shared-memory ring",
+			       w->dom, c->raddr);
 	if (!r)
 		tw_count(&w->st_tx_frames, 1);
 	return r;

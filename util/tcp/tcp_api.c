@@ -347,6 +347,41 @@ static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter
 }
 
 /*
+ * The next parts of @m from *@off on the connection @c (tx side owned, mu
+ * held; dropped while writing): with nobody in line for the tx side, up
+ * to TCP_BIG_BATCH parts in one sendmsg() (parts the full socket did not
+ * start are cut, tw_txq_send()), else one. *@off advances by the parts
+ * written whole; *@partial: one was left half written. tw_txq_send()'s
+ * result, or the connection's error when a later part broke.
+ */
+static int big_parts_tcp(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
+			 size_t *off, struct tcp_waiter *me, struct zap_ctx *ctx,
+			 bool *partial)
+{
+	struct tcp_txreq r[TCP_BIG_BATCH];
+	size_t n = 0, at = *off, most = c->txq ? 1 : TCP_BIG_BATCH;
+
+	while (n < most && at < m->len) {
+		r[n] = (struct tcp_txreq){ .buf = (const char *)m->buf + at };
+		r[n].len = m->len - at < TCP_PART ? m->len - at : TCP_PART;
+		if (!at) {
+			r[n].ext = 8;
+			tw_hdr_put(r[n].hdr, c->ver, TCP_T_BEGIN, 8 + r[n].len);
+			put_be64(r[n].hdr + TCP_HDR, m->len);
+		} else {
+			tw_hdr_put(r[n].hdr, c->ver, TCP_T_MORE, r[n].len);
+		}
+		at += r[n++].len;
+	}
+	int err = tw_txq_send(w, c, r, n, me, ctx, partial, true);
+	for (size_t i = 0; i < n && r[i].done == tw_frame_bytes(&r[i]); i++)
+		*off += r[i].len;
+	if (!err && *partial)
+		err = r[0].err ? r[0].err : -EPIPE;
+	return err;
+}
+
+/*
  * Send @m, above TCP_SOLO_MAX, on the version-3 connection @c, whose tx
  * side we own (mu held; dropped while writing and waiting), in parts of
  * TCP_PART bytes, giving the tx side back between two parts so that other
@@ -405,18 +440,7 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 			err = tw_shm_send_part(w, c, m->buf, m->len, me, ctx, &open,
 					       &seen);
 		} else {
-			struct tcp_txreq r = { .buf = (const char *)m->buf + off };
-			r.len = m->len - off < TCP_PART ? m->len - off : TCP_PART;
-			if (!off) {
-				r.ext = 8;
-				tw_hdr_put(r.hdr, c->ver, TCP_T_BEGIN, 8 + r.len);
-				put_be64(r.hdr + TCP_HDR, m->len);
-			} else {
-				tw_hdr_put(r.hdr, c->ver, TCP_T_MORE, r.len);
-			}
-			err = tw_txq_send(w, c, &r, 1, me, ctx, &partial, true);
-			if (!err)
-				off += r.len;
+			err = big_parts_tcp(w, c, m, &off, me, ctx, &partial);
 			open = off && off < m->len;
 			err = err ? err : open ? -EINPROGRESS : 0;
 		}

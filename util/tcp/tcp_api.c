@@ -333,7 +333,9 @@ static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter
 {
 	TW_HELD(w);
 	for (;;) {
-		if (!big_usable(c))
+		struct tcp_shm *s = atomic_load(&c->shm);
+		/* A ring whose side channel ended is read by nobody. */
+		if (!big_usable(c) || (c->big_ring && s->side_gone))
 			return w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
 					     w->dom, c->raddr);
 		if (!c->tx_busy) {

@@ -852,10 +852,15 @@ int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, si
 		return r;
 	*open = zshm_tx_mid(&s->tx);
 	tw_unlock(w);
-	if (!*open && peer_gone(s)) {
+	/* A peer gone (closed, or its side channel ended) reads no more of
+	 * the ring: before the first part nothing was written (the caller
+	 * may retry elsewhere); after it, the message is lost with it. */
+	if (peer_gone(s)) {
 		tw_lock(w);
-		return w->host->fail(-EPIPE, "%s: send to %s: the peer closed", w->dom,
-				     c->raddr);
+		return *open ? w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
+					     w->dom, c->raddr)
+			     : w->host->fail(-EPIPE, "%s: send to %s: the peer closed",
+					     w->dom, c->raddr);
 	}
 	r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
 	if (wake)

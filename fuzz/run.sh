@@ -23,7 +23,7 @@ out=${FUZZ_OUT:-$builddir/fuzz-out}
 
 command -v clang >/dev/null || { echo "fuzz/run.sh: clang is required" >&2; exit 2; }
 if [ ! -f "$builddir/build.ninja" ]; then
-	CC=clang meson setup "$builddir" -Dfuzzing=true -Dtests=false \
+	CC=clang meson setup "$builddir" -Dfuzzing=true -Dlock_checks=true -Dtests=false \
 		-Duma=disabled -Dgpudirect=disabled -Ddpdk=disabled >/dev/null
 else
 	meson setup --reconfigure "$builddir" -Dfuzzing=true >/dev/null

@@ -63,7 +63,8 @@
  * w->mu guards the connection/peer/route tables, the message queue, the
  * waiter list and every tcp_conn field marked "mu". It is taken only with
  * tw_lock() (which notes the holder), and a function documented "mu held"
- * checks that with TW_HELD(w), an assertion in the tests' builds: the
+ * checks that with TW_HELD(w), an assertion in the tests' builds
+ * (-Dlock_checks=true, as scripts/test configures them): the
  * rule is checked, not only written down. Receive-side state of a
  * connection (rbuf, rx_msg...) belongs to whichever thread is leader; the
  * leader reads sockets with w->mu released. Connections are freed only by
@@ -114,6 +115,7 @@
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H
 
+#include "config.h"
 #include "shm_ring.h"
 #include "tcp_wire.h"
 #include "zap-tls.h"
@@ -446,7 +448,8 @@ struct tcp_spin {
 };
 
 struct tcp_wire {
-	/* w->mu's holder, for TW_HELD() (written only by it, under mu) */
+	/* w->mu's holder, for TW_HELD() (written only by it, under mu; only
+	 * in -Dlock_checks=true builds) */
 	pthread_t mu_owner;
 	bool mu_held;
 	const struct zap_host *host;
@@ -613,40 +616,55 @@ static inline int ms_min(int a, int b)
 
 /*
  * w->mu, checked: every lock of it goes through tw_lock()/tw_unlock() (and
- * the condition waits below), which note the holder, so that a function
- * documented "mu held" asserts it with TW_HELD(w) in builds with
- * assertions (the tests'), at the cost of a store per lock.
+ * the condition waits below). In builds configured with -Dlock_checks=true
+ * (scripts/test's) they note the holder, and a function documented "mu
+ * held" asserts it with TW_HELD(w). Other builds compile both away: the
+ * bookkeeping and the checks cost about 0.2 us per shared-memory message
+ * (docs/metrics.md, "Cost"), more than a shipped hot path should pay for a
+ * check that only tests read.
  */
+#if ZAP_LOCK_CHECKS
+static inline void tw_note_holder(struct tcp_wire *w, bool held)
+{
+	if (held)
+		w->mu_owner = pthread_self();
+	w->mu_held = held;
+}
+#define TW_HELD(w) assert((w)->mu_held &&pthread_equal((w)->mu_owner, pthread_self()))
+#else
+static inline void tw_note_holder(struct tcp_wire *w, bool held)
+{
+	(void)w;
+	(void)held;
+}
+#define TW_HELD(w) ((void)(w))
+#endif
+
 static inline void tw_lock(struct tcp_wire *w)
 {
 	pthread_mutex_lock(&w->mu);
-	w->mu_owner = pthread_self();
-	w->mu_held = true;
+	tw_note_holder(w, true);
 }
 
 static inline void tw_unlock(struct tcp_wire *w)
 {
-	w->mu_held = false;
+	tw_note_holder(w, false);
 	pthread_mutex_unlock(&w->mu);
 }
 
 static inline void tw_cond_wait(struct tcp_wire *w)
 {
-	w->mu_held = false;
+	tw_note_holder(w, false);
 	pthread_cond_wait(&w->cond, &w->mu);
-	w->mu_owner = pthread_self();
-	w->mu_held = true;
+	tw_note_holder(w, true);
 }
 
 static inline void tw_cond_timedwait(struct tcp_wire *w, const struct timespec *ts)
 {
-	w->mu_held = false;
+	tw_note_holder(w, false);
 	pthread_cond_timedwait(&w->cond, &w->mu, ts);
-	w->mu_owner = pthread_self();
-	w->mu_held = true;
+	tw_note_holder(w, true);
 }
-
-#define TW_HELD(w) assert((w)->mu_held &&pthread_equal((w)->mu_owner, pthread_self()))
 
 /* tcp_codec.c */
 /* A frame header of wire version @ver. */

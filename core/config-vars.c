@@ -62,6 +62,8 @@ const struct zap_cfg_var zap__cfg_vars[] = {
 	    "how long an out-of-process probe may take"),
 	STR("ZAP_PROBE_HELPER", STRING, IGNORE, "core", 4096, "the installed zap-probe",
 	    "the probe helper program to start instead"),
+	STR("ZAP_PROBE_CACHE", STRING, IGNORE, "core", 4096, "$XDG_RUNTIME_DIR/libzap",
+	    "where out-of-process probe results are kept for 60 s; off: nowhere"),
 	ENUM("ZAP_LOG_LEVEL", HONOUR, "core", ZAP_LOG_WARN, log_levels, NULL, "warn",
 	     "least severe level logged"),
 	STR("ZAP_LISTEN", STRING, HONOUR, "core", ZAP_PEER_MAX, "0.0.0.0:0",

@@ -348,7 +348,7 @@ static void probe_queued(void)
 			finish_rec(&scan.recs[scan.job_rec[i]], &scan.jobs[i].o, d);
 		}
 	} else {
-		zap__probe_out(scan.jobs, scan.njobs, scan.timeout_ms);
+		zap__probe_out_cached(scan.jobs, scan.njobs, scan.timeout_ms);
 		for (size_t i = 0; i < scan.njobs; i++) {
 			struct zap_prec *r = &scan.recs[scan.job_rec[i]];
 

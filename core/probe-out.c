@@ -71,7 +71,7 @@ struct batch {
 	struct zap_probe_rec rec;
 };
 
-static const char *helper_path(void)
+const char *zap__probe_helper_path(void)
 {
 	/* For the build tree (meson test, meson devenv); never in a
 	 * privileged program. */
@@ -532,7 +532,7 @@ static void run_batch(struct batch *b, const char *helper, unsigned timeout_ms)
 
 void zap__probe_out(struct zap_probe_job *pj, size_t n, unsigned timeout_ms)
 {
-	const char *helper = helper_path();
+	const char *helper = zap__probe_helper_path();
 	struct job jobs[ZAP_PROBE_MAX_BATCH];
 	char why[512];
 	int hfd = -1;

@@ -194,6 +194,12 @@ struct zap_probe_job {
 /* Probe @n candidates out of process: one helper, a child per candidate, all
  * at once (probe-out.c). */
 void zap__probe_out(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
+/* The helper zap__probe_out() starts: ZAP_PROBE_HELPER, or the installed one. */
+const char *zap__probe_helper_path(void);
+/* zap__probe_out() for the candidates whose answer the probe cache does not
+ * hold (probe-cache.c); the others take the cached answer, and the new
+ * answers are kept for the next scans. */
+void zap__probe_out_cached(struct zap_probe_job *jobs, size_t n, unsigned timeout_ms);
 
 /*
  * Copy @full (a struct starting with size_t size) into @dst, no further

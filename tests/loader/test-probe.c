@@ -10,6 +10,7 @@
  * needs root (setcap, setpriv) and exits 77 with the reason otherwise.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
@@ -693,6 +694,142 @@ static void test_secure(void **state)
 	run_cmd(cmd);
 }
 
+/* ---- the probe cache (core/probe-cache.c) ------------------------------ */
+
+struct cache_scene {
+	const char *dir;   /* plugins: good (loaded), absent, broken (error) */
+	const char *cache; /* ZAP_PROBE_CACHE */
+	const char *log;   /* ZAP_FIXTURE_PROBE_LOG */
+	const char *extra; /* a variable set besides, or NULL */
+	bool good_cached, absent_cached; /* answered from the cache */
+};
+
+static void child_cache(void *arg)
+{
+	const struct cache_scene *s = arg;
+	struct zap_report_entry e;
+
+	th_setenv("ZAP_PLUGIN_PATH", s->dir);
+	th_setenv("ZAP_PROBE_CACHE", s->cache);
+	th_setenv("ZAP_FIXTURE_PROBE_LOG", s->log);
+	th_setenv("ZAP_TRANSPORT_QUIET", "1");
+	if (s->extra)
+		th_setenv(s->extra, "1");
+	TH_CHECK_INT(zap_scan(NULL), 0);
+	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_LOADED, NULL, &e);
+	TH_CHECK_MSG(!!strstr(e.detail, "from the cache") == s->good_cached,
+		     "good's detail \"%s\": expected it %sfrom the cache", e.detail,
+		     s->good_cached ? "" : "not ");
+	TH_CHECK_ROW("absent", NULL, ZAP_PLUGIN_NOT_PRESENT, NULL, &e);
+	TH_CHECK_MSG(!!strstr(e.detail, "from the cache") == s->absent_cached,
+		     "absent's detail \"%s\": expected it %sfrom the cache", e.detail,
+		     s->absent_cached ? "" : "not ");
+	/* An error is never kept: probed, and reported, every time. */
+	TH_CHECK_ROW("broken", NULL, ZAP_PLUGIN_ERROR, NULL, &e);
+	TH_CHECK_MSG(!strstr(e.detail, "from the cache"), "broken came from the cache");
+	TH_CHECK_PICK(NULL, 0, "good");
+}
+
+/* Probes the fixtures' log gained since @before (lines), named @name. */
+static int probes_of(const char *log, int before, const char *name)
+{
+	char *text = th_slurp(log);
+	int n = 0, line = 0;
+
+	for (char *p = text; p && *p; line++) {
+		char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+
+		if (line >= before && len == strlen(name) && !strncmp(p, name, len))
+			n++;
+		p = nl ? nl + 1 : p + len;
+	}
+	free(text);
+	return n;
+}
+
+static int log_lines(const char *log)
+{
+	char *text = th_slurp(log);
+	int n = text ? th_count_lines(text, "") : 0;
+
+	free(text);
+	return n;
+}
+
+/* Run one scan and check which fixtures it probed (1) and which it took
+ * from the cache (0). */
+static void cache_round(struct cache_scene *s, int good, int absent)
+{
+	int before = log_lines(s->log);
+
+	s->good_cached = !good;
+	s->absent_cached = !absent;
+	th_child(child_cache, s, TIMEOUT_MS);
+	assert_int_equal(probes_of(s->log, before, "good"), good);
+	assert_int_equal(probes_of(s->log, before, "absent"), absent);
+	assert_int_equal(probes_of(s->log, before, "broken"), 1);
+}
+
+static void test_cache(void **state)
+{
+	static const char *const fx[] = { "good", "absent", "broken", NULL };
+	char log[PATH_MAX], file[PATH_MAX], good[PATH_MAX];
+	struct cache_scene s = { .dir = th_fixture_dir(fx), .cache = th_tmpdir() };
+	struct timespec later[2] = { { 0, UTIME_OMIT }, { 0, 0 } };
+
+	(void)state;
+	s.log = th_join(log, sizeof(log), th_tmpdir(), "probes");
+	th_join(file, sizeof(file), s.cache, "probe-cache");
+	th_join(good, sizeof(good), s.dir, "libzap-good.so");
+	assert_int_equal(chmod(s.cache, 0700), 0);
+
+	/* The first scan probes all three; the next takes the two answers
+	 * and probes the error again. */
+	cache_round(&s, 1, 1);
+	cache_round(&s, 0, 0);
+	/* The file a plugin was probed from changed: it is probed again. */
+	clock_gettime(CLOCK_REALTIME, &later[1]);
+	later[1].tv_sec += 5;
+	assert_int_equal(utimensat(AT_FDCWD, good, later, 0), 0);
+	cache_round(&s, 1, 0);
+	cache_round(&s, 0, 0);
+	/* Another environment: a miss for every plugin. */
+	s.extra = "ZAP_FIXTURE_SOMETHING_ELSE";
+	cache_round(&s, 1, 1);
+	s.extra = NULL;
+	cache_round(&s, 0, 0);
+
+	/* A file that is not one this code writes is ignored, and replaced. */
+	static const char *const junk[] = { "", "ZAPPC", "ZAPPC\0\0\1garbage",
+					    "\xff\xff\xff\xff\xff\xff\xff\xff"
+					    "\xff\xff\xff\xff\xff\xff\xff\xff" };
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		th_write(s.cache, "probe-cache", junk[i], 0600);
+		cache_round(&s, 1, 1);
+		cache_round(&s, 0, 0);
+	}
+	/* Others may write the file or the directory: not used. */
+	assert_int_equal(chmod(file, 0620), 0);
+	cache_round(&s, 1, 1);
+	assert_int_equal(chmod(file, 0600), 0);
+	cache_round(&s, 0, 0);
+	assert_int_equal(chmod(s.cache, 0750), 0);
+	cache_round(&s, 1, 1);
+	cache_round(&s, 1, 1);
+	assert_int_equal(chmod(s.cache, 0700), 0);
+	/* A symbolic link to the file: not followed. */
+	char moved[PATH_MAX];
+	th_join(moved, sizeof(moved), th_tmpdir(), "elsewhere");
+	assert_int_equal(rename(file, moved), 0);
+	assert_int_equal(symlink(moved, file), 0);
+	cache_round(&s, 1, 1);
+	/* off: probe every time. */
+	s.cache = "off";
+	cache_round(&s, 1, 1);
+	cache_round(&s, 1, 1);
+}
+
 static int run_secure_group(void)
 {
 	const struct CMUnitTest tests[] = { cmocka_unit_test(test_secure) };
@@ -730,6 +867,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_fallback_present_failing),
 		cmocka_unit_test(test_warn_once),
 		cmocka_unit_test(test_thread_sigmask),
+		cmocka_unit_test(test_cache),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "secure"))

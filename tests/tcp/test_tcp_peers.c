@@ -5,7 +5,9 @@
  *  - every one of them is served, when all are connected at once, and
  *    again after they have gone cold;
  *  - closing them all gives every descriptor back;
- *  - the idle timeout still closes connections that went cold.
+ *  - the idle timeout still closes connections that went cold;
+ *  - the handshake thread runs TCP_ACCEPT_NICE (10) steps nicer than the
+ *    application, so that a connect burst leaves the data path its core.
  * The peers are raw sockets speaking the wire (plugins/default/WIRE.md),
  * so that thousands fit one process. Run with ZAP_SHM=off (meson.build).
  *
@@ -19,6 +21,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -231,11 +234,65 @@ static void test_idle_cold(void **state)
 	}
 }
 
+/* The endpoint's handshake thread ("zap-handshake") is nicer than this
+ * thread by 10 (util/tcp/tcp_handshake.c, lower_priority()). */
+static void test_handshake_nice(void **state)
+{
+	char path[300], buf[512];
+	int found = 0, mine;
+	struct dirent *e;
+	DIR *d;
+
+	(void)state;
+	errno = 0;
+	mine = getpriority(PRIO_PROCESS, 0);
+	assert_int_equal(errno, 0);
+	d = opendir("/proc/self/task");
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		FILE *f;
+		char *end;
+		long nice;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue; /* a thread that ended meanwhile */
+		bool ours = fgets(buf, sizeof(buf), f) && !strcmp(buf, "zap-handshake\n");
+		fclose(f);
+		if (!ours)
+			continue;
+		/* stat: "pid (comm) state ...": nice is the 17th field after
+		 * the closing parenthesis (proc(5) field 19). */
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+		f = fopen(path, "r");
+		assert_non_null(f);
+		assert_non_null(fgets(buf, sizeof(buf), f));
+		fclose(f);
+		end = strrchr(buf, ')');
+		assert_non_null(end);
+		end++;
+		for (int field = 3; field < 19; field++) {
+			end = strchr(end + 1, ' ');
+			assert_non_null(end);
+		}
+		nice = strtol(end + 1, NULL, 10);
+		assert_int_equal(nice, mine + 10 > 19 ? 19 : mine + 10);
+		found++;
+	}
+	closedir(d);
+	/* One endpoint (setup()'s), one handshake thread. */
+	assert_int_equal(found, 1);
+}
+
 /* "idle": test_idle_cold alone, with its short idle timeout; else the rest. */
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest many[] = {
 		cmocka_unit_test(test_thousands),
+		cmocka_unit_test(test_handshake_nice),
 	};
 	const struct CMUnitTest idle[] = {
 		cmocka_unit_test(test_idle_cold),

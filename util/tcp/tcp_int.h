@@ -227,6 +227,8 @@
  * connections from epoll per round (the rest stay ready for the next). */
 #define TCP_HOT_IDLE_MS 200u
 #define TCP_EPOLL_BATCH 64u
+/* How much nicer than the process the accept thread runs (tcp_handshake.c). */
+#define TCP_ACCEPT_NICE 10
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 	       "deliver() copies a key or credentials into peer_id");
 

@@ -101,7 +101,8 @@ static int open_private_dir(int parent_fd, const char *path)
 	int fd = openat(parent_fd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0 && errno == ENOENT && mkdirat(parent_fd, path, 0700) == 0)
-		fd = openat(parent_fd, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		fd = openat(parent_fd, path,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	if (fstat(fd, &st) || !private_to_us(&st)) {
@@ -264,7 +265,8 @@ static bool rec_ok(const struct pc_rec *r, uint64_t now)
 	       (o->state == ZAP_PLUGIN_LOADED || o->state == ZAP_PLUGIN_NOT_PRESENT) &&
 	       terminated(o->version, sizeof(o->version)) &&
 	       terminated(o->reason, sizeof(o->reason)) &&
-	       terminated(o->detail, sizeof(o->detail)) && o->caps.size == sizeof(o->caps);
+	       terminated(o->detail, sizeof(o->detail)) &&
+	       o->caps.size == sizeof(o->caps);
 }
 
 /* The file's fresh records into @f (f->h.n of them; 0 when there is no

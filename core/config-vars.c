@@ -89,6 +89,8 @@ const struct zap_cfg_var zap__cfg_vars[] = {
 	    "memory all partly received messages of an endpoint may hold"),
 	NUM("ZAP_TCP_STALL_MS", MS, IGNORE, "tcp", 30000, 10, 3600000, "30000",
 	    "a connection stalled in the middle of a frame this long is closed"),
+	NUM("ZAP_TCP_MIN_RATE", SIZE, IGNORE, "tcp", MIB(1), 0, GIB(16), "1M",
+	    "bytes per second a peer keeps up while a message of it is partly received"),
 	NUM("ZAP_TCP_IDLE_MS", MS, IGNORE, "tcp", 300000, 10, 86400000, "300000",
 	    "a connection idle this long is closed"),
 	ENUM("ZAP_SHM", IGNORE, "tcp", 0, shm_modes, shm_values, "user",

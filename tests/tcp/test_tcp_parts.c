@@ -17,7 +17,10 @@
  *    messages it completed were delivered: BEGIN while a message is open,
  *    MORE with none open or beyond its length, DATA above 32 KiB, a total
  *    above the maximum, and a message kept open by small messages alone
- *    (the stall limit).
+ *    (the stall limit);
+ *  - a message that grows slower than ZAP_TCP_MIN_RATE (a byte at a
+ *    time) is closed after the stall limit, one that keeps the rate is
+ *    delivered.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -749,6 +752,70 @@ static void test_open_forever(void **state)
 	zap_close(r);
 }
 
+/* BEGIN of a 1 MiB message, then MORE frames of @part bytes every 20 ms,
+ * from a raw peer on @host, to an endpoint with a 300 ms stall limit and
+ * ZAP_TCP_MIN_RATE 64K (19.2 KiB per 300 ms). Whether the endpoint
+ * closed the connection (true), or the message arrived whole (false). */
+static bool trickle(const char *host, size_t part)
+{
+	setenv("ZAP_TCP_STALL_MS", "300", 1);
+	setenv("ZAP_TCP_MIN_RATE", "64K", 1);
+	struct zap_transport *r = ep_open();
+	unsetenv("ZAP_TCP_STALL_MS");
+	unsetenv("ZAP_TCP_MIN_RATE");
+	char ra[ZAP_PEER_MAX];
+	size_t total = 1u << 20, sent = 100;
+	unsigned char *buf = malloc(16 + 8 + (64u << 10));
+	bool closed = false, whole = false;
+
+	assert_non_null(buf);
+	ep_addr(r, ra);
+	zap_set_log_handler(zt_log_capture, NULL);
+	zt_log_clear();
+	int fd = raw_peer(host, ra, 3, 0x6000 + part);
+	write_all(fd, buf, begin3(buf, total, sent));
+	while (!closed && !whole) {
+		size_t n = part < total - sent ? part : total - sent;
+		size_t k = more3(buf, n);
+		if (n && send(fd, buf, k, MSG_NOSIGNAL) != (ssize_t)k) {
+			closed = true;
+			break;
+		}
+		sent += n;
+		struct zap_ctx *ctx;
+		struct zap_msg *m;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 20000000u);
+		if (!zap_recv(r, ctx, &m)) {
+			assert_int_equal(zap_msg_len(m), total);
+			whole = true;
+			zap_msg_release(m);
+		}
+		zap_ctx_free(ctx);
+		closed = closed || log_has("made no progress");
+		/* At a byte per 20 ms the message would need 17 hours: the
+		 * limit is 300 ms. */
+		assert_true(sent < 100 + 2000 * part || whole || closed);
+	}
+	if (closed)
+		assert_true(closed_by_peer(fd));
+	close(fd);
+	zap_set_log_handler(NULL, NULL);
+	zap_close(r);
+	free(buf);
+	return closed;
+}
+
+/* A message that trickles in (a byte per 20 ms) is closed after the stall
+ * limit, though bytes keep coming; one that keeps the rate (64 KiB per 20
+ * ms, 50 times it) completes. */
+static void test_trickle(void **state)
+{
+	(void)state;
+	assert_true(trickle("127.0.0.21", 1));
+	assert_false(trickle("127.0.0.22", 64u << 10));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -758,6 +825,7 @@ int main(void)
 		cmocka_unit_test(test_v2_dialer),
 		cmocka_unit_test(test_v2_acceptor),
 		cmocka_unit_test(test_hostile_framing),
+		cmocka_unit_test(test_trickle),
 		cmocka_unit_test(test_open_forever),
 	};
 

@@ -912,6 +912,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	if (!r)
 		r = env_limit(host, w->dom, TCP_STALL_ENV, &w->stall_ms);
 	if (!r)
+		r = host->config_u64(TCP_MIN_RATE_ENV, &w->min_rate) < 0 ? -EINVAL : 0;
+	if (!r)
 		r = host->config_u64(TCP_PARTIAL_ENV, &w->partial_max) < 0 ? -EINVAL : 0;
 	if (!r)
 		r = host->config_u64(TCP_RXQ_ENV, &w->rxq_max) < 0 ? -EINVAL : 0;

@@ -174,6 +174,7 @@
 #define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
 #define TCP_RXQ_ENV "ZAP_TCP_RX_QUEUE_BYTES"
 #define TCP_STALL_ENV "ZAP_TCP_STALL_MS"
+#define TCP_MIN_RATE_ENV "ZAP_TCP_MIN_RATE"
 /* Descriptors (WIRE.md, "Limits against floods"). */
 #define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
 #define TCP_FD_HEADROOM 64 /* descriptors left to the application */
@@ -331,6 +332,11 @@ struct tcp_conn {
 	uint64_t rx_total;        /* bytes read, ever */
 	uint64_t rx_since_ms;     /* last progress on a partial frame; 0: none */
 	uint64_t rx_start_ms;     /* when rx_msg was started */
+	uint64_t rx_opened;       /* messages that became rx_msg, ever */
+	/* The stall clock's window (stall_clock()): the message it counts
+	 * for (rx_opened then) and rx_off when it (re)started. */
+	uint64_t rx_win_msg;
+	size_t rx_win_off;
 	bool budget_paused;       /* leader: alloc_wait for the partial budget */
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
 	_Atomic uint64_t rx_ms;   /* last frame byte in (relaxed) */
@@ -468,6 +474,7 @@ struct tcp_wire {
 	unsigned hs_timeout_ms; /* ZAP_TCP_HANDSHAKE_MS, read at open */
 	unsigned pending_max;   /* ZAP_TCP_MAX_PENDING, read at open */
 	unsigned stall_ms;      /* ZAP_TCP_STALL_MS, read at open */
+	uint64_t min_rate;      /* ZAP_TCP_MIN_RATE (bytes/s), read at open */
 	unsigned idle_ms;       /* ZAP_TCP_IDLE_MS, read at open */
 	size_t conn_max;      /* descriptors for connections: RLIMIT_NOFILE - headroom */
 	size_t nconns;        /* mu: established connections not yet freed */

@@ -100,30 +100,38 @@ static bool budget_take(struct tcp_wire *w, struct tcp_conn *c, uint64_t n)
 	return true;
 }
 
-static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
+/* Give @n bytes of @c's charge back (budget_put(): all of it). */
+static void budget_give(struct tcp_wire *w, struct tcp_conn *c, uint64_t n)
 {
-	w->partial_bytes -= c->rx_charge;
+	w->partial_bytes -= n;
 	atomic_store_explicit(&w->st_partial_now, w->partial_bytes, memory_order_relaxed);
-	c->rx_charge = 0;
+	c->rx_charge -= n;
 	if (w->budget_wait) {
 		w->budget_wait = false;
 		tw_kick(w); /* resume_paused() retries the waiting ones */
 	}
 }
 
+static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
+{
+	budget_give(w, c, c->rx_charge);
+}
+
 /*
  * A message record of @len bytes from the allocator, for a frame or a
- * ring message. On failure the budget taken for it is returned: -EAGAIN
- * pauses @c until a kick; any other error has its reason in c->rx_why.
+ * ring message, for which @charged bytes of the budget were taken. On
+ * failure those (and only those: an open message keeps its own) are given
+ * back: -EAGAIN pauses @c until a kick; any other error has its reason in
+ * c->rx_why.
  */
-static int rx_alloc(struct tcp_wire *w, struct tcp_conn *c, size_t len,
+static int rx_alloc(struct tcp_wire *w, struct tcp_conn *c, size_t len, uint64_t charged,
 		    struct tcp_rx_msg **m)
 {
 	int r = w->alloc.alloc(w->alloc.user, len, m);
 
 	if (!r)
 		return 0;
-	budget_put(w, c);
+	budget_give(w, c, charged);
 	if (r == -EAGAIN)
 		c->alloc_wait = true;
 	else
@@ -143,10 +151,19 @@ static int rx_new(struct tcp_wire *w, struct tcp_conn *c, size_t first, uint64_t
 {
 	if (partial && !budget_take(w, c, first))
 		return -EAGAIN;
-	int r = rx_alloc(w, c, first, m);
+	int r = rx_alloc(w, c, first, partial ? first : 0, m);
 	if (!r)
 		(*m)->msg.len = (size_t)total;
 	return r;
+}
+
+/* @m becomes the message being received on @c (a new one for the stall
+ * clock: stall_clock() tells messages apart by c->rx_opened). */
+static void rx_open(struct tcp_conn *c, struct tcp_rx_msg *m, uint64_t now)
+{
+	c->rx_msg = m;
+	c->rx_start_ms = now;
+	c->rx_opened++;
 }
 
 /* The peer ended in the middle of c->rx_msg: everything before it was
@@ -165,6 +182,32 @@ static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
 	return RX_EOF_PARTIAL;
 }
 
+/*
+ * Room for at least @need bytes of the open message c->rx_msg (allocated
+ * with c->rx_cap, grown as its bytes arrive, so that what a peer declares
+ * is neither allocated nor charged before it comes): up to double, at most
+ * its length, within the budget. -EAGAIN: paused by the budget; else 0 or
+ * the allocator's error (reason in c->rx_why).
+ */
+static int rx_grow(struct tcp_wire *w, struct tcp_conn *c, size_t need)
+{
+	size_t ncap = c->rx_cap <= c->rx_len / 2 ? 2 * c->rx_cap : c->rx_len;
+
+	if (ncap < need)
+		ncap = need;
+	if (!budget_take(w, c, ncap - c->rx_cap))
+		return -EAGAIN;
+	int r = w->alloc.grow(w->alloc.user, ncap, &c->rx_msg);
+	if (r) {
+		budget_give(w, c, ncap - c->rx_cap);
+		snprintf(c->rx_why, sizeof(c->rx_why), "cannot grow a message to %zu bytes: %s",
+			 ncap, strerror(-r));
+		return r;
+	}
+	c->rx_cap = ncap;
+	return 0;
+}
+
 /* Read more of the payload being read straight into place (c->rx_msg):
  * the rest of its current frame (c->rx_part), from what rbuf holds first. */
 static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail)
@@ -172,19 +215,10 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 	struct tcp_rx_msg *m = c->rx_msg;
 
 	if (c->rx_off == c->rx_cap) {
-		/* Full, not complete: grow by what arrived, up to double. */
-		size_t ncap = c->rx_cap <= c->rx_len / 2 ? 2 * c->rx_cap : c->rx_len;
-		if (!budget_take(w, c, ncap - c->rx_cap))
-			return 0;
-		int r = w->alloc.grow(w->alloc.user, ncap, &c->rx_msg);
-		if (r) {
-			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot grow a message to %zu bytes: %s", ncap,
-				 strerror(-r));
-			return r;
-		}
+		int r = rx_grow(w, c, c->rx_off + 1);
+		if (r)
+			return r == -EAGAIN ? 0 : r;
 		m = c->rx_msg;
-		c->rx_cap = ncap;
 	}
 	size_t want = c->rx_cap - c->rx_off;
 	ssize_t k;
@@ -342,8 +376,7 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 	if (r)
 		return r;
 	c->rhead += TCP_HDR + 8;
-	c->rx_msg = m;
-	c->rx_start_ms = now_coarse_ms();
+	rx_open(c, m, now_coarse_ms());
 	c->rx_off = 0;
 	c->rx_cap = first;
 	c->rx_len = (size_t)total;
@@ -409,8 +442,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 			memcpy((void *)m->msg.data, h + TCP_HDR, take);
 		c->rhead += TCP_HDR + take;
 		if (take < len) {
-			c->rx_msg = m;
-			c->rx_start_ms = now_coarse_ms();
+			rx_open(c, m, now_coarse_ms());
 			c->rx_off = take;
 			c->rx_cap = first;
 			c->rx_len = (size_t)len;
@@ -531,10 +563,12 @@ static bool ring_batch_done(const struct ring_rx *x)
 
 /*
  * One chunk of a message from the ring (zshm_chunk_fn): the first starts
- * c->rx_msg (allocated whole: the ring checked the length against our
- * limit, and a message of several chunks takes the partial budget like a
- * large frame does); the last delivers it. -EAGAIN (paused, as for TCP),
- * -EINTR (a batch is done: come back without waiting), or an error.
+ * c->rx_msg (the ring checked the length against our limit), which grows
+ * as chunks arrive and takes the partial budget as a large frame does; the
+ * last delivers it. A whole message between two chunks of the open one
+ * (version 3) is delivered at once, outside the budget. -EAGAIN (paused,
+ * as for TCP: the same chunk comes again), -EINTR (a batch is done: come
+ * back without waiting), or an error.
  */
 static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data,
 		      size_t len, bool last)
@@ -542,59 +576,50 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	struct ring_rx *x = user;
 	struct tcp_wire *w = x->w;
 	struct tcp_conn *c = x->c;
+	struct tcp_rx_msg *m = NULL;
+	int r;
 
 	/* One chunk per zshm_recv(): ring_rx() frees its room at once. */
 	if (x->recs++)
 		return -EINTR;
-	if (!off && last && c->rx_msg) {
-		/* A whole message between two chunks of the open one
-		 * (version 3): delivered now, outside the partial budget
-		 * (rx_alloc() would return the open message's). */
-		struct tcp_rx_msg *m = NULL;
-		if (ring_batch_done(x))
-			return -EINTR;
-		int r = w->alloc.alloc(w->alloc.user, (size_t)total, &m);
-		if (r == -EAGAIN)
-			c->alloc_wait = true;
-		else if (r)
-			snprintf(c->rx_why, sizeof(c->rx_why),
-				 "cannot allocate %zu bytes: %s", (size_t)total,
-				 strerror(-r));
+	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
+		return -EINTR;
+	if (!off && last) {
+		r = rx_new(w, c, (size_t)total, total, false, &m);
 		if (r)
 			return r;
 		memcpy((void *)m->msg.data, data, len);
-		deliver(c, m, (size_t)total, x->tail);
-		tw_count(&w->st_rx_frames, 1);
-		x->got++;
-		x->bytes += total;
-		return 0;
+		goto whole;
 	}
 	if (!off && !c->rx_msg) {
-		if (ring_batch_done(x))
-			return -EINTR;
-		if (!last && !budget_take(w, c, total))
-			return -EAGAIN;
-		struct tcp_rx_msg *m = NULL;
-		int r = rx_alloc(w, c, (size_t)total, &m);
+		size_t first = (size_t)total;
+		if (w->alloc.grow && total > TCP_GROW_FIRST)
+			first = len > TCP_GROW_FIRST ? len : TCP_GROW_FIRST;
+		r = rx_new(w, c, first, total, true, &m);
 		if (r)
 			return r;
-		m->msg.len = (size_t)total;
-		c->rx_msg = m;
+		rx_open(c, m, x->now);
 		c->rx_len = (size_t)total;
-		c->rx_start_ms = x->now;
+		c->rx_cap = first;
+	}
+	if (off + len > c->rx_cap) {
+		r = rx_grow(w, c, (size_t)(off + len));
+		if (r)
+			return r;
 	}
 	if (len)
 		memcpy((char *)c->rx_msg->msg.data + off, data, len);
 	c->rx_off = (size_t)off + len;
-	if (last) {
-		struct tcp_rx_msg *m = c->rx_msg;
-		c->rx_msg = NULL;
-		budget_put(w, c);
-		deliver(c, m, (size_t)total, x->tail);
-		tw_count(&w->st_rx_frames, 1);
-		x->got++;
-		x->bytes += total;
-	}
+	if (!last)
+		return 0;
+	m = c->rx_msg;
+	c->rx_msg = NULL;
+	budget_put(w, c);
+whole:
+	deliver(c, m, (size_t)total, x->tail);
+	tw_count(&w->st_rx_frames, 1);
+	x->got++;
+	x->bytes += total;
 	return 0;
 }
 
@@ -665,15 +690,51 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 	return c->rx_msg ? rx_drop_partial(w, c) : RX_EOF;
 }
 
-/* conn_rx_inner(), and the clock of a partial frame: it restarts at every
- * byte that arrives and stops when no frame is partly read. */
+/*
+ * The clock of a partial frame (c->rx_since_ms; pollset_conns() closes the
+ * connection when it reaches ZAP_TCP_STALL_MS). It stops when nothing is
+ * partly read. While a message is open (c->rx_msg) it restarts only once
+ * enough of that message's own bytes arrived since it last did:
+ * ZAP_TCP_MIN_RATE x ZAP_TCP_STALL_MS, or the rest of the message. So a
+ * peer holding partial-message budget keeps up that rate or is closed,
+ * and a message of L bytes holds budget for at most about L / rate plus
+ * the stall limit, whatever trickles in meanwhile (a byte a second, empty
+ * ring chunks, small messages between its parts). A partly read frame
+ * header holds nothing but the connection's buffer: any byte restarts it.
+ */
+static void stall_clock(const struct tcp_wire *w, struct tcp_conn *c, bool moved,
+			uint64_t now)
+{
+	if (!c->rx_msg && c->rhead == c->rlen) {
+		c->rx_since_ms = 0;
+		return;
+	}
+	if (!c->rx_msg) {
+		if (moved || !c->rx_since_ms)
+			c->rx_since_ms = now;
+		return;
+	}
+	if (c->rx_opened == c->rx_win_msg && c->rx_since_ms) {
+		uint64_t need = w->min_rate * w->stall_ms / 1000;
+		size_t got = c->rx_off - c->rx_win_off;
+
+		if (need > c->rx_len - c->rx_win_off)
+			need = c->rx_len - c->rx_win_off;
+		if (!got || got < need)
+			return;
+	}
+	/* A new window: a message just opened, or enough of it came. */
+	c->rx_win_msg = c->rx_opened;
+	c->rx_win_off = c->rx_off;
+	c->rx_since_ms = now;
+}
+
+/* conn_rx_inner() (or ring_rx()), and the stall clock. */
 static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
 		   uint64_t now, bool readable)
 {
 	uint64_t before = c->rx_total;
 	struct tcp_shm *s = atomic_load(&c->shm);
-	const struct tcp_rx_msg *open = c->rx_msg;
-	size_t open_off = c->rx_off;
 	int r = s && s->rx_on ? ring_rx(w, c, s, tail, now, readable)
 			      : conn_rx_inner(w, c, tail);
 	bool moved = c->rx_total != before;
@@ -682,14 +743,7 @@ static int conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***
 		tw_touch(c, now);
 		atomic_store_explicit(&c->rx_ms, now, memory_order_relaxed);
 	}
-	/* Version 3: while a large message is open, only its own bytes are
-	 * progress; messages between its parts do not keep it alive. */
-	if (c->ver >= 3 && open && c->rx_msg == open && c->rx_off == open_off)
-		moved = false;
-	if (!c->rx_msg && c->rhead == c->rlen)
-		c->rx_since_ms = 0;
-	else if (moved || !c->rx_since_ms)
-		c->rx_since_ms = now;
+	stall_clock(w, c, moved, now);
 	return r;
 }
 
@@ -826,10 +880,17 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 			/* Not read by our choice: its clock does not run. */
 			c->rx_since_ms = now;
 		} else if (now - c->rx_since_ms >= w->stall_ms) {
-			w->host->log(
-				ZAP_LOG_WARN, w->dom,
-				"dropping connection to %s (from %s): a partial frame made no progress for %u ms",
-				c->raddr, c->src, w->stall_ms);
+			if (c->rx_msg)
+				w->host->log(
+					ZAP_LOG_WARN, w->dom,
+					"dropping connection to %s (from %s): its open message (%zu of %zu bytes) made no progress for %u ms at ZAP_TCP_MIN_RATE (%llu bytes/s)",
+					c->raddr, c->src, c->rx_off, c->rx_len, w->stall_ms,
+					(unsigned long long)w->min_rate);
+			else
+				w->host->log(
+					ZAP_LOG_WARN, w->dom,
+					"dropping connection to %s (from %s): a partial frame made no progress for %u ms",
+					c->raddr, c->src, w->stall_ms);
 			tw_conn_kill(w, c, ZAP_CLOSE_STALL);
 			continue;
 		} else {

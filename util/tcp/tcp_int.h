@@ -325,14 +325,14 @@ struct tcp_conn {
 	size_t rhead, rlen;
 	struct tcp_rx_msg *rx_msg; /* payload being read straight into place */
 	size_t rx_off;
-	size_t rx_cap;            /* payload bytes rx_msg has room for (grows) */
-	size_t rx_len;            /* the frame's declared length */
-	size_t rx_part;           /* bytes of rx_msg's current frame still to read */
-	uint64_t rx_charge;       /* bytes of the partial budget rx_msg holds */
-	uint64_t rx_total;        /* bytes read, ever */
-	uint64_t rx_since_ms;     /* last progress on a partial frame; 0: none */
-	uint64_t rx_start_ms;     /* when rx_msg was started */
-	uint64_t rx_opened;       /* messages that became rx_msg, ever */
+	size_t rx_cap;        /* payload bytes rx_msg has room for (grows) */
+	size_t rx_len;        /* the frame's declared length */
+	size_t rx_part;       /* bytes of rx_msg's current frame still to read */
+	uint64_t rx_charge;   /* bytes of the partial budget rx_msg holds */
+	uint64_t rx_total;    /* bytes read, ever */
+	uint64_t rx_since_ms; /* last progress on a partial frame; 0: none */
+	uint64_t rx_start_ms; /* when rx_msg was started */
+	uint64_t rx_opened;   /* messages that became rx_msg, ever */
 	/* The stall clock's window (stall_clock()): the message it counts
 	 * for (rx_opened then) and rx_off when it (re)started. */
 	uint64_t rx_win_msg;

@@ -200,8 +200,8 @@ static int rx_grow(struct tcp_wire *w, struct tcp_conn *c, size_t need)
 	int r = w->alloc.grow(w->alloc.user, ncap, &c->rx_msg);
 	if (r) {
 		budget_give(w, c, ncap - c->rx_cap);
-		snprintf(c->rx_why, sizeof(c->rx_why), "cannot grow a message to %zu bytes: %s",
-			 ncap, strerror(-r));
+		snprintf(c->rx_why, sizeof(c->rx_why),
+			 "cannot grow a message to %zu bytes: %s", ncap, strerror(-r));
 		return r;
 	}
 	c->rx_cap = ncap;
@@ -884,8 +884,8 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 				w->host->log(
 					ZAP_LOG_WARN, w->dom,
 					"dropping connection to %s (from %s): its open message (%zu of %zu bytes) made no progress for %u ms at ZAP_TCP_MIN_RATE (%llu bytes/s)",
-					c->raddr, c->src, c->rx_off, c->rx_len, w->stall_ms,
-					(unsigned long long)w->min_rate);
+					c->raddr, c->src, c->rx_off, c->rx_len,
+					w->stall_ms, (unsigned long long)w->min_rate);
 			else
 				w->host->log(
 					ZAP_LOG_WARN, w->dom,

@@ -156,6 +156,21 @@ static void render_stats(struct sbuf *b, const struct who *w, const struct zap_s
 	one(b, w, "zap_peers", "gauge", "Peers with a connection now.", s->peers);
 	one(b, w, "zap_events_lost_total", "counter",
 	    "Events dropped because nobody took them with zap_events().", s->events_lost);
+	one(b, w, "zap_retransmits_total", "counter",
+	    "Frames sent again (no acknowledgement in time, or a hole reported).",
+	    s->retransmits);
+	one(b, w, "zap_peers_forgotten_total", "counter",
+	    "Peers dropped from the peer table (idle, or evicted for room).",
+	    s->peers_forgotten);
+	one(b, w, "zap_frames_refused_total", "counter",
+	    "Received frames refused: malformed, from an unproven (spoofed) source, "
+	    "of a retired stream, or with the peer table full.",
+	    s->frames_refused);
+	one(b, w, "zap_credit_waits_total", "counter",
+	    "Sends that had to wait for the peer to give back a receive slot.",
+	    s->credit_waits);
+	one(b, w, "zap_pinned_bytes", "gauge", "Memory registered with the NIC now.",
+	    s->pinned_bytes);
 }
 
 /* The labels of a peer's samples. */

@@ -372,6 +372,28 @@ struct zap_host {
 	 (host)->member != NULL)
 
 /**
+ * zap_plugin_put_sized() - copy @full (a structure of @full_size bytes that
+ * starts with its size_t size, as struct zap_stats and struct
+ * zap_peer_info do) into @out, whose size member the host preset: only
+ * the members that size covers, and the size itself left alone. A plugin
+ * fills a whole structure of its own header's version and puts it with
+ * this, so it works with a host of an older (smaller) or newer version.
+ * Header-only, so it needs no host support.
+ */
+static inline void zap_plugin_put_sized(void *out, const void *full, size_t full_size)
+{
+	size_t have;
+
+	__builtin_memcpy(&have, out, sizeof(have));
+	if (have > full_size)
+		have = full_size;
+	if (have > sizeof(size_t))
+		__builtin_memcpy((char *)out + sizeof(size_t),
+				 (const char *)full + sizeof(size_t),
+				 have - sizeof(size_t));
+}
+
+/**
  * struct zap_plugin_ops - a transport's operations. @size first; the host
  * checks that every mandatory op lies within @size and is non-NULL, and
  * calls an optional op only if it lies within @size and is non-NULL.

@@ -863,6 +863,28 @@ struct zap_stats {
 	uint64_t peers;         /**< gauge: peers with a connection */
 	uint64_t events_lost;   /**< events zap_events() will never see: the
 	                             queue was full (the oldest go first) */
+	/* Appended after 0.3.0: a caller built with the older, smaller
+	 * @size does not get these (and a plugin writes them only when the
+	 * host's size covers them). */
+	uint64_t retransmits;     /**< frames sent again because no
+	                               acknowledgement came in time or the
+	                               peer reported a hole (dpdk) */
+	uint64_t peers_forgotten; /**< peers dropped from the peer table:
+	                               idle past twice the peer timeout, or
+	                               evicted to make room (dpdk) */
+	uint64_t frames_refused;  /**< received frames refused as not
+	                               belonging to any stream this end
+	                               accepts: malformed, from a source that
+	                               never proved it receives at its address
+	                               (spoofed; answered with a challenge),
+	                               of a retired or stale stream, or with
+	                               the peer table full (dpdk) */
+	uint64_t credit_waits;    /**< messages whose send had to wait for a
+	                               credit: the peer had not yet given back
+	                               a receive slot (gpudirect) */
+	uint64_t pinned_bytes;    /**< gauge: memory registered with the NIC
+	                               for the transport's queue pairs, receive
+	                               slots and staging (gpudirect) */
 };
 
 /**

@@ -198,11 +198,14 @@ struct dp {
 	uint64_t arp_last_ns;
 	uint64_t arp_any_ns; /* the last request from the data path, any target */
 	struct dp_msg *rxq, *rxq_tail;
-	uint64_t rxq_bytes;
+	uint64_t rxq_msgs, rxq_bytes;
 	bool rx_blocked;
 	uint64_t next_timer, rng;
 	uint64_t rx_dropped; /* frames the parser refused */
 	uint64_t tx_copies;  /* retransmissions of frames still held elsewhere */
+	/* zap_stats(): messages zap_send() handed over in full, and messages
+	 * queued for zap_recv(); plain counts, read under the lock. */
+	uint64_t msgs_sent, bytes_sent, msgs_received, bytes_received;
 	_Atomic uint64_t last_poll;
 
 	atomic_bool shut, stop;

@@ -152,7 +152,10 @@ static void rxq_push(struct dp *d, struct dp_msg *m)
 	else
 		d->rxq = m;
 	d->rxq_tail = m;
+	d->rxq_msgs++;
 	d->rxq_bytes += m->m.len + sizeof(*m);
+	d->msgs_received++;
+	d->bytes_received += m->m.len;
 	if (d->rxq_bytes > d->conf.rxq_bytes && !d->rx_blocked) {
 		d->rx_blocked = true;
 		dp_set_rx_blocked(d->proto, true);

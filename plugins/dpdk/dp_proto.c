@@ -186,6 +186,7 @@ static bool peer_evict(struct dp_proto *p, uint64_t now)
 	if (!old)
 		return false;
 	peer_remove(p, old, now);
+	p->st.forgotten++;
 	return true;
 }
 
@@ -221,6 +222,7 @@ struct dp_peer *dpp_peer_get(struct dp_proto *p, struct dp_addr a, uint64_t now)
 	if (!e)
 		return NULL;
 	e->addr = a;
+	e->id = ++p->peer_ids;
 	peer_unghost(p, e, now);
 	e->tx_conn = dpp_next_conn(p);
 	e->rto = p->cfg.rto_min_ns;
@@ -287,6 +289,28 @@ void dp_get_stats(const struct dp_proto *p, struct dp_stats *st)
 	*st = p->st;
 }
 
+size_t dp_peer_list(const struct dp_proto *p, struct dp_peer_row *rows, size_t n,
+		    uint64_t now)
+{
+	size_t i = 0;
+
+	for (const struct dp_peer *e = p->all; e && i < n; e = e->next, i++)
+		rows[i] = (struct dp_peer_row){
+			.addr = e->addr,
+			.id = e->id,
+			.dialed = !e->accepted,
+			.msgs_sent = e->msgs_sent,
+			.bytes_sent = e->bytes_sent,
+			.msgs_received = e->msgs_received,
+			.bytes_received = e->bytes_received,
+			.idle_ns = now > e->last_ns ? now - e->last_ns : 0,
+			/* srtt 0: no sample yet (or the stream was reset) */
+			.srtt_ns = e->srtt ? (int64_t)e->srtt : -1,
+			.rttvar_ns = e->srtt ? (int64_t)e->rttvar : -1,
+		};
+	return p->st.peers;
+}
+
 bool dp_busy(const struct dp_proto *p)
 {
 	return p->st.unacked_frames || p->st.early_frames || p->st.reasm_bytes;
@@ -296,7 +320,7 @@ void dp_input(struct dp_proto *p, struct dp_addr from, void *frame, const uint8_
 	      size_t len, uint64_t now)
 {
 	if (len < DP_HDR_LEN || rd16(b) != DP_MAGIC || b[2] != DP_VERSION) {
-		dpp_frame_drop(p, frame);
+		dpp_frame_refuse(p, frame);
 		return;
 	}
 	if (b[3] == DP_T_DATA) {
@@ -309,8 +333,10 @@ void dp_input(struct dp_proto *p, struct dp_addr from, void *frame, const uint8_
 		dpp_input_rst(p, from, b, now);
 	else if (b[3] == DP_T_CHALLENGE && len == DP_HDR_LEN)
 		dpp_input_challenge(p, from, b, now);
-	else
+	else {
 		p->st.dropped++;
+		p->st.refused++; /* an unknown type, or a length its type has not */
+	}
 	p->ops.frame_free(p->ops.user, frame);
 }
 
@@ -322,7 +348,9 @@ void dp_timers(struct dp_proto *p, uint64_t now)
 		next = e->next;
 		if (dpp_timers_tx(p, e, now) || dpp_timers_rx(p, e, now))
 			continue;
-		if (dpp_peer_idle(e) && now - e->last_ns > 2 * p->cfg.peer_timeout_ns)
+		if (dpp_peer_idle(e) && now - e->last_ns > 2 * p->cfg.peer_timeout_ns) {
 			peer_remove(p, e, now);
+			p->st.forgotten++;
+		}
 	}
 }

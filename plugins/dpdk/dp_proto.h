@@ -150,6 +150,24 @@ struct dp_stats {
 	uint64_t partials_dropped, peers_reset;
 	uint64_t challenges;   /* CHALLENGE frames sent (unproven sources) */
 	uint64_t hold_refused; /* early frames dropped at hold_*max */
+	/* Frames refused as belonging to no stream we accept (also in
+	 * dropped): malformed, from an unproven source, of a retired or stale
+	 * stream, outside the window, or with the peer table full. Not
+	 * counted: duplicates, and frames of an adopted stream dropped for
+	 * want of room (receive queue full, hold caps, memory). */
+	uint64_t refused;
+	uint64_t forgotten; /* peers removed: idle for 2 x peer_timeout, or evicted */
+};
+
+/* One peer of the table, as dp_peer_list() reports it. */
+struct dp_peer_row {
+	struct dp_addr addr;
+	uint64_t id; /* unique among the instance's peers, never reused */
+	bool dialed; /* we sent first (else it reached us first) */
+	uint64_t msgs_sent, bytes_sent; /* messages whose last fragment went out */
+	uint64_t msgs_received, bytes_received; /* delivered */
+	uint64_t idle_ns;                       /* since the last activity either way */
+	int64_t srtt_ns, rttvar_ns;             /* -1 before the first sample */
 };
 
 struct dp_proto;
@@ -161,6 +179,7 @@ struct dp_send {
 	uint32_t conn;
 	uint64_t off, len;
 	bool started;
+	bool done; /* DP_SEND_DONE returned (counted once) */
 };
 
 int dp_proto_new(const struct dp_proto_cfg *cfg, const struct dp_proto_ops *ops,
@@ -208,6 +227,10 @@ void dp_timers(struct dp_proto *p, uint64_t now);
  * not receiving): senders slow down and retransmit later. */
 void dp_set_rx_blocked(struct dp_proto *p, bool blocked);
 void dp_get_stats(const struct dp_proto *p, struct dp_stats *st);
+/* Up to @n rows of the peer table into @rows (newest first); return the
+ * number of peers, which may be more than @n. */
+size_t dp_peer_list(const struct dp_proto *p, struct dp_peer_row *rows, size_t n,
+		    uint64_t now);
 /* Whether any peer has unacknowledged frames (timers matter). */
 bool dp_busy(const struct dp_proto *p);
 /* The cookie @p expects in the first frame of stream @conn from @from at

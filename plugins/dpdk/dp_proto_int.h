@@ -69,7 +69,12 @@ struct dp_peer {
 	bool ack_queued, ack_due, rst_due;
 	unsigned pins;
 	bool tx_owned;
+	bool accepted;    /* created for a stream it sent (else we sent first) */
 	uint64_t last_ns; /* last activity either way */
+	uint64_t id;      /* dp_peer_row.id */
+	/* What dp_peer_list() reports: plain counts, under the caller's
+	 * serialisation like everything here. */
+	uint64_t msgs_sent, bytes_sent, msgs_received, bytes_received;
 
 	/* send stream (its id: see dpp_next_conn()) */
 	uint32_t tx_conn, snd_una, snd_nxt;
@@ -100,6 +105,7 @@ struct dp_proto {
 	uint16_t epoch, ctr; /* stream ids: see dpp_next_conn() */
 	struct dp_ghost ghosts[DP_GHOSTS];
 	unsigned ghost_next;
+	uint64_t peer_ids; /* the last dp_peer.id given */
 	struct dp_stats st;
 };
 
@@ -170,6 +176,8 @@ bool dpp_timers_tx(struct dp_proto *p, struct dp_peer *e, uint64_t now);
 void dpp_rx_retire(struct dp_proto *p, struct dp_peer *e);
 /* Free @frame as a dropped one (counted). */
 void dpp_frame_drop(struct dp_proto *p, void *frame);
+/* Free @frame as a refused one (dp_stats.refused; counted dropped too). */
+void dpp_frame_refuse(struct dp_proto *p, void *frame);
 /* A DATA frame (header checked by dp_input()); takes @frame. */
 void dpp_input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 		    const uint8_t *b, size_t len, uint64_t now);

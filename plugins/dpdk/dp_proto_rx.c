@@ -114,6 +114,23 @@ void dpp_frame_drop(struct dp_proto *p, void *frame)
 	p->st.dropped++;
 }
 
+void dpp_frame_refuse(struct dp_proto *p, void *frame)
+{
+	dpp_frame_drop(p, frame);
+	p->st.refused++;
+}
+
+/* Hand a whole message to the transport, counted for the stats and the
+ * peer's row. */
+static void rx_deliver(struct dp_proto *p, struct dp_peer *e, void *frame, void *heap,
+		       const void *data, size_t len)
+{
+	p->st.delivered++;
+	e->msgs_received++;
+	e->bytes_received += len;
+	p->ops.deliver(p->ops.user, e->addr, frame, heap, data, len);
+}
+
 /* Grow the partial message to hold @need bytes. */
 static bool part_reserve(struct dp_proto *p, struct dp_peer *e, uint64_t need)
 {
@@ -160,8 +177,7 @@ static enum dp_rx_take rx_consume(struct dp_proto *p, struct dp_peer *e, void *f
 		 * that one (a cancelled send). */
 		part_drop(p, e);
 		if (flags & DP_F_LAST) {
-			p->st.delivered++;
-			p->ops.deliver(p->ops.user, e->addr, frame, NULL, data, plen);
+			rx_deliver(p, e, frame, NULL, data, plen);
 			return DP_RX_TAKEN;
 		}
 		e->part_len = msg_len;
@@ -188,8 +204,7 @@ static enum dp_rx_take rx_consume(struct dp_proto *p, struct dp_peer *e, void *f
 		p->st.reasm_bytes -= e->part_cap;
 		e->part = NULL;
 		e->part_cap = e->part_got = e->part_len = 0;
-		p->st.delivered++;
-		p->ops.deliver(p->ops.user, e->addr, NULL, m, m, msg_len);
+		rx_deliver(p, e, NULL, m, m, msg_len);
 	}
 	return DP_RX_TAKEN;
 }
@@ -244,7 +259,7 @@ static struct dp_peer *rx_stream_adopt(struct dp_proto *p, struct dp_peer *e,
 
 	if (e && conn == e->ids.rx_lost) {
 		/* Data of it was dropped: tell its sender, never ACK. */
-		dpp_frame_drop(p, frame);
+		dpp_frame_refuse(p, frame);
 		rst_queue(p, e);
 		return NULL;
 	}
@@ -253,13 +268,13 @@ static struct dp_peer *rx_stream_adopt(struct dp_proto *p, struct dp_peer *e,
 	 * sender's seen so far: a retired one never again (its late frames
 	 * must not bring it back). */
 	if (!(b[4] & DP_F_FIRST) || seq != 0 || (e && !rx_conn_fresh(&e->ids, conn))) {
-		dpp_frame_drop(p, frame);
+		dpp_frame_refuse(p, frame);
 		return NULL;
 	}
 	/* And only once its source showed that it receives at the address it
 	 * claims: before that, no state at all (dp_proto.h). */
 	if (!dpp_cookie_ok(p, from, conn, rd64(b + 24), now)) {
-		dpp_frame_drop(p, frame);
+		dpp_frame_refuse(p, frame);
 		challenge_send(p, from, conn, now);
 		return NULL;
 	}
@@ -268,9 +283,10 @@ static struct dp_peer *rx_stream_adopt(struct dp_proto *p, struct dp_peer *e,
 		/* Full of live peers, or a forgotten peer's old stream (its ids
 		 * came back with it). */
 		if (!e || !rx_conn_fresh(&e->ids, conn)) {
-			dpp_frame_drop(p, frame);
+			dpp_frame_refuse(p, frame);
 			return NULL;
 		}
+		e->accepted = true; /* new: its stream came before any of ours */
 	}
 	if (e->rx_known) {
 		p->st.peers_reset++;
@@ -296,7 +312,11 @@ static struct dp_peer *rx_stream(struct dp_proto *p, struct dp_addr from, void *
 {
 	struct dp_peer *e;
 
-	if (!data_valid(p, b, len) || p->rx_blocked) {
+	if (!data_valid(p, b, len)) {
+		dpp_frame_refuse(p, frame);
+		return NULL;
+	}
+	if (p->rx_blocked) { /* the application is behind: not a refusal */
 		dpp_frame_drop(p, frame);
 		return NULL;
 	}
@@ -363,7 +383,8 @@ void dpp_input_data(struct dp_proto *p, struct dp_addr from, void *frame,
 		return;
 	}
 	if (d >= DP_WIN_MAX) {
-		dpp_frame_drop(p, frame);
+		/* No sender has this much unacknowledged: not ours to keep. */
+		dpp_frame_refuse(p, frame);
 		return;
 	}
 	if (d > 0 &&

@@ -158,6 +158,11 @@ int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf, uint64_
 		e->last_ns = now;
 		xmit(p, e, t, now);
 	}
+	if (!s->done) {
+		s->done = true;
+		e->msgs_sent++;
+		e->bytes_sent += s->len;
+	}
 	return DP_SEND_DONE;
 }
 

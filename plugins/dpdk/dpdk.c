@@ -408,6 +408,10 @@ static int dp_send(void *tp, const char *peer, const void *buf, size_t len,
 		goto out;
 	rc = send_fragments(d, &s, buf, ctx);
 	dp_send_end(d->proto, &s);
+	if (!rc) {
+		d->msgs_sent++;
+		d->bytes_sent += len;
+	}
 	if (rc == -ECONNRESET)
 		rc = d->host->fail(-ECONNRESET,
 				   "dpdk: the message to %s was lost: the "
@@ -429,6 +433,7 @@ static struct dp_msg *rxq_pop(struct dp *d)
 	d->rxq = m->next;
 	if (!d->rxq)
 		d->rxq_tail = NULL;
+	d->rxq_msgs--;
 	d->rxq_bytes -= m->m.len + sizeof(*m);
 	/* Resume taking frames once half the queue is drained. */
 	if (d->rx_blocked && d->rxq_bytes <= d->conf.rxq_bytes / 2) {
@@ -505,6 +510,82 @@ static int dp_pool_stats(void *tp, struct zap_pool_stats *stats)
 	return 0;
 }
 
+/*
+ * zap_stats(). Everything counted is under d->lock already (whoever
+ * holds it polls the port), so the counts are plain and this takes the
+ * lock just to copy them: a holder drops it on every turn of its wait.
+ * No connections on this wire, so the conns_* members stay 0.
+ */
+static int dp_stats_op(void *tp, struct zap_stats *out)
+{
+	struct dp *d = tp;
+	struct zap_stats s = { .size = sizeof(s) };
+	struct dp_stats st = { 0 };
+
+	pthread_mutex_lock(&d->lock);
+	if (d->proto)
+		dp_get_stats(d->proto, &st);
+	s.msgs_sent = d->msgs_sent;
+	s.bytes_sent = d->bytes_sent;
+	s.msgs_received = d->msgs_received;
+	s.bytes_received = d->bytes_received;
+	s.rxq_msgs = d->rxq_msgs;
+	s.rxq_bytes = d->rxq_bytes;
+	pthread_mutex_unlock(&d->lock);
+	/* Shut down, the queue is what zap_close() drops. */
+	s.drops_shutdown = atomic_load(&d->shut) ? s.rxq_msgs : 0;
+	s.rxq_limit = d->conf.rxq_bytes;
+	s.partial_bytes = st.reasm_bytes;
+	s.partial_limit = d->conf.reasm_bytes;
+	s.drops_partial = st.partials_dropped;
+	s.peers = st.peers;
+	s.retransmits = st.retransmits;
+	s.peers_forgotten = st.forgotten;
+	s.frames_refused = st.refused;
+	zap_plugin_put_sized(out, &s, sizeof(s));
+	return 0;
+}
+
+/* zap_peer_list(): the protocol's peer table, copied under the lock into
+ * rows allocated before it, formatted after. */
+static int dp_peers_op(void *tp, struct zap_peer_info *out, size_t n)
+{
+	struct dp *d = tp;
+	struct dp_peer_row *rows = NULL;
+	size_t stride = n ? out->size : 0, total;
+	uint64_t now = now_ns();
+
+	if (n > d->conf.max_peers)
+		n = d->conf.max_peers; /* the table never holds more */
+	if (n && !(rows = calloc(n, sizeof(*rows))))
+		return -ENOMEM;
+	pthread_mutex_lock(&d->lock);
+	total = d->proto ? dp_peer_list(d->proto, rows, n, now) : 0;
+	pthread_mutex_unlock(&d->lock);
+	for (size_t i = 0; i < n && i < total; i++) {
+		const struct dp_peer_row *r = &rows[i];
+		struct zap_peer_info e = {
+			.size = sizeof(e),
+			.path = "dpdk",
+			.dialed = r->dialed,
+			.conn_id = r->id,
+			.msgs_sent = r->msgs_sent,
+			.bytes_sent = r->bytes_sent,
+			.msgs_received = r->msgs_received,
+			.bytes_received = r->bytes_received,
+			.idle_ms = r->idle_ns / 1000000,
+			/* the protocol's own estimate, from its acknowledgements */
+			.rtt_us = r->srtt_ns < 0 ? -1 : r->srtt_ns / 1000,
+			.rtt_var_us = r->rttvar_ns < 0 ? -1 : r->rttvar_ns / 1000,
+		};
+
+		dp_format_peer(e.peer, sizeof(e.peer), r->addr.ip, r->addr.port);
+		zap_plugin_put_sized((char *)out + i * stride, &e, sizeof(e));
+	}
+	free(rows);
+	return total > INT32_MAX ? INT32_MAX : (int)total;
+}
+
 static const struct zap_plugin_ops dp_ops = {
 	.size = sizeof(dp_ops),
 	.probe = dp_probe,
@@ -517,6 +598,8 @@ static const struct zap_plugin_ops dp_ops = {
 	.address = dp_address,
 	.buffer_alloc = dp_buffer_alloc,
 	.pool_stats = dp_pool_stats,
+	.stats = dp_stats_op,
+	.peers = dp_peers_op,
 };
 
 ZAP_PLUGIN_EXPORT = {

@@ -101,6 +101,8 @@ void gd_deliver(void *user, struct gd_conn *c, const struct gd_delivery *d)
 	pthread_mutex_lock(&t->rx_mx);
 	*t->rx_tail = r;
 	t->rx_tail = &r->next;
+	t->rxq_msgs++;
+	t->rxq_bytes += r->msg.len;
 	pthread_cond_signal(&t->cv);
 	pthread_mutex_unlock(&t->rx_mx);
 }
@@ -229,6 +231,7 @@ static int gd_open(const struct zap_host *host, const struct zap_open_args *args
 	rc = gd_dev_open(host, &t->dev);
 	if (rc)
 		goto fail;
+	t->pinctr = gd_dev_pinned(t->dev); /* one device per instance */
 	gd_dev_backing(t->dev, &backing);
 	/* The largest reassembly target is the message rounded up to chunks. */
 	rc = host->pool_new(&backing, pool, (t->max_msg + chunk - 1) / chunk * chunk,
@@ -385,6 +388,8 @@ static int gd_recv(void *tp, struct zap_ctx *ctx, struct zap_msg **out)
 		t->rx_head = r->next;
 		if (!t->rx_head)
 			t->rx_tail = &t->rx_head;
+		t->rxq_msgs--;
+		t->rxq_bytes -= r->msg.len;
 		*out = &r->msg;
 	}
 	pthread_mutex_unlock(&t->rx_mx);
@@ -425,6 +430,29 @@ static int gd_pool_stats(void *tp, struct zap_pool_stats *stats)
 	return 0;
 }
 
+/* zap_stats(): the peer table's counts (gd_peers.c) and the receive
+ * queue's, each copied under its own lock. */
+static int gd_stats(void *tp, struct zap_stats *out)
+{
+	struct gd_tp *t = tp;
+	struct zap_stats s = { .size = sizeof(s) };
+
+	gd_peers_stats(t, &s);
+	pthread_mutex_lock(&t->rx_mx);
+	s.rxq_msgs = t->rxq_msgs;
+	s.rxq_bytes = t->rxq_bytes;
+	/* Shut down, the queue is what zap_close() drops. */
+	s.drops_shutdown = t->shut ? t->rxq_msgs : 0;
+	pthread_mutex_unlock(&t->rx_mx);
+	zap_plugin_put_sized(out, &s, sizeof(s));
+	return 0;
+}
+
+static int gd_peers(void *tp, struct zap_peer_info *out, size_t n)
+{
+	return gd_peers_list(tp, out, n);
+}
+
 static const struct zap_plugin_ops gd_ops = {
 	.size = sizeof(gd_ops),
 	.probe = gd_probe,
@@ -437,6 +465,8 @@ static const struct zap_plugin_ops gd_ops = {
 	.address = gd_address,
 	.buffer_alloc = gd_buffer_alloc,
 	.pool_stats = gd_pool_stats,
+	.stats = gd_stats,
+	.peers = gd_peers,
 };
 
 ZAP_PLUGIN_EXPORT = {

@@ -59,6 +59,7 @@ struct gd_peer {
 	uint64_t pinned;  /* bytes reserved in *pinctr */
 	uint64_t *pinctr; /* the device's count (gd_dev_pinned()) */
 	bool dialed;
+	uint64_t id; /* zap_peer_info.conn_id: set by gd_add_peer() */
 };
 
 struct gd_rxmsg {
@@ -95,6 +96,16 @@ struct gd_tp {
 	struct gd_peer *peers;
 	struct gd_rxmsg *rx_head, **rx_tail;
 	bool shut;
+	/* zap_stats(), under mx: pairs added, pairs gone by reason, and what
+	 * pairs that left the table had counted (folded in as they leave). */
+	uint64_t peer_ids, conns_dialed, conns_accepted;
+	uint64_t conns_closed[ZAP_CLOSE_REASON_SLOTS];
+	struct gd_conn_stats gone;
+	/* Under rx_mx: the receive queue's length and payload bytes. */
+	uint64_t rxq_msgs, rxq_bytes;
+	/* The device's pinned-bytes count (gd_dev_pinned(); atomic), set in
+	 * gd_open(); NULL before. */
+	const uint64_t *pinctr;
 };
 
 /* gpudirect.c */
@@ -121,6 +132,11 @@ struct gd_conn *gd_find_live(struct gd_tp *t, const char *key);
 void gd_peers_progress(struct gd_tp *t);
 /* Drop every pair (destroy, threads stopped). */
 void gd_peers_drop_all(struct gd_tp *t);
+/* zap_stats() of the table: traffic (pairs gone included), connections,
+ * credit waits, pinned bytes; members within out->size only. */
+void gd_peers_stats(struct gd_tp *t, struct zap_stats *out);
+/* zap_peer_list(): up to @n rows, out->size apart; the number of pairs. */
+int gd_peers_list(struct gd_tp *t, struct zap_peer_info *out, size_t n);
 
 /* gd_instance.c */
 /* gd_conn_cfg.deliver: queue a complete message for gd_recv(). */

@@ -7,12 +7,38 @@
  * in-memory queue-pair stand-in.
  *
  * Shared state: the list under gd_tp.mx (gd_instance.h: threads and lock
- * order); engines are called with references taken under it, outside it.
+ * order); engines are called with references taken under it, outside it,
+ * but for the counters, which are copied under it (an engine's lock nests
+ * inside gd_tp.mx, and gd_conn_stats() holds it only to copy).
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gd_instance.h"
+
+/* Add @p's pair's counts to @sum. */
+static void counts_add(struct gd_conn_stats *sum, const struct gd_peer *p)
+{
+	struct gd_conn_stats c;
+
+	gd_conn_stats(p->conn, &c);
+	sum->msgs_sent += c.msgs_sent;
+	sum->bytes_sent += c.bytes_sent;
+	sum->msgs_received += c.msgs_received;
+	sum->bytes_received += c.bytes_received;
+	sum->credit_waits += c.credit_waits;
+}
+
+/* @p leaves the table (gd_tp.mx held): keep what its pair counted, and
+ * count it closed for @reason. Its traffic after this (none: it failed,
+ * was replaced, or the instance is going) is not counted. */
+static void peer_leave(struct gd_tp *t, struct gd_peer *p, int reason)
+{
+	counts_add(&t->gone, p);
+	t->conns_closed[reason]++;
+}
 
 static void peer_drop(struct gd_peer *p)
 {
@@ -30,7 +56,14 @@ struct gd_conn *gd_find_live(struct gd_tp *t, const char *key)
 	while (*pp) {
 		struct gd_peer *p = *pp;
 
-		if (gd_conn_error(p->conn)) {
+		int err = gd_conn_error(p->conn);
+
+		if (err) {
+			/* A protocol violation, else a completion error: the
+			 * peer went away or reset the pair. */
+			peer_leave(t, p,
+				   err == -EPROTO ? ZAP_CLOSE_PROTOCOL
+						  : ZAP_CLOSE_PEER_RESET);
 			*pp = p->next;
 			p->next = dead;
 			dead = p;
@@ -64,6 +97,7 @@ void gd_add_peer(struct gd_tp *t, struct gd_peer *p)
 		struct gd_peer *q = *pp;
 
 		if (!q->dialed && q->instance == p->instance && !strcmp(q->fp, p->fp)) {
+			peer_leave(t, q, ZAP_CLOSE_PEER_EOF); /* retired */
 			*pp = q->next;
 			q->next = old;
 			old = q;
@@ -73,6 +107,11 @@ void gd_add_peer(struct gd_tp *t, struct gd_peer *p)
 	}
 	p->next = t->peers;
 	t->peers = p;
+	p->id = ++t->peer_ids;
+	if (p->dialed)
+		t->conns_dialed++;
+	else
+		t->conns_accepted++;
 	pthread_mutex_unlock(&t->mx);
 	while (old) {
 		struct gd_peer *n = old->next;
@@ -120,7 +159,79 @@ void gd_peers_drop_all(struct gd_tp *t)
 	while (t->peers) {
 		struct gd_peer *p = t->peers;
 
+		peer_leave(t, p, ZAP_CLOSE_SHUTDOWN);
 		t->peers = p->next;
 		peer_drop(p);
 	}
+}
+
+/* Whether a pair before @p in the table goes to the same peer. */
+static bool seen_before(const struct gd_tp *t, const struct gd_peer *p)
+{
+	for (const struct gd_peer *q = t->peers; q != p; q = q->next)
+		if (!strcmp(q->key, p->key))
+			return true;
+	return false;
+}
+
+void gd_peers_stats(struct gd_tp *t, struct zap_stats *out)
+{
+	struct zap_stats s = { .size = sizeof(s) };
+	struct gd_conn_stats sum;
+	uint64_t closed = 0;
+
+	pthread_mutex_lock(&t->mx);
+	sum = t->gone;
+	for (struct gd_peer *p = t->peers; p; p = p->next) {
+		counts_add(&sum, p);
+		/* A peer usually has one pair; two while both ends dialed. */
+		s.peers += !seen_before(t, p);
+	}
+	s.msgs_sent = sum.msgs_sent;
+	s.bytes_sent = sum.bytes_sent;
+	s.msgs_received = sum.msgs_received;
+	s.bytes_received = sum.bytes_received;
+	s.credit_waits = sum.credit_waits;
+	s.conns_dialed = t->conns_dialed;
+	s.conns_accepted = t->conns_accepted;
+	for (int i = 0; i < ZAP_CLOSE_REASON_SLOTS; i++) {
+		s.conns_closed[i] = t->conns_closed[i];
+		closed += t->conns_closed[i];
+	}
+	s.conns_open = s.conns_dialed + s.conns_accepted - closed;
+	pthread_mutex_unlock(&t->mx);
+	if (t->pinctr)
+		s.pinned_bytes = __atomic_load_n(t->pinctr, __ATOMIC_RELAXED);
+	zap_plugin_put_sized(out, &s, sizeof(s));
+}
+
+int gd_peers_list(struct gd_tp *t, struct zap_peer_info *out, size_t n)
+{
+	size_t stride = n ? out->size : 0, i = 0;
+
+	pthread_mutex_lock(&t->mx);
+	for (struct gd_peer *p = t->peers; p; p = p->next, i++) {
+		struct zap_peer_info e = { .size = sizeof(e),
+					   .path = "rdma",
+					   .tls = p->fp[0] != '\0',
+					   .dialed = p->dialed,
+					   .conn_id = p->id,
+					   .rtt_us = -1, /* verbs keep none */
+					   .rtt_var_us = -1 };
+		struct gd_conn_stats c;
+
+		if (i >= n)
+			continue; /* counting the rest */
+		gd_conn_stats(p->conn, &c);
+		snprintf(e.peer, sizeof(e.peer), "%s", p->key);
+		snprintf(e.identity, sizeof(e.identity), "%s", p->fp);
+		e.msgs_sent = c.msgs_sent;
+		e.bytes_sent = c.bytes_sent;
+		e.msgs_received = c.msgs_received;
+		e.bytes_received = c.bytes_received;
+		e.idle_ms = c.idle_ms;
+		zap_plugin_put_sized((char *)out + i * stride, &e, sizeof(e));
+	}
+	pthread_mutex_unlock(&t->mx);
+	return i > INT32_MAX ? INT32_MAX : (int)i;
 }

@@ -206,7 +206,29 @@ struct gd_conn {
 	uint32_t asm_n, asm_next;
 	size_t asm_len;
 	struct gd_rxbuf asm_buf;
+
+	/* gd_conn_stats(): plain counts, under mx like the rest. */
+	struct gd_conn_stats st;
+	uint64_t last_ns; /* the last message either way (coarse clock) */
 };
+
+/* The coarse clock: a message's timestamp costs no more than a load. */
+static uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Hand a whole message to the instance, counted. */
+static void deliver_locked(struct gd_conn *c, const struct gd_delivery *d)
+{
+	c->st.msgs_received++;
+	c->st.bytes_received += d->len;
+	c->last_ns = coarse_ns();
+	c->cfg.deliver(c->cfg.user, c, d);
+}
 
 /* Under mx. */
 static void fail_locked(struct gd_conn *c, int err, const char *why)
@@ -309,7 +331,7 @@ static int rx_locked(struct gd_conn *c, const struct gd_cqe *e)
 			d.data = src;
 			d.len = e->byte_len;
 			d.slot = (int32_t)slot;
-			c->cfg.deliver(c->cfg.user, c, &d);
+			deliver_locked(c, &d);
 			return 0;
 		}
 		if (e->byte_len != sb)
@@ -345,7 +367,7 @@ static int rx_locked(struct gd_conn *c, const struct gd_cqe *e)
 		d.len = c->asm_len;
 		d.buf = c->asm_buf;
 		c->asm_on = false;
-		c->cfg.deliver(c->cfg.user, c, &d);
+		deliver_locked(c, &d);
 	}
 	return 0;
 }
@@ -450,18 +472,24 @@ static void nap_locked(struct gd_conn *c, unsigned *spins)
 /*
  * Wait until a chunk of @clen bytes may go: a credit, room in the send
  * queue and, for a chunk to stage, a free staging slot. Return 0, or why
- * not: the pair's error, -ESHUTDOWN, or @ctx's error.
+ * not: the pair's error, -ESHUTDOWN, or @ctx's error. *@no_credit is set
+ * when it found no credit (the send counts as a credit wait).
  */
 static int wait_room_locked(struct gd_conn *c, bool in_place, size_t clen,
-			    struct zap_ctx *ctx, unsigned *spins)
+			    struct zap_ctx *ctx, unsigned *spins, bool *no_credit)
 {
 	int rc;
 
 	for (;;) {
+		uint32_t credits;
+
 		progress_locked(c);
 		if (c->err || c->shut)
 			return c->err ? c->err : -ESHUTDOWN;
-		if (credits_locked(c) && c->sq_used < c->cfg.sq_depth &&
+		credits = credits_locked(c);
+		if (!credits)
+			*no_credit = true;
+		if (credits && c->sq_used < c->cfg.sq_depth &&
 		    (in_place || !clen || c->nstage_free))
 			return 0;
 		rc = c->cfg.host->ctx_err(ctx);
@@ -537,7 +565,7 @@ int gd_conn_send(struct gd_conn *c, const void *buf, size_t len, struct zap_ctx 
 	size_t sb = c->cfg.peer_slot_bytes, off = 0;
 	uint64_t n = len ? (len + sb - 1) / sb : 1;
 	uintptr_t key = 0;
-	bool in_place;
+	bool in_place, no_credit = false;
 	unsigned spins = 0;
 	uint64_t posted = 0;
 	int rc = 0;
@@ -551,7 +579,7 @@ int gd_conn_send(struct gd_conn *c, const void *buf, size_t len, struct zap_ctx 
 		size_t clen = len - off < sb ? len - off : sb;
 		uint32_t imm = i ? (uint32_t)i : GD_IMM_FIRST | (uint32_t)n;
 
-		rc = wait_room_locked(c, in_place, clen, ctx, &spins);
+		rc = wait_room_locked(c, in_place, clen, ctx, &spins, &no_credit);
 		if (rc)
 			break;
 		rc = post_chunk_locked(c, (const char *)buf + off, clen, imm, in_place,
@@ -562,6 +590,12 @@ int gd_conn_send(struct gd_conn *c, const void *buf, size_t len, struct zap_ctx 
 		off += clen;
 	}
 	rc = finish_send_locked(c, rc, posted, &spins);
+	c->st.credit_waits += no_credit;
+	if (!rc) {
+		c->st.msgs_sent++;
+		c->st.bytes_sent += len;
+		c->last_ns = coarse_ns();
+	}
 	pthread_mutex_unlock(&c->mx);
 	pthread_mutex_unlock(&c->send_mx);
 	return rc;
@@ -581,6 +615,16 @@ void gd_conn_shutdown(struct gd_conn *c)
 	pthread_mutex_lock(&c->mx);
 	c->shut = true;
 	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mx);
+}
+
+void gd_conn_stats(struct gd_conn *c, struct gd_conn_stats *out)
+{
+	uint64_t now = coarse_ns();
+
+	pthread_mutex_lock(&c->mx);
+	*out = c->st;
+	out->idle_ms = now > c->last_ns ? (now - c->last_ns) / 1000000 : 0;
 	pthread_mutex_unlock(&c->mx);
 }
 
@@ -606,6 +650,7 @@ int gd_conn_new(const struct gd_conn_cfg *cfg, struct gd_conn **out)
 	if (!c)
 		return -ENOMEM;
 	c->cfg = *cfg;
+	c->last_ns = coarse_ns(); /* idle since it was made */
 	snprintf(c->peer, sizeof(c->peer), "%s", cfg->peer ? cfg->peer : "?");
 	c->cfg.peer = c->peer;
 	c->stage_free = calloc(cfg->stages, sizeof(*c->stage_free));

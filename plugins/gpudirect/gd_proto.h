@@ -191,4 +191,17 @@ int gd_conn_error(struct gd_conn *c);
 /* Credits the sender holds now (tests). */
 uint32_t gd_conn_credits(struct gd_conn *c);
 
+/* A pair's counts since it was made, for zap_stats() and zap_peer_list(). */
+struct gd_conn_stats {
+	uint64_t msgs_sent, bytes_sent;         /* sends that returned 0 */
+	uint64_t msgs_received, bytes_received; /* messages delivered */
+	uint64_t credit_waits; /* sends that found no credit and waited (whether
+	                          or not they then went out) */
+	uint64_t idle_ms;      /* since the last message either way, or since
+	                          the pair was made (a few ms coarse) */
+};
+
+/* Copy @c's counts (under its lock, briefly). */
+void gd_conn_stats(struct gd_conn *c, struct gd_conn_stats *out);
+
 #endif /* ZAP_GD_PROTO_H */

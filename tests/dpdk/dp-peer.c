@@ -5,6 +5,9 @@
  *   dp-peer ping PEER N      send N messages of growing sizes to PEER and
  *                            check every answer; print the round trips
  *                            (median, 99th percentile, max)
+ * Either way it then checks zap_stats()' message and byte counts against
+ * what went each way and prints a line of the counters ("counters: ...")
+ * for the scripts to read.
  */
 #include "dp-test.h"
 
@@ -23,6 +26,8 @@ int main(int argc, char **argv)
 	static uint8_t b[100000];
 	static uint64_t rtt[100000];
 	const char *fixed = getenv("DP_PEER_SIZE"); /* one size for every message */
+	struct zap_stats st = { .size = sizeof(st) };
+	uint64_t bytes = 0; /* each way: the echo answers with what it got */
 	int n;
 
 	if (argc < 3 || (strcmp(argv[1], "echo") && (strcmp(argv[1], "ping") || argc < 4))) {
@@ -40,12 +45,14 @@ int main(int argc, char **argv)
 
 		if (!strcmp(argv[1], "echo")) {
 			CHECK_RC(zap_recv(t, ctx, &m), "recv");
+			bytes += zap_msg_len(m);
 			rc = zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), ctx);
 			CHECK_RC(rc, "echo");
 		} else {
 			struct timespec t0, t1;
 
 			dpt_fill(b, len, (uint64_t)i);
+			bytes += len;
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			CHECK_RC(zap_send(t, argv[2], b, len, ctx), "send");
 			CHECK_RC(zap_recv(t, ctx, &m), "recv");
@@ -61,6 +68,17 @@ int main(int argc, char **argv)
 		zap_msg_release(m);
 		zap_ctx_free(ctx);
 	}
+	CHECK_RC(zap_stats(t, &st), "zap_stats");
+	printf("counters: sent %llu (%llu B), received %llu (%llu B), retransmits %llu, "
+	       "frames refused %llu, peers forgotten %llu, peers %llu\n",
+	       (unsigned long long)st.msgs_sent, (unsigned long long)st.bytes_sent,
+	       (unsigned long long)st.msgs_received, (unsigned long long)st.bytes_received,
+	       (unsigned long long)st.retransmits, (unsigned long long)st.frames_refused,
+	       (unsigned long long)st.peers_forgotten, (unsigned long long)st.peers);
+	CHECK(st.msgs_sent == (uint64_t)n && st.msgs_received == (uint64_t)n &&
+		      st.bytes_sent == bytes && st.bytes_received == bytes,
+	      "counters against %d messages of %llu B in all each way", n,
+	      (unsigned long long)bytes);
 	zap_close(t);
 	printf("%s: %d messages ok\n", argv[1], n);
 	if (!strcmp(argv[1], "ping") && n > 0 && n <= 100000) {

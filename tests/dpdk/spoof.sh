@@ -6,9 +6,10 @@
 # of it, as long as the exchange lasts. Checked: the real peer's messages
 # all go through (dp-peer ping), the receiver's free mbufs, read from its
 # once-a-second DEBUG line, never fall below half its pool, and it keeps
-# no state for the forged sources (peers 1: the real one). Prints the
-# round trips and the fewest free mbufs seen. Needs root and ip(8): exit
-# 77 saying why.
+# no state for the forged sources (peers 1: the real one), and counts the
+# forged frames as refused (zap_stats().frames_refused, printed by
+# dp-peer: at least one per source). Prints the round trips and the
+# fewest free mbufs seen. Needs root and ip(8): exit 77 saying why.
 #
 # usage: spoof.sh DP_PEER DP_SPOOF [SOURCES] [MESSAGES]   (SOURCES 0: no spoofer)
 # env:   SPOOF_RATE (frames/s, default 50000), DP_PEER_SIZE (one message
@@ -53,9 +54,17 @@ grep 'mbufs free' "$tmp/echo.out" | tail -1
 lines=$(grep -c 'mbufs free' "$tmp/echo.out")
 min=$(grep -o 'mbufs free [0-9]*' "$tmp/echo.out" | awk '{print $3}' | sort -n | head -1)
 peers=$(grep -o 'peers [0-9]*' "$tmp/echo.out" | awk '{print $2}' | sort -n | tail -1)
-echo "receiver under $sources forged sources: fewest free mbufs $min (of 8191, $lines samples), most peers $peers"
+refused=$(grep -o 'frames refused [0-9]*' "$tmp/echo.out" | awk '{print $3}' | tail -1)
+echo "receiver under $sources forged sources: fewest free mbufs $min (of 8191, $lines samples), most peers $peers, frames refused ${refused:-?}"
 [ $rc = 0 ] && [ $erc = 0 ] || { echo "FAIL: endpoints failed (ping $rc, echo $erc)"; exit 1; }
 [ -n "$min" ] || { echo "FAIL: no DEBUG line with the mbuf count"; exit 1; }
 [ "$min" -ge 4095 ] || { echo "FAIL: free mbufs fell to $min"; exit 1; }
 [ "${peers:-0}" -le 1 ] || { echo "FAIL: the receiver kept $peers peers"; exit 1; }
+[ -n "$refused" ] || { echo "FAIL: no counters line from the receiver"; exit 1; }
+# The real peer's first frame is challenged (refused) too: at most a few.
+if [ "$sources" -gt 0 ]; then
+	[ "$refused" -ge "$sources" ] || { echo "FAIL: only $refused frames refused"; exit 1; }
+else
+	[ "$refused" -le 3 ] || { echo "FAIL: $refused frames refused without a spoofer"; exit 1; }
+fi
 echo "ok - spoof"

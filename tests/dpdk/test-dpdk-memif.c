@@ -14,11 +14,16 @@
  *   vanish  a client dies in the middle of a 64 MiB message; the server
  *           delivers no partial message, adopts the restarted client's new
  *           stream at once, and a send to a peer that is gone fails with
- *           -ECONNRESET after ZAP_DPDK_PEER_TIMEOUT_MS
+ *           -ECONNRESET after ZAP_DPDK_PEER_TIMEOUT_MS; then it forgets
+ *           the peer (zap_stats().peers_forgotten)
+ *
+ * Each case also checks what zap_stats() and zap_peer_list() say: the
+ * exact message and byte counts of sizes, retransmissions under loss.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/wait.h>
 
 #include "dp-test.h"
@@ -66,14 +71,103 @@ static void send_msg(struct zap_transport *t, const char *peer, const void *b, s
 	zap_ctx_free(ctx);
 }
 
+/* ---------------------------------------------------- stats and peers */
+
+static struct zap_stats stats_of(struct zap_transport *t)
+{
+	struct zap_stats s = { .size = sizeof(s) };
+	int rc = zap_stats(t, &s);
+
+	CHECK_RC(rc, "zap_stats");
+	return s;
+}
+
+/* @t's counters and its one peer's row against what was sent and
+ * received (messages, payload bytes). */
+static void check_counts(struct zap_transport *t, const char *peer, bool dialed,
+			 uint64_t msgs_tx, uint64_t bytes_tx, uint64_t msgs_rx,
+			 uint64_t bytes_rx)
+{
+	struct zap_stats s = stats_of(t);
+	struct zap_peer_info p[2] = { { .size = sizeof(p[0]) } };
+	int n = zap_peer_list(t, p, 2);
+	char text[1 << 14];
+
+	CHECK(s.msgs_sent == msgs_tx && s.bytes_sent == bytes_tx,
+	      "sent %llu/%llu B, want %llu/%llu B", (unsigned long long)s.msgs_sent,
+	      (unsigned long long)s.bytes_sent, (unsigned long long)msgs_tx,
+	      (unsigned long long)bytes_tx);
+	CHECK(s.msgs_received == msgs_rx && s.bytes_received == bytes_rx,
+	      "received %llu/%llu B, want %llu/%llu B", (unsigned long long)s.msgs_received,
+	      (unsigned long long)s.bytes_received, (unsigned long long)msgs_rx,
+	      (unsigned long long)bytes_rx);
+	CHECK(s.peers == 1 && s.rxq_msgs == 0 && s.partial_bytes == 0,
+	      "peers %llu, queued %llu, partial %llu B", (unsigned long long)s.peers,
+	      (unsigned long long)s.rxq_msgs, (unsigned long long)s.partial_bytes);
+	CHECK(n == 1, "zap_peer_list: %d", n);
+	CHECK(!strcmp(p[0].peer, peer) && !strcmp(p[0].path, "dpdk") && !p[0].identity[0] &&
+		      !p[0].tls && p[0].dialed == dialed,
+	      "row: peer %s path %s identity '%s' dialed %d", p[0].peer, p[0].path,
+	      p[0].identity, p[0].dialed);
+	CHECK(p[0].msgs_sent == msgs_tx && p[0].bytes_sent == bytes_tx &&
+		      p[0].msgs_received == msgs_rx && p[0].bytes_received == bytes_rx,
+	      "row counts %llu/%llu, %llu/%llu", (unsigned long long)p[0].msgs_sent,
+	      (unsigned long long)p[0].bytes_sent, (unsigned long long)p[0].msgs_received,
+	      (unsigned long long)p[0].bytes_received);
+	/* Whoever sent data has a round-trip estimate from the ACKs. */
+	CHECK(!msgs_tx || (p[0].rtt_us >= 0 && p[0].rtt_var_us >= 0), "rtt %lld",
+	      (long long)p[0].rtt_us);
+	/* A caller built with the 0.3.0 header (up to events_lost) gets
+	 * those members and nothing past them. */
+	{
+		union {
+			struct zap_stats s;
+			unsigned char b[sizeof(struct zap_stats)];
+		} old;
+		size_t end = offsetof(struct zap_stats, retransmits);
+
+		memset(&old, 0xee, sizeof(old));
+		old.s.size = end;
+		CHECK_RC(zap_stats(t, &old.s), "zap_stats (0.3.0 size)");
+		CHECK(old.s.size == end && old.s.msgs_sent == msgs_tx && old.b[end] == 0xee &&
+			      old.b[sizeof(old) - 1] == 0xee,
+		      "0.3.0-sized zap_stats: size %zu, sent %llu", old.s.size,
+		      (unsigned long long)old.s.msgs_sent);
+	}
+	n = zap_metrics_render(t, text, sizeof(text));
+	CHECK(n > 0 && (size_t)n < sizeof(text) && strstr(text, "zap_frames_refused_total{") &&
+		      strstr(text, "path=\"dpdk\""),
+	      "metrics: %d", n);
+	printf("# %s: sent %llu (%llu B), received %llu (%llu B), retransmits %llu, "
+	       "frames refused %llu, rtt %lld us\n",
+	       dpt_who, (unsigned long long)s.msgs_sent, (unsigned long long)s.bytes_sent,
+	       (unsigned long long)s.msgs_received, (unsigned long long)s.bytes_received,
+	       (unsigned long long)s.retransmits, (unsigned long long)s.frames_refused,
+	       (long long)p[0].rtt_us);
+}
+
 /* --------------------------------------------------------------- sizes */
 
 static const size_t sizes[] = { 0, 1, 100, 1447, 1448, 1449, 2896, 4096, 65536,
 				1 * MIB, 8 * MIB, 64 * MIB };
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
+/* Payload bytes of every size, and of every reply ("ok <size>"). */
+static void sizes_totals(uint64_t *bytes, uint64_t *reply_bytes)
+{
+	*bytes = *reply_bytes = 0;
+	for (size_t i = 0; i < NSIZES; i++) {
+		char reply[32];
+
+		*bytes += sizes[i];
+		*reply_bytes += (uint64_t)snprintf(reply, sizeof(reply), "ok %zu", sizes[i]);
+	}
+}
+
 static int sizes_server(struct zap_transport *t)
 {
+	uint64_t bytes, reply_bytes;
+
 	for (size_t i = 0; i < NSIZES; i++) {
 		struct zap_msg *m = recv_msg(t, 60000);
 		char reply[32];
@@ -85,12 +179,15 @@ static int sizes_server(struct zap_transport *t)
 		send_msg(t, zap_msg_peer(m), reply, strlen(reply), 10000);
 		zap_msg_release(m);
 	}
+	sizes_totals(&bytes, &reply_bytes);
+	check_counts(t, "10.77.0.2:5001", false, NSIZES, reply_bytes, NSIZES, bytes);
 	return 0;
 }
 
 static int sizes_client(struct zap_transport *t)
 {
 	uint8_t *b = malloc(64 * MIB);
+	uint64_t bytes, reply_bytes;
 
 	for (size_t i = 0; i < NSIZES; i++) {
 		struct zap_msg *m;
@@ -108,6 +205,8 @@ static int sizes_client(struct zap_transport *t)
 		printf("# %zu bytes: %llu ms\n", sizes[i], (unsigned long long)(dpt_now_ms() - t0));
 	}
 	free(b);
+	sizes_totals(&bytes, &reply_bytes);
+	check_counts(t, SRV, true, NSIZES, bytes, NSIZES, reply_bytes);
 	return 0;
 }
 
@@ -175,6 +274,15 @@ static int stream_client(struct zap_transport *t, uint64_t n, bool big)
 	zap_msg_release(m);
 	printf("# %llu messages in %llu ms\n", (unsigned long long)n,
 	       (unsigned long long)(dpt_now_ms() - t0));
+	{
+		struct zap_stats s = stats_of(t);
+
+		CHECK(s.msgs_sent == n + 1 && s.msgs_received == 1, "sent %llu, received %llu",
+		      (unsigned long long)s.msgs_sent, (unsigned long long)s.msgs_received);
+		/* 5% of frames dropped each way: some went again. */
+		CHECK(!big || s.retransmits > 0, "no retransmission under loss");
+		printf("# client: %llu retransmits\n", (unsigned long long)s.retransmits);
+	}
 	return 0;
 }
 
@@ -217,6 +325,21 @@ static int vanish_server(struct zap_transport *t)
 	CHECK(rc == -ECONNRESET, "send to a vanished peer: %d %s", rc, zap_strerror(rc));
 	zap_ctx_free(ctx);
 	free(big);
+	/* Idle for twice the peer timeout (500 ms here), the peer is
+	 * forgotten by the service thread's timers. */
+	for (uint64_t t0 = dpt_now_ms();;) {
+		struct zap_stats s = stats_of(t);
+
+		if (s.peers_forgotten >= 1 && s.peers == 0) {
+			CHECK(zap_peer_list(t, NULL, 0) == 0, "a forgotten peer listed");
+			printf("# peer forgotten after %llu ms\n",
+			       (unsigned long long)(dpt_now_ms() - t0));
+			break;
+		}
+		CHECK(dpt_now_ms() - t0 < 5000, "peer not forgotten: peers %llu, forgotten %llu",
+		      (unsigned long long)s.peers, (unsigned long long)s.peers_forgotten);
+		usleep(50000);
+	}
 	return 0;
 }
 

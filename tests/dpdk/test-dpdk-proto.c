@@ -456,6 +456,12 @@ static void t_hostile_headers(void **state)
 	assert_int_equal(st.early_frames, 0);
 	assert_true(st.peers <= 1);
 	assert_int_equal(s.n[1].nmsgs, 0);
+	/* Each refused (zap_stats().frames_refused) but the stranger's ACK,
+	 * which is ignored like a late one of an old stream: 32 truncated,
+	 * magic, version, type, 7 DATA headers, the ACK's length, the
+	 * stream never started. */
+	assert_int_equal(st.refused, 32 + 3 + 7 + 1 + 1);
+	assert_int_equal(st.forgotten, 0);
 	sim_free(&s);
 }
 
@@ -1117,9 +1123,75 @@ static void t_spoofed_peers_leave_room(void **state)
 	assert_int_equal(s.n[1].nmsgs, 0);
 	dp_get_stats(s.n[1].p, &st);
 	assert_true(st.peers < c.max_peers);
+	/* Every spoofed frame refused and challenged, none kept. */
+	assert_int_equal(st.refused, 256);
+	assert_int_equal(st.challenges, 256);
+	assert_int_equal(st.peers, 0);
 	assert_true(one_message(&s, 1, 300, 200)); /* B -> A */
 	assert_true(one_message(&s, 0, 300, 200)); /* A -> B */
 	drop_queue(&s);
+	sim_free(&s);
+}
+
+/* What zap_stats() and zap_peer_list() report of the dpdk transport: per
+ * peer message counts both ways, the round-trip estimate, who sent first,
+ * and idle peers forgotten (counted) after twice peer_timeout. */
+static void t_counters_and_peer_list(void **state)
+{
+	static struct sim s;
+	struct dp_proto_cfg c = cfg_default();
+	struct dp_peer_row r[2];
+	struct dp_stats st;
+	uint64_t bytes = 0;
+
+	sim_init(&s, &c);
+	for (unsigned i = 0; i < 200; i++)
+		bytes += sz_mixed(i);
+	transfer(&s, 200, sz_mixed);
+	/* A sent, B received; each has one peer. */
+	assert_int_equal(dp_peer_list(s.n[0].p, r, 2, s.now), 1);
+	assert_int_equal(r[0].addr.ip, s.n[1].addr.ip);
+	assert_int_equal(r[0].addr.port, s.n[1].addr.port);
+	assert_true(r[0].dialed);
+	assert_int_equal(r[0].msgs_sent, 200);
+	assert_int_equal(r[0].bytes_sent, bytes);
+	assert_int_equal(r[0].msgs_received, 0);
+	assert_true(r[0].srtt_ns > 0 && r[0].rttvar_ns >= 0);
+	assert_true(r[0].id > 0);
+	assert_int_equal(dp_peer_list(s.n[1].p, r, 2, s.now), 1);
+	assert_false(r[0].dialed);
+	assert_int_equal(r[0].msgs_received, 200);
+	assert_int_equal(r[0].bytes_received, bytes);
+	assert_int_equal(r[0].msgs_sent, 0);
+	assert_int_equal(r[0].srtt_ns, -1); /* B sent no data: no sample */
+	/* Counting only, with no room. */
+	assert_int_equal(dp_peer_list(s.n[1].p, r, 0, s.now), 1);
+	/* Idle past twice peer_timeout: both forget the other, once. */
+	s.now += 2 * c.peer_timeout_ns + 1000000;
+	assert_int_equal(dp_peer_list(s.n[1].p, r, 2, s.now), 1);
+	assert_true(r[0].idle_ns > 2 * c.peer_timeout_ns);
+	for (int i = 0; i < 3; i++)
+		sim_step(&s);
+	for (int i = 0; i < 2; i++) {
+		dp_get_stats(s.n[i].p, &st);
+		assert_int_equal(st.forgotten, 1);
+		assert_int_equal(st.peers, 0);
+		/* B refused one frame: A's first, without a cookie yet,
+		 * answered with the challenge (as for a spoofed source). */
+		assert_int_equal(st.refused, (uint64_t)i);
+		assert_int_equal(st.challenges, (uint64_t)i);
+		assert_int_equal(dp_peer_list(s.n[i].p, r, 2, s.now), 0);
+	}
+	/* A returning peer is a new row (a new id), sent first by B now. */
+	s.n[0].nmsgs = 0;
+	assert_true(one_message(&s, 1, 100, 200));
+	assert_int_equal(dp_peer_list(s.n[0].p, r, 2, s.now), 1);
+	assert_false(r[0].dialed);
+	assert_int_equal(r[0].msgs_received, 1);
+	assert_true(r[0].id > 1);
+	drop_queue(&s);
+	for (size_t k = 0; k < s.n[0].nmsgs; k++)
+		free(s.n[0].msgs[k].data);
 	sim_free(&s);
 }
 
@@ -1262,6 +1334,7 @@ int main(void)
 		cmocka_unit_test(t_spoofed_stream_not_adopted),
 		cmocka_unit_test(t_hostile_peers_hold_capped),
 		cmocka_unit_test(t_spoofed_peers_leave_room),
+		cmocka_unit_test(t_counters_and_peer_list),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

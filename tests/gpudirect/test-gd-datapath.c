@@ -64,6 +64,40 @@ static int expect(struct zap_transport *t, const unsigned char *want, size_t len
 	return rc;
 }
 
+/* @t's zap_stats() and its one pair against what went each way. */
+static int check_counts(struct zap_transport *t, const char *who, uint64_t msgs_tx,
+			uint64_t bytes_tx, uint64_t msgs_rx, uint64_t bytes_rx, bool dialed)
+{
+	struct zap_stats s = { .size = sizeof(s) };
+	struct zap_peer_info p = { .size = sizeof(p) };
+	int rc = zap_stats(t, &s), n = zap_peer_list(t, &p, 1);
+
+	if (rc)
+		return fail("zap_stats", rc);
+	printf("%s: sent %llu (%llu B), received %llu (%llu B), credit waits %llu, "
+	       "pinned %llu B, peers %d\n",
+	       who, (unsigned long long)s.msgs_sent, (unsigned long long)s.bytes_sent,
+	       (unsigned long long)s.msgs_received, (unsigned long long)s.bytes_received,
+	       (unsigned long long)s.credit_waits, (unsigned long long)s.pinned_bytes, n);
+	if (s.msgs_sent != msgs_tx || s.bytes_sent != bytes_tx || s.msgs_received != msgs_rx ||
+	    s.bytes_received != bytes_rx || !s.pinned_bytes || s.conns_open != 1 ||
+	    s.peers != 1 || (dialed ? s.conns_dialed : s.conns_accepted) != 1) {
+		fprintf(stderr, "FAIL: %s: counters off (want sent %llu/%llu B, received "
+				"%llu/%llu B, one %s pair, pinned memory)\n",
+			who, (unsigned long long)msgs_tx, (unsigned long long)bytes_tx,
+			(unsigned long long)msgs_rx, (unsigned long long)bytes_rx,
+			dialed ? "dialed" : "accepted");
+		return 1;
+	}
+	if (n != 1 || strcmp(p.path, "rdma") || p.dialed != dialed || p.msgs_sent != msgs_tx ||
+	    p.msgs_received != msgs_rx) {
+		fprintf(stderr, "FAIL: %s: zap_peer_list %d: path %s dialed %d\n", who, n,
+			p.path, p.dialed);
+		return 1;
+	}
+	return 0;
+}
+
 int main(void)
 {
 	static const size_t sizes[] = { 0, 1, 4095, 4096, 65537, 1u << 20,
@@ -73,6 +107,7 @@ int main(void)
 	struct zap_buffer *gbuf = NULL;
 	struct zcu_device_info info;
 	char addr_b[ZAP_PEER_MAX], peer[ZAP_PEER_MAX], why[256];
+	uint64_t bytes = 0;
 	unsigned char *buf;
 	zcu_ctx ctx, prev;
 	int rc;
@@ -105,6 +140,7 @@ int main(void)
 			return fail("zap_send from host memory", rc);
 		if (expect(b, buf, sizes[i], peer, sizeof(peer)))
 			return 1;
+		bytes += sizes[i];
 		printf("ok %zu bytes from host memory\n", sizes[i]);
 	}
 	/* In place from a GPU pool buffer of this transport. */
@@ -125,6 +161,10 @@ int main(void)
 	if (rc || expect(a, buf, 1000, NULL, 0))
 		return fail("reply to the received peer", rc);
 	printf("ok reply to %s\n", peer);
+	bytes += 8u << 20;
+	if (check_counts(a, "a", 10, bytes, 1, 1000, true) ||
+	    check_counts(b, "b", 1, 1000, 10, bytes, false))
+		return 1;
 	zap_close(a);
 	zap_close(b);
 	cu->CtxPopCurrent(&prev);

@@ -434,6 +434,26 @@ static void test_sizes(void **state)
 	assert_int_equal(gd_conn_error(p->cb), 0);
 	/* Above the maximum: refused before anything is posted. */
 	assert_int_equal(gd_conn_send(p->ca, buf, (64u << 20) + 1, NULL), -EMSGSIZE);
+	{
+		struct gd_conn_stats sa, sb;
+		uint64_t bytes = 0;
+
+		for (int i = 0; i < k.count; i++)
+			bytes += sizes[i];
+		gd_conn_stats(p->ca, &sa);
+		gd_conn_stats(p->cb, &sb);
+		/* Exactly what went (the refused one is not counted). */
+		assert_int_equal(sa.msgs_sent, 9);
+		assert_int_equal(sa.bytes_sent, bytes);
+		assert_int_equal(sa.msgs_received, 0);
+		assert_int_equal(sb.msgs_received, 9);
+		assert_int_equal(sb.bytes_received, bytes);
+		assert_int_equal(sb.msgs_sent, 0);
+		/* 64 MiB in 64 KiB chunks over 8 credits: it waited. */
+		assert_true(sa.credit_waits >= 1);
+		assert_int_equal(sb.credit_waits, 0);
+		assert_true(sa.idle_ms < 10000);
+	}
 	free(buf);
 	pair_free(p);
 }
@@ -480,6 +500,16 @@ static void *blocked_main(void *arg)
 	return NULL;
 }
 
+/* zap_stats().credit_waits of the pair so far, and its messages sent. */
+static uint64_t credit_waits(struct gd_conn *c, uint64_t *sent)
+{
+	struct gd_conn_stats s;
+
+	gd_conn_stats(c, &s);
+	*sent = s.msgs_sent;
+	return s.credit_waits;
+}
+
 static void test_credits(void **state)
 {
 	struct pair *p = pair_new(4, 4096, 1 << 20);
@@ -487,20 +517,25 @@ static void test_credits(void **state)
 	struct zap_ctx *ctx;
 	uint8_t buf[10] = { 1 };
 	pthread_t th;
-	uint64_t t0;
+	uint64_t t0, sent;
 
 	assert_int_equal(gd_conn_credits(p->ca), 4);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(gd_conn_send(p->ca, buf, sizeof(buf), NULL), 0);
-	/* Exhausted: nobody has given a slot back. */
+	/* Exhausted: nobody has given a slot back. Nothing waited yet. */
 	assert_int_equal(gd_conn_credits(p->ca), 0);
+	assert_int_equal(credit_waits(p->ca, &sent), 0);
+	assert_int_equal(sent, 4);
 	assert_int_equal(zap_ctx_new(&ctx), 0);
 	assert_int_equal(zap_ctx_set_timeout(ctx, 100000000ull), 0);
 	t0 = zt_now_ms();
 	assert_int_equal(gd_conn_send(p->ca, buf, sizeof(buf), ctx), -ETIMEDOUT);
 	assert_true(zt_now_ms() - t0 >= 90);
-	/* Timed out before posting: the pair is still fine. */
+	/* Timed out before posting: the pair is still fine. It waited for a
+	 * credit (counted) and sent nothing (not counted). */
 	assert_int_equal(gd_conn_error(p->ca), 0);
+	assert_int_equal(credit_waits(p->ca, &sent), 1);
+	assert_int_equal(sent, 4);
 	zap_ctx_free(ctx);
 
 	/* Refill: the receiver takes and releases two. */
@@ -515,6 +550,9 @@ static void test_credits(void **state)
 	assert_int_equal(gd_conn_send(p->ca, buf, sizeof(buf), NULL), 0);
 	assert_int_equal(gd_conn_send(p->ca, buf, sizeof(buf), NULL), 0);
 	assert_int_equal(gd_conn_credits(p->ca), 0);
+	/* Credits were there for both. */
+	assert_int_equal(credit_waits(p->ca, &sent), 1);
+	assert_int_equal(sent, 6);
 
 	/* A sender without a deadline blocks until a slot comes back. */
 	b.c = p->ca;
@@ -528,6 +566,8 @@ static void test_credits(void **state)
 	gd_conn_slot_done(p->cb, p->rx.d[2].slot);
 	pthread_join(th, NULL);
 	assert_int_equal(b.rc, 0);
+	assert_int_equal(credit_waits(p->ca, &sent), 2);
+	assert_int_equal(sent, 7);
 	/* Cancellation wakes a blocked sender too. */
 	assert_int_equal(zap_ctx_new(&b.ctx), 0);
 	b.done = 0;
@@ -537,6 +577,8 @@ static void test_credits(void **state)
 	zap_ctx_cancel(b.ctx);
 	pthread_join(th, NULL);
 	assert_int_equal(b.rc, -ECANCELED);
+	assert_int_equal(credit_waits(p->ca, &sent), 3);
+	assert_int_equal(sent, 7);
 	zap_ctx_free(b.ctx);
 	/* Shutdown wakes it with -ESHUTDOWN. */
 	b.ctx = NULL;
@@ -546,6 +588,8 @@ static void test_credits(void **state)
 	gd_conn_shutdown(p->ca);
 	pthread_join(th, NULL);
 	assert_int_equal(b.rc, -ESHUTDOWN);
+	assert_int_equal(credit_waits(p->ca, &sent), 4);
+	assert_int_equal(sent, 7);
 	gd_conn_progress(p->cb);
 	pair_free(p);
 }
@@ -703,7 +747,63 @@ static void test_progress_every_pair(void **state)
 	for (int i = 0; i < N; i++)
 		delivered += ps[i]->rx.n;
 	assert_int_equal(delivered, N);
+
+	/* What zap_stats() and zap_peer_list() make of the table: each pair
+	 * (accepted here) delivered one message; pinned bytes are the
+	 * device's count. */
+	uint64_t pinned = 3u << 20;
+	struct zap_stats s = { .size = sizeof(s) };
+	static struct zap_peer_info rows[N + 1];
+
+	t.pinctr = &pinned;
+	gd_peers_stats(&t, &s);
+	assert_int_equal(s.msgs_received, N);
+	assert_int_equal(s.bytes_received, N * sizeof(msg));
+	assert_int_equal(s.msgs_sent, 0);
+	assert_int_equal(s.conns_accepted, N);
+	assert_int_equal(s.conns_dialed, 0);
+	assert_int_equal(s.conns_open, N);
+	assert_int_equal(s.peers, N);
+	assert_int_equal(s.pinned_bytes, 3u << 20);
+	for (int i = 0; i <= N; i++) /* as the host sets them */
+		rows[i].size = sizeof(rows[i]);
+	assert_int_equal(gd_peers_list(&t, NULL, 0), N);
+	assert_int_equal(gd_peers_list(&t, rows, 2), N); /* room for two */
+	assert_int_equal(gd_peers_list(&t, rows, N + 1), N);
+	for (int i = 0; i < N; i++) {
+		assert_string_equal(rows[i].path, "rdma");
+		assert_string_equal(rows[i].identity, "");
+		assert_false(rows[i].tls);
+		assert_false(rows[i].dialed);
+		assert_int_equal(rows[i].msgs_received, 1);
+		assert_int_equal(rows[i].bytes_received, sizeof(msg));
+		assert_int_equal(rows[i].rtt_us, -1);
+		assert_true(rows[i].conn_id >= 1 && rows[i].conn_id <= N);
+	}
+	/* An older caller's smaller rows: only what its size covers. */
+	{
+		size_t old = offsetof(struct zap_peer_info, conn_id);
+		static unsigned char small[2][sizeof(struct zap_peer_info)];
+
+		memset(small, 0xee, sizeof(small));
+		memcpy(small[0], &old, sizeof(old)); /* as the host sets them */
+		memcpy(small[0] + old, &old, sizeof(old));
+		assert_int_equal(gd_peers_list(&t, (struct zap_peer_info *)small[0], 2), N);
+		assert_int_equal(memcmp(small[0], &old, sizeof(old)), 0);
+		assert_int_equal(memcmp(small[0] + old, &old, sizeof(old)), 0);
+		assert_string_equal((char *)small[0] + offsetof(struct zap_peer_info, path),
+				    "rdma");
+		assert_int_equal(small[0][2 * old], 0xee); /* past the second row */
+	}
 	gd_peers_drop_all(&t);
+	/* The pairs' traffic stays in the totals; every pair counted closed. */
+	memset(&s, 0, sizeof(s));
+	s.size = sizeof(s);
+	gd_peers_stats(&t, &s);
+	assert_int_equal(s.msgs_received, N);
+	assert_int_equal(s.conns_open, 0);
+	assert_int_equal(s.conns_closed[ZAP_CLOSE_SHUTDOWN], N);
+	assert_int_equal(s.peers, 0);
 	for (int i = 0; i < N; i++) {
 		pair_free(ps[i]);
 		free(peers[i]);

@@ -578,7 +578,9 @@ func statsC(t *C.struct_zap_transport) (Stats, error) {
 		RxQueueMessages: uint64(s.rxq_msgs), RxQueueBytes: uint64(s.rxq_bytes),
 		RxQueueLimit: uint64(s.rxq_limit), PartialBytes: uint64(s.partial_bytes),
 		PartialLimit: uint64(s.partial_limit), Peers: uint64(s.peers),
-		EventsLost: uint64(s.events_lost),
+		EventsLost: uint64(s.events_lost), Retransmits: uint64(s.retransmits),
+		PeersForgotten: uint64(s.peers_forgotten), FramesRefused: uint64(s.frames_refused),
+		CreditWaits: uint64(s.credit_waits), PinnedBytes: uint64(s.pinned_bytes),
 	}
 	for i, n := range s.conns_closed {
 		if n != 0 {

@@ -31,6 +31,14 @@ type Stats struct {
 	PartialLimit            uint64 // ZAP_TCP_PARTIAL_BYTES
 	Peers                   uint64
 	EventsLost              uint64 // events dropped before Events took them
+	// What the dpdk and gpudirect transports keep (docs/metrics.md): 0
+	// where a transport has no such thing, and with a libzap older than
+	// the binding.
+	Retransmits    uint64 // frames sent again (dpdk)
+	PeersForgotten uint64 // peers dropped from the peer table (dpdk)
+	FramesRefused  uint64 // frames refused: malformed, spoofed source, stale (dpdk)
+	CreditWaits    uint64 // sends that waited for a credit (gpudirect)
+	PinnedBytes    uint64 // memory registered with the NIC now (gpudirect)
 }
 
 // PeerInfo is one connection to a peer.

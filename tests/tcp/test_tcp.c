@@ -2073,6 +2073,158 @@ static void test_idle_flood_low_nofile(void **state)
 	assert_int_equal(ok, 20);
 }
 
+/*
+ * Busy connections at the cap (issue #35): an endpoint in a child with
+ * RLIMIT_NOFILE 128 (its cap: 48 connections) echoes messages, while 120
+ * raw peers from four addresses (127.0.2.1-4) complete a HELLO and then
+ * send a message every 50 ms each: none is ever idle. A newcomer from
+ * 127.0.0.1 must still get each of its echoes within a few handshake
+ * times, whether the flood dials again when closed or not. It used to be
+ * locked out: only connections idle 250 ms could be evicted, a newcomer
+ * was admitted beyond the cap until accept() failed with EMFILE, and then
+ * the listener paused without ever evicting anyone.
+ */
+struct busy_flood {
+	char addr[ZAP_PEER_MAX];
+	bool redial; /* dial again when closed (else the peer is gone) */
+	atomic_bool stop;
+	unsigned reconnects;
+};
+
+static int busy_peer(const char *addr, int i)
+{
+	char from[32], claim[48];
+	unsigned char p[256];
+
+	snprintf(from, sizeof(from), "127.0.2.%d", 1 + i % 4);
+	snprintf(claim, sizeof(claim), "%s:%d", from, 2000 + i);
+	int fd = raw_connect_from(addr, from);
+	if (fd >= 0 && send(fd, p, hello_full(p, 0x2000 + (uint64_t)i, 9, claim),
+			    MSG_NOSIGNAL) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void *busy_flood_main(void *arg)
+{
+	struct busy_flood *f = arg;
+	enum { N = 120 };
+	int fd[N];
+	unsigned char p[64];
+	size_t n = zt_wire_hdr(p, 2, 4);
+
+	memcpy(p + n, "vote", 4);
+	for (int i = 0; i < N; i++)
+		fd[i] = busy_peer(f->addr, i);
+	while (!atomic_load(&f->stop)) {
+		for (int i = 0; i < N; i++) {
+			char sink[4096];
+			/* Drain what the endpoint answers; closed: dial again. */
+			while (fd[i] >= 0 && recv(fd[i], sink, sizeof(sink), MSG_DONTWAIT) > 0)
+				;
+			if (fd[i] >= 0 && send(fd[i], p, n + 4, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+			    errno != EAGAIN) {
+				close(fd[i]);
+				fd[i] = -1;
+			}
+			if (fd[i] < 0 && f->redial) {
+				fd[i] = busy_peer(f->addr, i);
+				f->reconnects++;
+			}
+		}
+		zt_sleep_ms(50);
+	}
+	for (int i = 0; i < N; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	return NULL;
+}
+
+static void busy_flood(bool redial)
+{
+	struct busy_flood f = { .redial = redial, .stop = false };
+	int pfd[2];
+	pthread_t th;
+
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < 400 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < 400)
+		skip();
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit low = { 128, 128 };
+		struct zap_transport *t;
+		char ab[ZAP_PEER_MAX] = "";
+		zap_set_log_handler(NULL, NULL);
+		zap_set_log_level(ZAP_LOG_ERROR);
+		close(pfd[0]);
+		setrlimit(RLIMIT_NOFILE, &low);
+		t = ep_open();
+		ep_addr(t, ab);
+		if (write(pfd[1], ab, sizeof(ab)) != (ssize_t)sizeof(ab))
+			_exit(1);
+		for (;;) {
+			struct zap_msg *m;
+			if (zap_recv(t, NULL, &m))
+				continue;
+			/* Only the newcomer's messages are answered. */
+			if (zap_msg_len(m) == 4 && !memcmp(zap_msg_data(m), "echo", 4))
+				zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m),
+					 NULL);
+			zap_msg_release(m);
+		}
+	}
+	close(pfd[1]);
+	assert_int_equal(read(pfd[0], f.addr, sizeof(f.addr)), (ssize_t)sizeof(f.addr));
+	close(pfd[0]);
+	assert_int_equal(pthread_create(&th, NULL, busy_flood_main, &f), 0);
+	zt_sleep_ms(1000); /* the flood holds the cap, and keeps busy */
+	struct zap_transport *a = ep_open();
+	int ok = 0;
+	for (int i = 0; i < 20; i++) {
+		struct zap_ctx *ctx;
+		struct zap_msg *m = NULL;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		/* A few handshake times (ZAP_TCP_HANDSHAKE_MS is 5 s), scaled. */
+		zap_ctx_set_timeout(ctx, (uint64_t)zt_timeout_ms(15000) * 1000000u);
+		int rc = zap_send(a, f.addr, "echo", 4, ctx);
+		if (!rc)
+			rc = zap_recv(a, ctx, &m);
+		if (!rc) {
+			ok++;
+			zap_msg_release(m);
+		} else {
+			fprintf(stderr, "# echo %d: %s (%s)\n", i, zap_strerror(rc),
+				zap_last_error());
+		}
+		zap_ctx_free(ctx);
+	}
+	zap_close(a);
+	atomic_store(&f.stop, true);
+	pthread_join(th, NULL);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	fprintf(stderr,
+		"# %d of 20 echoes beside 120 busy peers at RLIMIT_NOFILE 128 "
+		"(%s: %u dials again)\n",
+		ok, redial ? "dialing again" : "not dialing again", f.reconnects);
+	assert_int_equal(ok, 20);
+}
+
+static void test_busy_flood_low_nofile(void **state)
+{
+	(void)state;
+	busy_flood(false);
+	busy_flood(true);
+}
+
 /* A connection that carries nothing for ZAP_TCP_IDLE_MS is closed. */
 static void test_idle_timeout(void **state)
 {
@@ -2495,6 +2647,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_rx_queue_bounded),
 		cmocka_unit_test(test_partial_header_stall),
 		cmocka_unit_test(test_idle_flood_low_nofile),
+		cmocka_unit_test(test_busy_flood_low_nofile),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_env_garbage),
 		cmocka_unit_test(test_limits_agreed),

@@ -610,13 +610,15 @@ out:
 }
 
 /*
- * Close the connection idle the longest (no frame byte either way), if it
- * has been idle at least TCP_EVICT_MIN_IDLE_MS (mu held): the descriptor
- * limit is reached, and a newcomer or our own dial needs one. Whether one
- * was closed. It closes at once when no leader polls, else after the
- * leader's round.
+ * Close the connection idle the longest (no frame byte either way) among
+ * those for which @pick holds (every one when NULL), if it has been idle
+ * at least @min_idle_ms (mu held): the descriptor limit is reached, and a
+ * newcomer or our own dial needs one. Whether one was closed. It closes
+ * at once when no leader polls, else after the leader's round.
  */
-bool tw_evict_idle(struct tcp_wire *w, const char *why)
+bool tw_evict_from(struct tcp_wire *w, const char *why,
+		   bool (*pick)(const struct tcp_conn *c, const void *arg),
+		   const void *arg, uint64_t min_idle_ms)
 {
 	TW_HELD(w);
 	struct tcp_conn *old = NULL;
@@ -624,22 +626,61 @@ bool tw_evict_idle(struct tcp_wire *w, const char *why)
 
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
 		uint64_t t = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
-		if (c->dead || c->tx_busy || t >= old_ms)
+		if (c->dead || c->tx_busy || t >= old_ms || (pick && !pick(c, arg)))
 			continue;
 		old = c;
 		old_ms = t;
 	}
-	if (!old || now - old_ms < TCP_EVICT_MIN_IDLE_MS)
+	if (!old || (now > old_ms ? now - old_ms : 0) < min_idle_ms)
 		return false;
 	w->host->log(ZAP_LOG_WARN, w->dom,
 		     "closing the connection to %s (from %s), idle %llu ms: %s",
-		     old->raddr, old->src, (unsigned long long)(now - old_ms), why);
+		     old->raddr, old->src,
+		     (unsigned long long)(now > old_ms ? now - old_ms : 0), why);
 	tw_conn_kill(w, old, ZAP_CLOSE_EVICTED);
 	if (w->leader)
 		tw_kick(w);
 	else
 		tw_reap(w);
 	return true;
+}
+
+bool tw_evict_idle(struct tcp_wire *w, const char *why)
+{
+	TW_HELD(w);
+	return tw_evict_from(w, why, NULL, NULL, TCP_EVICT_MIN_IDLE_MS);
+}
+
+/*
+ * Which of TCP_HOST_BUCKETS a connection's source host falls in: its IP
+ * address (a v4-mapped IPv6 one as IPv4), or on a Unix socket the peer's
+ * uid and gid. Hosts that share a bucket count as one, which only blurs
+ * tw_conn_host()'s users' choice of whom to ask for room.
+ */
+unsigned tw_conn_host(const struct tcp_conn *c)
+{
+	const unsigned char *p = (const unsigned char *)"";
+	size_t n = 0;
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	if (c->salen && c->sa.ss_family == AF_INET) {
+		p = (const unsigned char *)&((const struct sockaddr_in *)&c->sa)->sin_addr;
+		n = 4;
+	} else if (c->salen && c->sa.ss_family == AF_INET6) {
+		p = ((const struct sockaddr_in6 *)&c->sa)->sin6_addr.s6_addr;
+		n = 16;
+		if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)p)) {
+			p += 12;
+			n = 4;
+		}
+	} else {
+		p = (const unsigned char *)c->ident;
+		const char *pid = strstr(c->ident, " pid=");
+		n = pid ? (size_t)(pid - c->ident) : strlen(c->ident);
+	}
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h % TCP_HOST_BUCKETS;
 }
 
 /*

@@ -357,6 +357,57 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 	tw_unlock(w);
 }
 
+static bool in_bucket(const struct tcp_conn *c, const void *arg)
+{
+	return tw_conn_host(c) == *(const unsigned *)arg;
+}
+
+/*
+ * Make room for one more connection (accept thread): the descriptor cap is
+ * reached, accept() ran out of descriptors, or (@pending_only) too many
+ * handshakes are under way. The source host holding the most connections
+ * (established and in handshake, counted in TCP_HOST_BUCKETS) gives one
+ * up: its oldest handshake (not proven yet), else its connection idle the
+ * longest, however recently used. So many connections from a few hosts
+ * cannot keep a newcomer from elsewhere out: they make the room. When no
+ * host holds two, the oldest handshake goes, else the connection idle the
+ * longest. Whether one was closed.
+ */
+static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
+{
+	unsigned *count = calloc(TCP_HOST_BUCKETS, sizeof(*count));
+	unsigned best = 0;
+	bool made = false;
+
+	if (!count)
+		return false;
+	for (struct tcp_conn *c = w->pending; c; c = c->next)
+		count[tw_conn_host(c)]++;
+	tw_lock(w);
+	if (!pending_only)
+		for (struct tcp_conn *c = w->conns; c; c = c->next)
+			if (!c->dead)
+				count[tw_conn_host(c)]++;
+	for (unsigned b = 1; b < TCP_HOST_BUCKETS; b++)
+		if (count[b] > count[best])
+			best = b;
+	struct tcp_conn *victim = NULL;
+	for (struct tcp_conn *c = w->pending_tail; c && !victim; c = c->pprev)
+		if (count[best] < 2 || tw_conn_host(c) == best)
+			victim = c;
+	if (!victim && !pending_only)
+		made = tw_evict_from(w, why, count[best] < 2 ? NULL : in_bucket, &best,
+				     0);
+	tw_unlock(w);
+	free(count);
+	if (victim) {
+		pending_drop(w, victim, ZAP_LOG_WARN,
+			     pending_only ? ZAP_CLOSE_HANDSHAKE : ZAP_CLOSE_EVICTED, why);
+		made = true;
+	}
+	return made;
+}
+
 static void accept_ready(struct tcp_wire *w, bool *backoff)
 {
 	for (;;) {
@@ -365,13 +416,21 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		int fd = accept4(w->lfd, (struct sockaddr *)&ss, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-			    errno == ENOMEM) {
+			int e = errno;
+			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
 				/* Leave the backlog in the kernel and retry
-				 * later rather than spin on a readable socket. */
+				 * later rather than spin on a readable socket;
+				 * out of descriptors, also free one to retry
+				 * with (one per pause: an evicted connection's
+				 * descriptor is closed after the leader's
+				 * round), or a full table locks everyone out
+				 * for good. */
+				bool made = (e == EMFILE || e == ENFILE) &&
+					    make_room(w, false, "out of descriptors");
 				w->host->log(ZAP_LOG_WARN, w->dom,
-					     "accept: %s; pausing new connections",
-					     strerror(errno));
+					     "accept: %s; pausing new connections%s",
+					     strerror(e),
+					     made ? " (one closed to make room)" : "");
 				*backoff = true;
 			}
 			return;
@@ -403,24 +462,28 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			tw_conn_free(c);
 			continue;
 		}
-		if (w->npending >= w->pending_max) {
-			/* Too many half-open handshakes: shed the oldest so
-			 * that a flood cannot lock well-behaved peers out. */
-			if (w->pending_tail)
-				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
-					     ZAP_CLOSE_HANDSHAKE,
-					     "too many connections in handshake");
-		} else {
-			/* At the descriptor limit, the connection idle the
-			 * longest makes room, else the oldest handshake. */
-			tw_lock(w);
-			bool full = w->nconns + w->npending >= w->conn_max;
-			bool made = full && tw_evict_idle(w, "descriptor limit reached");
-			tw_unlock(w);
-			if (full && !made && w->pending_tail)
-				pending_drop(w, w->pending_tail, ZAP_LOG_WARN,
-					     ZAP_CLOSE_EVICTED,
-					     "descriptor limit reached");
+		/* Too many handshakes, or the descriptor cap: someone makes
+		 * room (make_room()), or the newcomer is turned away; the cap
+		 * holds either way, and a flood from a few hosts evicts its
+		 * own connections, not the newcomer. */
+		tw_lock(w);
+		bool full = w->nconns + w->npending >= w->conn_max;
+		tw_unlock(w);
+		bool shed = w->npending >= w->pending_max;
+		if ((shed || full) &&
+		    !make_room(w, shed && !full,
+			       shed && !full ? "too many connections in handshake"
+					     : "descriptor limit reached")) {
+			w->host->log(
+				ZAP_LOG_WARN, w->dom,
+				"dropping connection from %s: descriptor limit reached "
+				"and no connection to close for it",
+				c->src);
+			tw_count_close(w, ZAP_CLOSE_EVICTED);
+			tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_EVICTED, c, c->src,
+				 "descriptor limit reached");
+			tw_conn_free(c);
+			continue;
 		}
 		pending_add(w, c);
 	}

@@ -179,6 +179,9 @@
 #define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
 #define TCP_FD_HEADROOM 64 /* descriptors left to the application */
 #define TCP_EVICT_MIN_IDLE_MS 250
+/* Source hosts are counted in this many buckets when the accept thread
+ * picks whom to ask for room at the descriptor cap (tw_conn_host()). */
+#define TCP_HOST_BUCKETS 1024u
 /* Who listens at a route's address is proven again by a dial (send_claim())
  * at most this often: see struct tcp_route. */
 #define TCP_VERIFY_MS 1000
@@ -729,7 +732,12 @@ void tw_conn_free(struct tcp_conn *c);
 void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr);
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
+/* tw_evict_from() over every connection, idle TCP_EVICT_MIN_IDLE_MS at least. */
 bool tw_evict_idle(struct tcp_wire *w, const char *why);
+bool tw_evict_from(struct tcp_wire *w, const char *why,
+		   bool (*pick)(const struct tcp_conn *c, const void *arg),
+		   const void *arg, uint64_t min_idle_ms);
+unsigned tw_conn_host(const struct tcp_conn *c);
 enum { TW_CONN_OK, TW_CONN_SHUT, TW_CONN_STALLED };
 int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c);
 static inline void tw_touch(struct tcp_conn *c, uint64_t now)

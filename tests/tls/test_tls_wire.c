@@ -5,7 +5,8 @@
  * the right key, also in bursts (zap_send_burst()); every refused peer
  * logged and a well-behaved peer served afterwards; an impostor with its
  * own key at a peer's address receiving nothing meant for that peer and
- * never delivered as it; a required key in the peer string; `openssl
+ * never delivered as it; a process squatting the side-channel name of a
+ * peer with ZAP_SHM=off getting no ring; a required key in the peer string; `openssl
  * s_client` with and without a client certificate.
  */
 #include <arpa/inet.h>
@@ -33,6 +34,7 @@
 #include <zap/zap.h>
 
 #include "log-capture.h"
+#include "shm-side.h"
 
 #include "tls-test-certs.h"
 #include "zap-test.h"
@@ -295,28 +297,38 @@ static void test_unix(void **state)
 	zap_close(b);
 }
 
-/* A plain OpenSSL client on TCP: handshake, then read until the server
- * closes or alerts. Returns 1 if the handshake completed locally. */
-static int raw_client(const char *addr, X509 *cert, EVP_PKEY *key)
+/* A plain OpenSSL client's connection to @addr (*@fd, *@x), with @cert
+ * and @key when given; its handshake is the caller's. */
+static SSL *tls_client(const char *addr, X509 *cert, EVP_PKEY *key, int *fd, SSL_CTX **x)
 {
 	char host[64];
 	int port;
 	assert_int_equal(sscanf(addr, "%63[^:]:%d", host, &port), 2);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	*fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	inet_pton(AF_INET, host, &sa.sin_addr);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(connect(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	struct timeval tv = {5, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	SSL_CTX *x = SSL_CTX_new(TLS_client_method());
-	SSL_CTX_set_min_proto_version(x, TLS1_3_VERSION);
-	SSL_CTX_set_alpn_protos(x, (const unsigned char *)"\x05zap/1", 6);
+	setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	*x = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_min_proto_version(*x, TLS1_3_VERSION);
+	SSL_CTX_set_alpn_protos(*x, (const unsigned char *)"\x05zap/1", 6);
 	if (cert)
-		SSL_CTX_use_certificate(x, cert);
+		SSL_CTX_use_certificate(*x, cert);
 	if (key)
-		SSL_CTX_use_PrivateKey(x, key);
-	SSL *s = SSL_new(x);
-	SSL_set_fd(s, fd);
+		SSL_CTX_use_PrivateKey(*x, key);
+	SSL *s = SSL_new(*x);
+	SSL_set_fd(s, *fd);
+	return s;
+}
+
+/* A plain OpenSSL client on TCP: handshake, then read until the server
+ * closes or alerts. Returns 1 if the handshake completed locally. */
+static int raw_client(const char *addr, X509 *cert, EVP_PKEY *key)
+{
+	int fd;
+	SSL_CTX *x;
+	SSL *s = tls_client(addr, cert, key, &fd, &x);
 	int ok = SSL_connect(s) == 1;
 	char b;
 	if (ok)
@@ -603,6 +615,76 @@ static void test_impostor(void **state)
 	zap_close(s);
 }
 
+/*
+ * Issue #35 under TLS: R has ZAP_SHM=off; M, a pinned peer, learns R's
+ * instance id from R's HELLO (through TLS, as any peer R accepts can) and
+ * squats R's side-channel name. B's messages to R must reach R through
+ * TLS, and M must get no ring (before, B handed M its ring, and with it
+ * the messages, out of TLS's reach).
+ */
+static uint64_t tls_hello_id(const char *addr, const struct tid *id)
+{
+	unsigned char h[64], r[16 + 24 + ZAP_PEER_MAX];
+	const char *me = "0.0.0.0:9";
+	size_t al = strlen(me), got = 0;
+	int fd;
+	SSL_CTX *x;
+	SSL *s = tls_client(addr, id->cert, id->key, &fd, &x);
+	assert_int_equal(SSL_connect(s), 1);
+	/* A HELLO of wire version 2 (WIRE.md): id, nonce, max, address. */
+	memset(h, 0, sizeof(h));
+	memcpy(h, "ZAPW", 4);
+	h[4] = 2;
+	h[5] = 1;
+	side_be(h + 8, 24 + al, 8);
+	side_be(h + 16, 0x5157415454455221ull, 8);
+	side_be(h + 24, 7, 8);
+	side_be(h + 32, 1u << 20, 8);
+	memcpy(h + 40, me, al);
+	assert_int_equal(SSL_write(s, h, (int)(40 + al)), (int)(40 + al));
+	while (got < 24) {
+		int k = SSL_read(s, r + got, (int)(sizeof(r) - got));
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
+	uint64_t rid = 0;
+	for (int i = 16; i < 24; i++)
+		rid = rid << 8 | r[i];
+	SSL_free(s);
+	SSL_CTX_free(x);
+	close(fd);
+	return rid;
+}
+
+static void test_squatter(void **state)
+{
+	char ra[ZAP_PEER_MAX];
+	struct squat q;
+	(void)state;
+	setenv("ZAP_SHM", "off", 1);
+	struct zap_transport *r = ep(&A, pins);
+	unsetenv("ZAP_SHM");
+	addr_of(r, ra);
+	squat_start(&q, tls_hello_id(ra, &M));
+	struct zap_transport *b = ep(&B, pins);
+	for (int i = 0; i < 3; i++)
+		send_ok(b, ra, "for R", 5);
+	for (int i = 0; i < 3; i++) {
+		struct zap_msg *m = recv_ok(r);
+		assert_int_equal(zap_msg_len(m), 5);
+		assert_string_equal(zap_msg_peer_id(m), B.fp);
+		zap_msg_release(m);
+	}
+	char path[16];
+	assert_int_equal(zap_peer_path(b, ra, path, sizeof(path)), 0);
+	assert_string_equal(path, "tcp");
+	int rings = squat_stop(&q);
+	assert_true(q.channels >= 1);
+	assert_int_equal(rings, 0);
+	zap_close(b);
+	zap_close(r);
+}
+
 /* host:port#sha256:<hex> requires that key; its hex may be upper case. */
 static void test_required_key(void **state)
 {
@@ -849,6 +931,7 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_refused_counted),
 		cmocka_unit_test(test_impostor),
+		cmocka_unit_test(test_squatter),
 		cmocka_unit_test(test_required_key),
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_many_roots),

@@ -171,20 +171,32 @@ static inline size_t side_bind_tcp4(int fd, bool dialed, unsigned char *out)
 	return 39;
 }
 
-static inline void side_proof(uint32_t magic, uint64_t nonce, uint64_t did, uint64_t aid,
-			      const unsigned char *cd, const unsigned char *ca,
-			      const unsigned char *bind, size_t bl, unsigned char out[32])
+/* The proof keyed with @key (the nonce, 8 bytes big-endian; under TLS
+ * followed by 32 bytes of the exporter "EXPORTER-zap-shm"). */
+static inline void side_proof_key(uint32_t magic, const unsigned char *key, size_t kl,
+				  uint64_t did, uint64_t aid, const unsigned char *cd,
+				  const unsigned char *ca, const unsigned char *bind,
+				  size_t bl, unsigned char out[32])
 {
-	unsigned char key[8], m[256];
+	unsigned char m[256];
 	unsigned int ol = 0;
-	side_be(key, nonce, 8);
 	side_be(m, magic, 4);
 	side_be(m + 4, did, 8);
 	side_be(m + 12, aid, 8);
 	memcpy(m + 20, cd, 32);
 	memcpy(m + 52, ca, 32);
 	memcpy(m + 84, bind, bl);
-	assert_non_null(HMAC(EVP_sha256(), key, 8, m, 84 + bl, out, &ol));
+	assert_non_null(HMAC(EVP_sha256(), key, (int)kl, m, 84 + bl, out, &ol));
+}
+
+/* ... on a plaintext connection: keyed with its nonce. */
+static inline void side_proof(uint32_t magic, uint64_t nonce, uint64_t did, uint64_t aid,
+			      const unsigned char *cd, const unsigned char *ca,
+			      const unsigned char *bind, size_t bl, unsigned char out[32])
+{
+	unsigned char key[8];
+	side_be(key, nonce, 8);
+	side_proof_key(magic, key, 8, did, aid, cd, ca, bind, bl, out);
 }
 
 /* ---- the squatter ------------------------------------------------------- */

@@ -6,7 +6,8 @@
  * logged and a well-behaved peer served afterwards; an impostor with its
  * own key at a peer's address receiving nothing meant for that peer and
  * never delivered as it; a process squatting the side-channel name of a
- * peer with ZAP_SHM=off getting no ring; a required key in the peer string; `openssl
+ * peer with ZAP_SHM=off getting no ring; the side channel's proofs keyed
+ * with the TLS exporter; a required key in the peer string; `openssl
  * s_client` with and without a client certificate.
  */
 #include <arpa/inet.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -622,38 +624,112 @@ static void test_impostor(void **state)
  * TLS, and M must get no ring (before, B handed M its ring, and with it
  * the messages, out of TLS's reach).
  */
-static uint64_t tls_hello_id(const char *addr, const struct tid *id)
+/* A raw TLS dialer with @id's key: its HELLO carries @nonce; the
+ * acceptor's instance id from its answer in t->rid. */
+struct tls_raw {
+	int fd;
+	SSL_CTX *x;
+	SSL *s;
+	uint64_t rid;
+};
+
+#define RAW_TLS_ID 0x5157415454455221ull
+
+static void tls_raw_hello(struct tls_raw *t, const char *addr, const struct tid *id,
+			  uint64_t nonce)
 {
 	unsigned char h[64], r[16 + 24 + ZAP_PEER_MAX];
 	const char *me = "0.0.0.0:9";
 	size_t al = strlen(me), got = 0;
-	int fd;
-	SSL_CTX *x;
-	SSL *s = tls_client(addr, id->cert, id->key, &fd, &x);
-	assert_int_equal(SSL_connect(s), 1);
+	t->s = tls_client(addr, id->cert, id->key, &t->fd, &t->x);
+	assert_int_equal(SSL_connect(t->s), 1);
 	/* A HELLO of wire version 2 (WIRE.md): id, nonce, max, address. */
 	memset(h, 0, sizeof(h));
 	memcpy(h, "ZAPW", 4);
 	h[4] = 2;
 	h[5] = 1;
 	side_be(h + 8, 24 + al, 8);
-	side_be(h + 16, 0x5157415454455221ull, 8);
-	side_be(h + 24, 7, 8);
+	side_be(h + 16, RAW_TLS_ID, 8);
+	side_be(h + 24, nonce, 8);
 	side_be(h + 32, 1u << 20, 8);
 	memcpy(h + 40, me, al);
-	assert_int_equal(SSL_write(s, h, (int)(40 + al)), (int)(40 + al));
+	assert_int_equal(SSL_write(t->s, h, (int)(40 + al)), (int)(40 + al));
 	while (got < 24) {
-		int k = SSL_read(s, r + got, (int)(sizeof(r) - got));
+		int k = SSL_read(t->s, r + got, (int)(sizeof(r) - got));
 		assert_true(k > 0);
 		got += (size_t)k;
 	}
-	uint64_t rid = 0;
+	t->rid = 0;
 	for (int i = 16; i < 24; i++)
-		rid = rid << 8 | r[i];
-	SSL_free(s);
-	SSL_CTX_free(x);
-	close(fd);
-	return rid;
+		t->rid = t->rid << 8 | r[i];
+}
+
+static void tls_raw_close(struct tls_raw *t)
+{
+	SSL_free(t->s);
+	SSL_CTX_free(t->x);
+	close(t->fd);
+}
+
+static uint64_t tls_hello_id(const char *addr, const struct tid *id)
+{
+	struct tls_raw t;
+	tls_raw_hello(&t, addr, id, 7);
+	tls_raw_close(&t);
+	return t.rid;
+}
+
+/*
+ * Under TLS the side channel's proofs are keyed with the nonce and the
+ * TLS exporter (WIRE.md, "Same host"): a proof with the nonce alone (which
+ * a reader of a plaintext HELLO would have) is refused; with the whole
+ * key, computed here from WIRE.md, the acceptor answers with its ring and
+ * a proof that checks out.
+ */
+static void test_shm_key(void **state)
+{
+	char ra[ZAP_PEER_MAX];
+	struct tls_raw t;
+	const uint64_t nonce = 0x600dcafe0ddba11ull;
+	unsigned char key[40], bind[64], cd[32], ca[32], mac[32];
+	(void)state;
+	struct zap_transport *r = ep(&A, pins);
+	addr_of(r, ra);
+	tls_raw_hello(&t, ra, &M, nonce);
+	side_be(key, nonce, 8);
+	assert_int_equal(SSL_export_keying_material(t.s, key + 8, 32, "EXPORTER-zap-shm", 16,
+						    NULL, 0, 0),
+			 1);
+	size_t bl = side_bind_tcp4(t.fd, true, bind);
+	for (int k = 0; k < 2; k++) {
+		struct side_msg m;
+		int fds[4], nfd;
+		int fd = side_dial(t.rid);
+		assert_true(fd >= 0);
+		assert_int_equal(side_get(fd, &m, sizeof(m), fds, &nfd, 5000), sizeof(m));
+		assert_int_equal(m.magic, SIDE_CHAL);
+		memcpy(ca, m.a, 32);
+		assert_int_equal(getrandom(cd, 32, 0), 32);
+		side_proof_key(SIDE_REQ, key, k ? 40 : 8, RAW_TLS_ID, t.rid, cd, ca, bind, bl,
+			       mac);
+		side_msg_put(fd, SIDE_REQ, cd, mac, -1);
+		ssize_t n = side_get(fd, &m, sizeof(m), fds, &nfd, 5000);
+		for (int i = 0; i < nfd; i++)
+			close(fds[i]);
+		if (!k) {
+			assert_int_equal(n, 0); /* closed: refused */
+		} else {
+			assert_int_equal(n, sizeof(m));
+			assert_int_equal(m.magic, SIDE_ANS);
+			assert_int_equal(nfd, 1);
+			side_proof_key(SIDE_ANS, key, 40, RAW_TLS_ID, t.rid, cd, ca, bind, bl,
+				       mac);
+			assert_memory_equal(m.a, mac, 32);
+		}
+		close(fd);
+	}
+	tls_raw_close(&t);
+	zap_close(r);
 }
 
 static void test_squatter(void **state)
@@ -932,6 +1008,7 @@ int main(void)
 		cmocka_unit_test(test_refused_counted),
 		cmocka_unit_test(test_impostor),
 		cmocka_unit_test(test_squatter),
+		cmocka_unit_test(test_shm_key),
 		cmocka_unit_test(test_required_key),
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_many_roots),

@@ -234,6 +234,8 @@ struct tcp_peer;
 struct tcp_shm;
 /* kind, then each end: length and bytes (AF_UNIX: sun_path, <= 108) */
 #define TW_SHM_BIND_MAX (1 + 2 * (1 + 108))
+#define TW_SHM_KEY_MAX (8 + 32)
+#define TW_SHM_EXPORT_LABEL "EXPORTER-zap-shm"
 
 /*
  * A send's frame, on the sending thread's stack (tcp_txq.c). The state is
@@ -294,6 +296,10 @@ struct tcp_conn {
 	 * host"), which the upgrade's proofs cover; set before it is shared */
 	unsigned char shm_bind[TW_SHM_BIND_MAX];
 	unsigned char shm_bind_len;
+	/* ... and the key of its proofs: the nonce, and under TLS the
+	 * exporter's secret (only the two ends have either) */
+	unsigned char shm_key[TW_SHM_KEY_MAX];
+	unsigned char shm_key_len;
 
 	/* mu: hot (in the leader's poll set, on w->hot) or cold (in w->epfd);
 	 * see "Readiness" above */

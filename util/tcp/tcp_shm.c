@@ -17,16 +17,16 @@
  *    Whoever holds that name need not be A (issue #35: the id is in every
  *    HELLO, and the name is free where A does not listen), so each side
  *    proves it holds its end of this connection: an HMAC keyed with the
- *    connection nonce (it only ever travelled over the connection,
- *    encrypted under TLS) over both challenges and the connection's ends
- *    as both see them (a relay's two connections differ). A challenges
- *    (ZSH2), D proves (ZSQ2), A finds the connection by the proof and
- *    proves back with its sealed memfd (ZSA2), D checks that, maps it and
- *    sends its own (ZSR2), A maps it, installs the pair and confirms
- *    (ZSC2), and D installs. No ring crosses before the other side's
- *    proof. The side channel then stays open, for wake-ups (one
- *    byte, sent with MSG_DONTWAIT: the peer's socket buffer is never ours
- *    to block on) and as a second signal of the peer's end.
+ *    connection nonce (it only ever travelled over the connection; under
+ *    TLS with the session's exporter too) over both challenges and the
+ *    connection's ends as both see them (a relay's two connections
+ *    differ). A challenges (ZSH2), D proves (ZSQ2), A finds the
+ *    connection by the proof and proves back with its sealed memfd (ZSA2),
+ *    D checks that, maps it and sends its own (ZSR2), A maps it, installs
+ *    the pair and confirms (ZSC2), and D installs. No ring crosses before
+ *    the other side's proof. The side channel then stays open, for
+ *    wake-ups (one byte, sent with MSG_DONTWAIT: the peer's socket buffer
+ *    is never ours to block on) and as a second signal of the peer's end.
  *  - Each direction switches on its own: the side that may send into its
  *    ring (A once it installed, D once it read the confirmation) writes a
  *    TCP_T_SHM frame on the connection and then puts every frame into the
@@ -81,8 +81,8 @@ struct tcp_shm_pend {
 	struct tcp_conn *conn;  /* 1: the connection proven (checked again,
 				  * with its nonce, under mu before use) */
 	uint64_t nonce, rid;
-	unsigned char bind[TW_SHM_BIND_MAX];
-	unsigned char bind_len;
+	unsigned char bind[TW_SHM_BIND_MAX], key[TW_SHM_KEY_MAX];
+	unsigned char bind_len, key_len;
 	void *tx_map; /* 1: our ring, announced */
 	struct zshm_tx tx;
 };
@@ -315,12 +315,23 @@ static size_t bind_end(const struct sockaddr_storage *ss, socklen_t sl, unsigned
 	return 1 + n;
 }
 
+static void be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
 /*
  * @c as both of its ends see it: the kind (4: TCP, 1: Unix), the dialer's
  * end, the acceptor's end. A relay in the middle (the splice: X answers
  * D's HELLO with Z's instance id and dials Z with D's nonce) has two
  * connections, whose ends differ, so a proof for one fails on the other.
- * Left empty (no upgrade) when the socket cannot say.
+ * And the proofs' key: the nonce (8 bytes, big-endian), then under TLS
+ * 32 bytes of the exporter (TW_SHM_EXPORT_LABEL): 64 bits of nonce are
+ * what a plaintext connection has, TLS gives both ends a full secret that
+ * no observer of a plaintext nonce (nor a peer of another connection)
+ * has. Left empty (no upgrade) when the socket or TLS cannot say. Before
+ * @c is shared: the exporter reads its TLS state.
  */
 void tw_shm_bind(struct tcp_conn *c)
 {
@@ -329,6 +340,13 @@ void tw_shm_bind(struct tcp_conn *c)
 	unsigned char *p = c->shm_bind;
 
 	c->shm_bind_len = 0;
+	c->shm_key_len = 8;
+	be64(c->shm_key, c->nonce);
+	if (c->tls) {
+		if (ztls_conn_export(c->tls, TW_SHM_EXPORT_LABEL, c->shm_key + 8, 32))
+			return;
+		c->shm_key_len += 32;
+	}
 	memset(&me, 0, sizeof(me));
 	memset(&peer, 0, sizeof(peer));
 	if (getsockname(c->fd, (struct sockaddr *)&me, &ml) < 0 ||
@@ -341,27 +359,22 @@ void tw_shm_bind(struct tcp_conn *c)
 	c->shm_bind_len = (unsigned char)n;
 }
 
-static void be64(unsigned char *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (unsigned char)v;
-}
-
 /*
  * The proof of one side (@magic: TCP_SHM_REQ for the dialer's,
  * TCP_SHM_ANS for the acceptor's, so that neither can be reflected):
- * HMAC-SHA256 keyed with the connection nonce, which travelled only over
- * the connection (encrypted under TLS), over the magic, both instance ids,
- * both challenges (fresh from each side: no replay) and the binding.
+ * HMAC-SHA256 keyed with @key (tw_shm_bind(): it travelled only over the
+ * connection, or came from its TLS session), over the magic, both
+ * instance ids, both challenges (fresh from each side: no replay) and the
+ * binding.
  */
-static bool shm_proof(uint32_t magic, uint64_t nonce, uint64_t did, uint64_t aid,
-		      const unsigned char *cd, const unsigned char *ca,
-		      const unsigned char *bind, size_t bind_len, unsigned char out[32])
+static bool shm_proof(uint32_t magic, const unsigned char *key, size_t key_len,
+		      uint64_t did, uint64_t aid, const unsigned char *cd,
+		      const unsigned char *ca, const unsigned char *bind, size_t bind_len,
+		      unsigned char out[32])
 {
-	unsigned char key[8], m[4 + 16 + 64 + TW_SHM_BIND_MAX];
+	unsigned char m[4 + 16 + 64 + TW_SHM_BIND_MAX];
 	unsigned int ol = 0;
 
-	be64(key, nonce);
 	m[0] = (unsigned char)(magic >> 24);
 	m[1] = (unsigned char)(magic >> 16);
 	m[2] = (unsigned char)(magic >> 8);
@@ -371,7 +384,7 @@ static bool shm_proof(uint32_t magic, uint64_t nonce, uint64_t did, uint64_t aid
 	memcpy(m + 20, cd, 32);
 	memcpy(m + 52, ca, 32);
 	memcpy(m + 84, bind, bind_len);
-	return HMAC(EVP_sha256(), key, sizeof(key), m, 84 + bind_len, out, &ol) &&
+	return HMAC(EVP_sha256(), key, (int)key_len, m, 84 + bind_len, out, &ol) &&
 	       ol == 32;
 }
 
@@ -548,8 +561,8 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	if (r)
 		goto out;
 	memcpy(ca, m.a, 32);
-	if (!shm_proof(TCP_SHM_REQ, c->nonce, w->id, c->rid, cd, ca, c->shm_bind,
-		       c->shm_bind_len, mac)) {
+	if (!shm_proof(TCP_SHM_REQ, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
+		       c->shm_bind, c->shm_bind_len, mac)) {
 		snprintf(why, sizeof(why), "HMAC failed");
 		goto out;
 	}
@@ -562,8 +575,8 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	r = side_wait(w, fd, TCP_SHM_ANS, &m, &pfd, deadline_ms, ctx, why, sizeof(why));
 	if (r)
 		goto out;
-	if (!shm_proof(TCP_SHM_ANS, c->nonce, w->id, c->rid, cd, ca, c->shm_bind,
-		       c->shm_bind_len, mac) ||
+	if (!shm_proof(TCP_SHM_ANS, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
+		       c->shm_bind, c->shm_bind_len, mac) ||
 	    CRYPTO_memcmp(mac, m.a, 32)) {
 		snprintf(why, sizeof(why),
 			 "the side channel's listener does not hold the other end of this "
@@ -650,8 +663,8 @@ static bool conn_open_for_rings(struct tcp_conn *c)
 struct shm_cand {
 	struct tcp_conn *c;
 	uint64_t nonce, rid;
-	unsigned char bind[TW_SHM_BIND_MAX];
-	unsigned char bind_len;
+	unsigned char bind[TW_SHM_BIND_MAX], key[TW_SHM_KEY_MAX];
+	unsigned char bind_len, key_len;
 };
 
 /*
@@ -678,21 +691,25 @@ static struct tcp_conn *conn_by_proof(struct tcp_wire *w, struct tcp_shm_pend *p
 			cand[n] = (struct shm_cand){ .c = c,
 						     .nonce = c->nonce,
 						     .rid = c->rid,
-						     .bind_len = c->shm_bind_len };
+						     .bind_len = c->shm_bind_len,
+						     .key_len = c->shm_key_len };
 			memcpy(cand[n].bind, c->shm_bind, c->shm_bind_len);
+			memcpy(cand[n].key, c->shm_key, c->shm_key_len);
 			n++;
 		}
 	tw_unlock(w);
 	for (size_t i = 0; i < n && !hit; i++) {
 		unsigned char want[32];
-		if (shm_proof(TCP_SHM_REQ, cand[i].nonce, cand[i].rid, w->id, cd, p->chal,
-			      cand[i].bind, cand[i].bind_len, want) &&
+		if (shm_proof(TCP_SHM_REQ, cand[i].key, cand[i].key_len, cand[i].rid,
+			      w->id, cd, p->chal, cand[i].bind, cand[i].bind_len, want) &&
 		    !CRYPTO_memcmp(want, mac, 32)) {
 			hit = cand[i].c;
 			*nonce = cand[i].nonce;
 			*rid = cand[i].rid;
 			p->bind_len = cand[i].bind_len;
 			memcpy(p->bind, cand[i].bind, cand[i].bind_len);
+			p->key_len = cand[i].key_len;
+			memcpy(p->key, cand[i].key, cand[i].key_len);
 		}
 	}
 	free(cand);
@@ -733,8 +750,8 @@ static int pend_request(struct tcp_wire *w, struct tcp_shm_pend *p, char *why,
 			 TCP_SHM_MAX);
 		return -ENOSPC;
 	}
-	if (!shm_proof(TCP_SHM_ANS, p->nonce, p->rid, w->id, p->cd, p->chal, p->bind,
-		       p->bind_len, mac)) {
+	if (!shm_proof(TCP_SHM_ANS, p->key, p->key_len, p->rid, w->id, p->cd, p->chal,
+		       p->bind, p->bind_len, mac)) {
 		snprintf(why, whylen, "HMAC failed");
 		return -EIO;
 	}

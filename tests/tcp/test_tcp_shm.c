@@ -6,9 +6,12 @@
  * of Unix address; sizes 0 B to 64 MiB both ways, 100,000 messages in
  * order (also sent in bursts), 8 concurrent senders, a peer SIGKILLed
  * mid-message, a peer that scribbles on the rings, a peer of another
- * user, a peer in another network namespace, ZAP_SHM, and raw
- * side-channel requests that lie
- * (bad descriptors, unsealed or wrong-sized memory, foreign nonces).
+ * user, a peer in another network namespace, ZAP_SHM, raw side-channel
+ * messages that lie (proofs for another nonce, challenge, direction or
+ * connection; bad descriptors, unsealed or wrong-sized memory), a process
+ * squatting the side-channel name of a peer that does not upgrade
+ * (ZAP_SHM=off, also as another user of the group under ZAP_SHM=group;
+ * another network namespace), and a splicing peer.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -36,6 +41,7 @@
 #include <zap/zap.h>
 
 #include "log-capture.h"
+#include "shm-side.h"
 #include "shm_peer.h"
 #include "zap-test.h"
 
@@ -496,13 +502,19 @@ static void test_env(void **state)
 
 static char ns_name[32];
 
-static void child_in_netns(const char *server)
+/* In a child: into the namespace ZT_NETNS, listening at ZT_NETNS_PEER. */
+static struct zap_transport *netns_ep(void)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/run/netns/%s", getenv("ZT_NETNS"));
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	CK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0);
-	struct zap_transport *t = child_ep(getenv("ZT_NETNS_PEER"));
+	return child_ep(getenv("ZT_NETNS_PEER"));
+}
+
+static void child_in_netns(const char *server)
+{
+	struct zap_transport *t = netns_ep();
 	CK(zap_send(t, server, "over veth", 9, NULL) == 0);
 	zap_msg_release(child_recv(t));
 	char p[16];
@@ -544,15 +556,15 @@ static int netns_teardown(void **state)
 	return 0;
 }
 
-/* A peer in another namespace reaches us over TCP (a veth pair); its
- * abstract socket names are its namespace's, so it never upgrades. */
-static void test_other_netns(void **state)
+/* A veth pair to a new network namespace (ZT_NETNS; the peer's address
+ * there in ZT_NETNS_PEER, port 0), our end's address in @ours; skips
+ * where that is not permitted. */
+static void netns_up(char ours[40])
 {
-	char sa[ZAP_PEER_MAX], peer[ZAP_PEER_MAX], ours[40], theirs[40];
+	char theirs[40];
 	int id = netns_id(), net = id << 2;
-	(void)state;
 	snprintf(ns_name, sizeof(ns_name), "zapshm%d", (int)getpid());
-	snprintf(ours, sizeof(ours), "10.201.%d.%d", net >> 8, (net & 255) + 1);
+	snprintf(ours, 40, "10.201.%d.%d", net >> 8, (net & 255) + 1);
 	snprintf(theirs, sizeof(theirs), "10.201.%d.%d:0", net >> 8, (net & 255) + 2);
 	setenv("ZT_NETNS", ns_name, 1);
 	setenv("ZT_NETNS_PEER", theirs, 1);
@@ -570,20 +582,40 @@ static void test_other_netns(void **state)
 			    "ip -n %s link set zs%db up && ip -n %s link set lo up",
 			    id, ns_name, ours, id, id, ns_name, theirs, id, ns_name, id, ns_name),
 			 0);
+}
+
+/* A peer in another namespace reaches us over TCP (a veth pair); its
+ * abstract socket names are its namespace's, so it never upgrades. */
+/* Our endpoint on our veth end (@ours), and the child @name (*@pid) in
+ * the namespace; its first message, of @len bytes, gives its *@peer. */
+static struct zap_transport *netns_start(const char *name, size_t len, char ours[40],
+					 char *peer, pid_t *pid)
+{
+	char sa[ZAP_PEER_MAX];
+	netns_up(ours);
 	snprintf(sa, sizeof(sa), "%s:0", ours);
 	struct zap_transport *s = ep(sa, sa);
-	pid_t pid = peer_start("netns", sa);
+	*pid = peer_start(name, sa);
 	struct zap_msg *m = recv_ok(s);
-	assert_int_equal(zap_msg_len(m), 9);
-	snprintf(peer, sizeof(peer), "%s", zap_msg_peer(m));
+	assert_int_equal(zap_msg_len(m), len);
+	snprintf(peer, ZAP_PEER_MAX, "%s", zap_msg_peer(m));
 	zap_msg_release(m);
+	return s;
+}
+
+static void test_other_netns(void **state)
+{
+	char peer[ZAP_PEER_MAX], ours[40];
+	pid_t pid;
+	(void)state;
+	struct zap_transport *s = netns_start("netns", 9, ours, peer, &pid);
 	assert_int_equal(zap_send(s, peer, "back", 4, NULL), 0);
 	path_is(s, peer, "tcp");
 	peer_wait(pid);
 	zap_close(s);
 }
 
-/* ---- raw side-channel requests that lie --------------------------------- */
+/* ---- raw side-channel messages that lie --------------------------------- */
 
 static void put_be32(unsigned char *p, uint32_t v)
 {
@@ -599,179 +631,227 @@ static void put_be64(unsigned char *p, uint64_t v)
 	put_be32(p + 4, (uint32_t)v);
 }
 
-/* A raw dialer: a HELLO with @nonce; returns the socket and the
- * acceptor's instance id from its answer. */
-static int raw_hello(const char *addr, uint64_t nonce, uint64_t *id)
+static uint64_t get_be64(const unsigned char *p)
 {
-	const char *me = "127.0.0.1:9";
-	unsigned char p[128], r[256];
-	size_t al = strlen(me), n = 16 + 24 + al, got = 0;
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+#define RAW_ID 0x1234567890abcdefull
+
+/* A HELLO of wire version 2: instance id @id, @nonce, address @me. */
+static size_t hello_put(unsigned char *p, uint64_t id, uint64_t nonce, const char *me)
+{
+	size_t al = strlen(me);
 	put_be32(p, 0x5a415057u);
 	p[4] = 2;
 	p[5] = 1;
 	p[6] = p[7] = 0;
 	put_be64(p + 8, 24 + al);
-	put_be64(p + 16, 0x1234567890abcdefull);
+	put_be64(p + 16, id);
 	put_be64(p + 24, nonce);
 	put_be64(p + 32, 1u << 20);
 	memcpy(p + 40, me, al);
+	return 40 + al;
+}
 
-	const char *colon = strrchr(addr, ':');
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_port = htons((uint16_t)atoi(colon + 1)) };
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-	struct timeval tv = { .tv_sec = 10 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	while (got < 40 || got < 16 + (size_t)r[15]) {
-		ssize_t k = recv(fd, r + got, sizeof(r) - got, 0);
-		assert_true(k > 0);
+/* A whole HELLO (or frame) from @fd into @r; its length. */
+static size_t frame_get(int fd, unsigned char *r, size_t cap)
+{
+	size_t got = 0;
+	while (got < 16 || got < 16 + (size_t)get_be64(r + 8)) {
+		size_t want = got < 16 ? 16 - got : 16 + (size_t)get_be64(r + 8) - got;
+		assert_true(want <= cap - got);
+		ssize_t k = recv(fd, r + got, want, 0);
+		if (k <= 0)
+			return 0;
 		got += (size_t)k;
 	}
-	*id = 0;
-	for (int i = 0; i < 8; i++)
-		*id = *id << 8 | r[16 + i];
-	return fd;
+	return got;
 }
 
-static int side_connect(uint64_t id)
+static int tcp_to(const char *addr)
 {
-	struct sockaddr_un sun = { .sun_family = AF_UNIX };
-	int k = snprintf(sun.sun_path + 1, sizeof(sun.sun_path) - 1, "zap-shm-%016llx",
-			 (unsigned long long)id);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sun,
-				 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-					     (size_t)k)),
-			 0);
-	struct timeval tv = { .tv_sec = 5 };
+	char host[64];
+	int port;
+	assert_int_equal(sscanf(addr, "%63[^:]:%d", host, &port), 2);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	struct timeval tv = { .tv_sec = 10 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return fd;
 }
 
-struct req {
-	uint32_t magic, log2;
-	uint64_t nonce;
+/* A raw dialer (instance id @me_id): a HELLO with @nonce; returns the
+ * socket and the acceptor's instance id from its answer, which is all a
+ * stranger needs to squat its side-channel name. */
+static int raw_hello_as(const char *addr, uint64_t me_id, uint64_t nonce, uint64_t *id)
+{
+	unsigned char p[128], r[256];
+	int fd = tcp_to(addr);
+	size_t n = hello_put(p, me_id, nonce, "0.0.0.0:9");
+	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+	assert_true(frame_get(fd, r, sizeof(r)) >= 40);
+	*id = get_be64(r + 16);
+	return fd;
+}
+
+static int raw_hello(const char *addr, uint64_t nonce, uint64_t *id)
+{
+	return raw_hello_as(addr, RAW_ID, nonce, id);
+}
+
+/* A side channel to @id, after its challenge (*@ca). */
+static int side_open(uint64_t id, unsigned char ca[32])
+{
+	struct side_msg m;
+	int fd = side_dial(id), fds[4], nfd;
+	assert_true(fd >= 0);
+	assert_int_equal(side_get(fd, &m, sizeof(m), fds, &nfd, 5000), (ssize_t)sizeof(m));
+	assert_int_equal(m.magic, SIDE_CHAL);
+	assert_int_equal(nfd, 0);
+	memcpy(ca, m.a, 32);
+	return fd;
+}
+
+/* What came next on @fd within 5 s: its magic with one descriptor
+ * (*@got), or 0 when the listener closed or sent anything else. */
+static uint32_t side_next(int fd, struct side_msg *m, int *got)
+{
+	int fds[4], nfd;
+	ssize_t k = side_get(fd, m, sizeof(*m), fds, &nfd, 5000);
+	*got = nfd == 1 ? fds[0] : -1;
+	for (int i = nfd == 1 ? 1 : 0; i < nfd; i++)
+		close(fds[i]);
+	return k == (ssize_t)sizeof(*m) ? m->magic : 0;
+}
+
+/* How the raw dialer's request on a side channel is broken. */
+struct req_case {
+	const char *what;
+	uint32_t magic, log2, label;
+	uint64_t nonce_delta;
+	bool other_chal, other_ends, with_fd, is_short;
 };
 
-static void side_send(int fd, const void *msg, size_t len, const int *fds, int nfd)
+/* Send the raw dialer's request on @fd, over @ca, broken as @rc says;
+ * *@ans: the proof a true acceptor answers with. */
+static void request(int fd, int tcp, uint64_t id, uint64_t nonce, const unsigned char *ca,
+		    const struct req_case *rc, int good, unsigned char ans[32])
 {
-	struct iovec iov = { (void *)msg, len };
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(4 * sizeof(int))];
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (nfd) {
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.b;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, (size_t)nfd * sizeof(int));
-	}
-	assert_int_equal(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)len);
+	unsigned char cd[32], ca2[32], bind[64], mac[32];
+	struct side_msg m = { .magic = rc->magic, .log2 = rc->log2 };
+	assert_int_equal(getrandom(cd, 32, 0), 32);
+	memcpy(ca2, ca, 32);
+	if (rc->other_chal)
+		ca2[0] ^= 1; /* a proof seen before, for another challenge */
+	size_t bl = side_bind_tcp4(tcp, !rc->other_ends, bind);
+	side_proof(rc->label, nonce + rc->nonce_delta, RAW_ID, id, cd, ca2, bind, bl, mac);
+	memcpy(m.a, cd, 32);
+	memcpy(m.b, mac, 32);
+	assert_true(side_put(fd, &m, rc->is_short ? 40 : sizeof(m), &good, rc->with_fd));
+	bl = side_bind_tcp4(tcp, true, bind);
+	side_proof(SIDE_ANS, nonce, RAW_ID, id, cd, ca, bind, bl, ans);
 }
 
-/* The answer to a request: 1 with a descriptor, 0 refused (closed). */
-static int side_answer(int fd, int *got)
-{
-	struct req a;
-	struct iovec iov = { &a, sizeof(a) };
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(4 * sizeof(int))];
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-			     .msg_controllen = sizeof(u.b) };
-	ssize_t k = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-	*got = -1;
-	if (k <= 0)
-		return 0;
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	if (c && c->cmsg_type == SCM_RIGHTS)
-		memcpy(got, CMSG_DATA(c), sizeof(int));
-	return a.magic == 0x5a534131u && k == sizeof(a) && *got >= 0;
-}
+static const struct req_case req_ok = { "", SIDE_REQ, 21, SIDE_REQ, 0, false, false,
+					 false, false };
 
-/* A ring region as the wire lays it out: @seal, @len, @header. */
-static int region(size_t len, bool seal, bool header)
+/* A side channel with the request answered: its descriptor, the
+ * acceptor's ring in *@ring. */
+static int answered(int tcp, uint64_t id, uint64_t nonce, int good, int *ring)
 {
-	int fd = memfd_create("zap-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)len), 0);
-	if (header) {
-		unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		assert_true(p != MAP_FAILED);
-		uint64_t magic = 0x31524d485350415aull;
-		uint32_t v = 1, l2 = 21;
-		memcpy(p, &magic, 8);
-		memcpy(p + 8, &v, 4);
-		memcpy(p + 12, &l2, 4);
-		munmap(p, len);
-	}
-	if (seal)
-		assert_int_equal(fcntl(fd, F_ADD_SEALS,
-				       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
-				 0);
+	unsigned char ca[32], ans[32];
+	struct side_msg m;
+	int fd = side_open(id, ca);
+	request(fd, tcp, id, nonce, ca, &req_ok, good, ans);
+	assert_int_equal(side_next(fd, &m, ring), SIDE_ANS);
+	assert_true(*ring >= 0);
+	assert_memory_equal(m.a, ans, 32); /* WIRE.md's proof, computed here */
 	return fd;
 }
 
 static void test_hostile_requests(void **state)
 {
 	char sa[ZAP_PEER_MAX];
-	const size_t len = 192 + (2u << 20);
+	const size_t len = SIDE_RING_BYTES;
 	const uint64_t nonce = 0x0badc0ffee0ddf00ull;
 	uint64_t id;
+	struct side_msg m;
+	unsigned char ca[32], ans[32];
 	(void)state;
 	struct zap_transport *s = ep("127.0.0.1:0", sa);
 	int tcp = raw_hello(sa, nonce, &id);
 	int pfd[2];
 	assert_int_equal(pipe(pfd), 0);
-	int good = region(len, true, true);
-	struct {
-		const char *what;
-		struct req r;
-		int fds[3];
-		int nfd;
-	} bad[] = {
-		{ "garbage", { 0x41414141u, 21, nonce }, { good }, 1 },
-		{ "no descriptor", { 0x5a535131u, 21, nonce }, { 0 }, 0 },
-		{ "a pipe", { 0x5a535131u, 21, nonce }, { pfd[0] }, 1 },
-		{ "unsealed", { 0x5a535131u, 21, nonce }, { region(len, false, true) }, 1 },
-		{ "wrong size", { 0x5a535131u, 21, nonce }, { region(len / 2, true, true) }, 1 },
-		{ "no ring header", { 0x5a535131u, 21, nonce }, { region(len, true, false) }, 1 },
-		{ "another size", { 0x5a535131u, 22, nonce }, { good }, 1 },
-		{ "foreign nonce", { 0x5a535131u, 21, nonce + 1 }, { good }, 1 },
-		{ "three descriptors", { 0x5a535131u, 21, nonce }, { good, good, pfd[1] }, 3 },
+	int good = side_region(len, true, true);
+	/* Requests whose proof fails, or that break the layout: no answer,
+	 * no ring. */
+	const struct req_case bad[] = {
+		{ "garbage", 0x41414141u, 21, SIDE_REQ, 0, false, false, false, false },
+		{ "a descriptor", SIDE_REQ, 21, SIDE_REQ, 0, false, false, true, false },
+		{ "another ring size", SIDE_REQ, 22, SIDE_REQ, 0, false, false, false, false },
+		{ "a short message", SIDE_REQ, 21, SIDE_REQ, 0, false, false, false, true },
+		{ "a foreign nonce", SIDE_REQ, 21, SIDE_REQ, 1, false, false, false, false },
+		{ "the acceptor's label", SIDE_REQ, 21, SIDE_ANS, 0, false, false, false,
+		  false },
+		{ "another challenge", SIDE_REQ, 21, SIDE_REQ, 0, true, false, false, false },
+		{ "the ends swapped", SIDE_REQ, 21, SIDE_REQ, 0, false, true, false, false },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int fd = side_connect(id), got;
-		side_send(fd, &bad[i].r, sizeof(bad[i].r), bad[i].fds, bad[i].nfd);
-		if (side_answer(fd, &got))
+		int fd = side_open(id, ca), got;
+		request(fd, tcp, id, nonce, ca, &bad[i], good, ans);
+		if (side_next(fd, &m, &got))
 			fail_msg("answered a request with %s", bad[i].what);
 		if (got >= 0)
-			close(got);
+			fail_msg("a ring for a request with %s", bad[i].what);
 		close(fd);
 	}
-	/* Told the truth, it answers: a sealed region of the agreed size. */
-	int fd = side_connect(id), got;
-	struct req ok = { 0x5a535131u, 21, nonce };
-	side_send(fd, &ok, sizeof(ok), &good, 1);
-	assert_int_equal(side_answer(fd, &got), 1);
+	/* Proven, then a ring that lies: no confirmation. */
+	struct {
+		const char *what;
+		uint32_t magic;
+		int fds[3];
+		int nfd;
+	} ring[] = {
+		{ "garbage", 0x41414141u, { good }, 1 },
+		{ "no descriptor", SIDE_RING, { 0 }, 0 },
+		{ "a pipe", SIDE_RING, { pfd[0] }, 1 },
+		{ "unsealed", SIDE_RING, { side_region(len, false, true) }, 1 },
+		{ "wrong size", SIDE_RING, { side_region(len / 2, true, true) }, 1 },
+		{ "no ring header", SIDE_RING, { side_region(len, true, false) }, 1 },
+		{ "three descriptors", SIDE_RING, { good, good, pfd[1] }, 3 },
+	};
+	for (size_t i = 0; i < sizeof(ring) / sizeof(ring[0]); i++) {
+		int theirs, got;
+		int fd = answered(tcp, id, nonce, good, &theirs);
+		close(theirs);
+		struct side_msg r = { .magic = ring[i].magic, .log2 = 21 };
+		assert_true(side_put(fd, &r, sizeof(r), ring[i].fds, ring[i].nfd));
+		if (side_next(fd, &m, &got))
+			fail_msg("confirmed a ring with %s", ring[i].what);
+		close(fd);
+	}
+	/* Told the truth, it answers with a sealed region of the agreed
+	 * size, and confirms our ring. */
+	int got, got2;
+	int fd = answered(tcp, id, nonce, good, &got);
 	struct stat st;
 	assert_int_equal(fstat(got, &st), 0);
 	assert_int_equal((size_t)st.st_size, len);
 	int seals = fcntl(got, F_GET_SEALS);
 	assert_true((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW));
+	struct side_msg r = { .magic = SIDE_RING, .log2 = 21 };
+	assert_true(side_put(fd, &r, sizeof(r), &good, 1));
+	assert_int_equal(side_next(fd, &m, &got2), SIDE_DONE);
 	/* A second request for the same connection is refused. */
-	int fd2 = side_connect(id), got2;
-	side_send(fd2, &ok, sizeof(ok), &good, 1);
-	assert_int_equal(side_answer(fd2, &got2), 0);
+	int fd2 = side_open(id, ca);
+	request(fd2, tcp, id, nonce, ca, &req_ok, good, ans);
+	assert_int_equal(side_next(fd2, &m, &got2), 0);
 	close(fd2);
 	close(got);
 	close(fd);
@@ -779,11 +859,248 @@ static void test_hostile_requests(void **state)
 	close(good);
 	close(pfd[0]);
 	close(pfd[1]);
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		if (bad[i].fds[0] != good && bad[i].nfd == 1 && bad[i].fds[0] != pfd[0])
-			close(bad[i].fds[0]);
+	for (size_t i = 0; i < sizeof(ring) / sizeof(ring[0]); i++)
+		if (ring[i].nfd == 1 && ring[i].fds[0] != good && ring[i].fds[0] != pfd[0])
+			close(ring[i].fds[0]);
 	/* And a real peer is still served. */
 	served(s, sa);
+	zap_close(s);
+}
+
+/* ---- squatters and splices (issue #35) ---------------------------------- */
+
+/* Three messages from @d to @peer, each sent (zap_send() 0). */
+static void send_three(struct zap_transport *d, const char *peer)
+{
+	for (int i = 0; i < 3; i++) {
+		char b[16];
+		int n = snprintf(b, sizeof(b), "for R %d", i);
+		assert_int_equal(zap_send(d, peer, b, (size_t)n, NULL), 0);
+	}
+}
+
+/* ... and @r received them (over TCP: within 5 s). */
+static void got_three(struct zap_transport *r)
+{
+	for (int i = 0; i < 3; i++) {
+		int err;
+		char b[16];
+		struct zap_msg *m = recv_in(r, 5000, &err);
+		if (err)
+			fail_msg("R received %d of 3 messages (%s)", i, zap_strerror(err));
+		int n = snprintf(b, sizeof(b), "for R %d", i);
+		assert_int_equal(zap_msg_len(m), (size_t)n);
+		assert_memory_equal(zap_msg_data(m), b, (size_t)n);
+		zap_msg_release(m);
+	}
+}
+
+/*
+ * R has ZAP_SHM=off (so nobody holds its side-channel name); a local
+ * stranger read R's instance id from its HELLO and holds
+ * "@zap-shm-<R's id>". D's messages to R reach R, over TCP; the squatter
+ * gets no ring (the old protocol handed it D's with its request, and so
+ * everything D sent then).
+ */
+static void test_squatter_shm_off(void **state)
+{
+	char ra[ZAP_PEER_MAX];
+	uint64_t id;
+	struct squat q;
+	(void)state;
+	setenv("ZAP_SHM", "off", 1);
+	struct zap_transport *r = ep("127.0.0.1:0", ra);
+	unsetenv("ZAP_SHM");
+	close(raw_hello(ra, 42, &id));
+	squat_start(&q, id);
+	struct zap_transport *d = ep("127.0.0.1:0", NULL);
+	send_three(d, ra);
+	got_three(r);
+	path_is(d, ra, "tcp");
+	int rings = squat_stop(&q);
+	assert_true(q.channels >= 1); /* it was asked */
+	assert_int_equal(rings, 0);
+	zap_close(d);
+	zap_close(r);
+}
+
+/*
+ * The splice: X answers D's HELLO with the instance id of Z (another
+ * process of this host), dials Z reusing D's nonce (and D's id), and
+ * passes D's SHM frame on to Z. With the old protocol D's side channel
+ * went to Z, whose connection from X had the nonce: D's messages to X
+ * arrived at Z, labelled as X's. X runs in a thread here, raw.
+ */
+struct splice {
+	int lfd;
+	char xaddr[64], zaddr[ZAP_PEER_MAX];
+	atomic_int x_data;      /* D's DATA frames that reached X */
+	atomic_int shm_relayed; /* D's SHM frames X passed on to Z */
+	pthread_t th;
+};
+
+static void *splice_main(void *arg)
+{
+	struct splice *x = arg;
+	unsigned char h[512], p[128];
+	int d = accept4(x->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (d < 0)
+		return NULL;
+	struct timeval tv = { .tv_sec = 4 };
+	setsockopt(d, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	size_t n = frame_get(d, h, sizeof(h)); /* D's HELLO */
+	if (n < 40) {
+		close(d);
+		return NULL;
+	}
+	uint64_t did = get_be64(h + 16), nonce = get_be64(h + 24), zid;
+	int z = raw_hello_as(x->zaddr, did, nonce, &zid);
+	n = hello_put(p, zid, nonce, x->xaddr);
+	if (send(d, p, n, MSG_NOSIGNAL) == (ssize_t)n)
+		while ((n = frame_get(d, h, sizeof(h))) > 0) {
+			if (h[5] == 3 && send(z, h, n, MSG_NOSIGNAL) == (ssize_t)n)
+				atomic_fetch_add(&x->shm_relayed, 1);
+			if (h[5] == 2 && atomic_fetch_add(&x->x_data, 1) == 2)
+				break;
+		}
+	close(z);
+	close(d);
+	return NULL;
+}
+
+static void test_splice(void **state)
+{
+	struct splice x = { 0 };
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sin);
+	(void)state;
+	struct zap_transport *z = ep("127.0.0.1:0", x.zaddr);
+	inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+	x.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(x.lfd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(x.lfd, 4), 0);
+	assert_int_equal(getsockname(x.lfd, (struct sockaddr *)&sin, &sl), 0);
+	snprintf(x.xaddr, sizeof(x.xaddr), "127.0.0.1:%d", ntohs(sin.sin_port));
+	assert_int_equal(pthread_create(&x.th, NULL, splice_main, &x), 0);
+	struct zap_transport *d = ep("127.0.0.1:0", NULL);
+	send_three(d, x.xaddr);
+	pthread_join(x.th, NULL);
+	int err;
+	struct zap_msg *m = recv_in(z, 300, &err);
+	if (m) {
+		fprintf(stderr, "Z received \"%.*s\" from %s\n", (int)zap_msg_len(m),
+			(const char *)zap_msg_data(m), zap_msg_peer(m));
+		zap_msg_release(m);
+	}
+	assert_int_equal(err, -ETIMEDOUT);
+	assert_int_equal(atomic_load(&x.x_data), 3);
+	assert_int_equal(atomic_load(&x.shm_relayed), 0);
+	close(x.lfd);
+	zap_close(d);
+	zap_close(z);
+}
+
+/*
+ * The squatter as another user of our group, which ZAP_SHM=group lets
+ * onto the side channel: it squats the name @arg (R's id, hex), says so
+ * through ZT_STARTED_FD, and exits 3 s after its first side channel
+ * (20 s at most): 0 asked and given no ring, 10 never asked, 20 given one.
+ */
+static void child_squat(const char *arg)
+{
+	struct squat q;
+	uint64_t id = strtoull(arg, NULL, 16);
+	CK(setgid(getegid()) == 0 && setuid(65534) == 0);
+	squat_start(&q, id);
+	CK(write(atoi(getenv("ZT_STARTED_FD")), "s", 1) == 1);
+	int ms = 0, asked_ms = -1;
+	while (ms < 20000 && (asked_ms < 0 || ms - asked_ms < 3000)) {
+		zt_sleep_ms(50);
+		ms += 50;
+		if (asked_ms < 0 && atomic_load(&q.channels))
+			asked_ms = ms;
+	}
+	int rings = squat_stop(&q);
+	_exit(!q.channels ? 10 : rings ? 20 : 0);
+}
+
+static void test_squatter_other_uid(void **state)
+{
+	char ra[ZAP_PEER_MAX], idhex[24], fdtext[16], b;
+	uint64_t id;
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* needs root to become another user */
+	setenv("ZAP_SHM", "off", 1);
+	struct zap_transport *r = ep("127.0.0.1:0", ra);
+	setenv("ZAP_SHM", "group", 1);
+	struct zap_transport *d = ep("127.0.0.1:0", NULL);
+	unsetenv("ZAP_SHM");
+	close(raw_hello(ra, 42, &id));
+	snprintf(idhex, sizeof(idhex), "%016llx", (unsigned long long)id);
+	assert_int_equal(pipe(started), 0);
+	snprintf(fdtext, sizeof(fdtext), "%d", started[1]);
+	setenv("ZT_STARTED_FD", fdtext, 1);
+	pid_t pid = peer_start("squat", idhex);
+	assert_int_equal(read(started[0], &b, 1), 1);
+	close(started[0]);
+	close(started[1]);
+	send_three(d, ra);
+	got_three(r);
+	path_is(d, ra, "tcp");
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st))
+		fail_msg("squatter status 0x%x (10: never asked, 20: given a ring)", st);
+	zap_close(d);
+	zap_close(r);
+}
+
+/* The same with R in another network namespace, where its side channel
+ * is (its namespace's names are not ours): the child R greets the test,
+ * receives D's three messages and says so. */
+static void child_r_in_netns(const char *server)
+{
+	struct zap_transport *t = netns_ep();
+	CK(zap_send(t, server, "R", 1, NULL) == 0);
+	for (int i = 0; i < 3; i++) {
+		struct zap_msg *m = child_recv(t);
+		char b[16];
+		int n = snprintf(b, sizeof(b), "for R %d", i);
+		CK(zap_msg_len(m) == (size_t)n && !memcmp(zap_msg_data(m), b, (size_t)n));
+		zap_msg_release(m);
+	}
+	CK(zap_send(t, server, "got 3", 5, NULL) == 0);
+	zap_msg_release(child_recv(t)); /* "bye" */
+	zap_close(t);
+}
+
+static void test_squatter_netns(void **state)
+{
+	char sa[ZAP_PEER_MAX], rpeer[ZAP_PEER_MAX], ours[40];
+	uint64_t id;
+	struct squat q;
+	pid_t pid;
+	(void)state;
+	struct zap_transport *s = netns_start("r-netns", 1, ours, rpeer, &pid);
+	close(raw_hello(rpeer, 42, &id));
+	squat_start(&q, id);
+	snprintf(sa, sizeof(sa), "%s:0", ours); /* D dials from our veth end */
+	struct zap_transport *d = ep(sa, NULL);
+	send_three(d, rpeer);
+	int err;
+	struct zap_msg *m = recv_in(s, 5000, &err);
+	if (err)
+		fail_msg("R did not receive D's three messages (%s)", zap_strerror(err));
+	assert_int_equal(zap_msg_len(m), 5);
+	zap_msg_release(m);
+	path_is(d, rpeer, "tcp");
+	assert_int_equal(zap_send(s, rpeer, "bye", 3, NULL), 0);
+	peer_wait(pid);
+	int rings = squat_stop(&q);
+	assert_true(q.channels >= 1);
+	assert_int_equal(rings, 0);
+	zap_close(d);
 	zap_close(s);
 }
 
@@ -795,6 +1112,7 @@ static const struct {
 	{ "senders", child_senders },	    { "dies", child_dies_mid_message },
 	{ "scribbles", child_scribbles },   { "other-user", child_other_user },
 	{ "netns", child_in_netns },	    { "burst", child_burst },
+	{ "r-netns", child_r_in_netns },   { "squat", child_squat },
 };
 
 int main(int argc, char **argv)
@@ -820,10 +1138,18 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_env),
 		cmocka_unit_test_teardown(test_other_netns, netns_teardown),
 		cmocka_unit_test(test_hostile_requests),
+		cmocka_unit_test(test_squatter_shm_off),
+		cmocka_unit_test(test_squatter_other_uid),
+		cmocka_unit_test_teardown(test_squatter_netns, netns_teardown),
+		cmocka_unit_test(test_splice),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	zap_set_log_handler(zt_log_capture, NULL);
 	zap_set_log_level(ZAP_LOG_INFO);
+	if (getenv("ZT_SHM_DEBUG")) { /* the side channel's reasons, on stderr */
+		zap_set_log_handler(NULL, NULL);
+		zap_set_log_level(ZAP_LOG_DEBUG);
+	}
 	if (getenv("ZT_TEST_FILTER")) /* one test, when debugging */
 		cmocka_set_test_filter(getenv("ZT_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,9 @@
  * the right key, also in bursts (zap_send_burst()); every refused peer
  * logged and a well-behaved peer served afterwards; an impostor with its
  * own key at a peer's address receiving nothing meant for that peer and
- * never delivered as it; a required key in the peer string; `openssl
+ * never delivered as it; a process squatting the side-channel name of a
+ * peer with ZAP_SHM=off getting no ring; the side channel's proofs keyed
+ * with the TLS exporter; a required key in the peer string; `openssl
  * s_client` with and without a client certificate.
  */
 #include <arpa/inet.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -33,6 +36,7 @@
 #include <zap/zap.h>
 
 #include "log-capture.h"
+#include "shm-side.h"
 
 #include "tls-test-certs.h"
 #include "zap-test.h"
@@ -295,28 +299,38 @@ static void test_unix(void **state)
 	zap_close(b);
 }
 
-/* A plain OpenSSL client on TCP: handshake, then read until the server
- * closes or alerts. Returns 1 if the handshake completed locally. */
-static int raw_client(const char *addr, X509 *cert, EVP_PKEY *key)
+/* A plain OpenSSL client's connection to @addr (*@fd, *@x), with @cert
+ * and @key when given; its handshake is the caller's. */
+static SSL *tls_client(const char *addr, X509 *cert, EVP_PKEY *key, int *fd, SSL_CTX **x)
 {
 	char host[64];
 	int port;
 	assert_int_equal(sscanf(addr, "%63[^:]:%d", host, &port), 2);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	*fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 	inet_pton(AF_INET, host, &sa.sin_addr);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(connect(*fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	struct timeval tv = {5, 0};
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	SSL_CTX *x = SSL_CTX_new(TLS_client_method());
-	SSL_CTX_set_min_proto_version(x, TLS1_3_VERSION);
-	SSL_CTX_set_alpn_protos(x, (const unsigned char *)"\x05zap/1", 6);
+	setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	*x = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_min_proto_version(*x, TLS1_3_VERSION);
+	SSL_CTX_set_alpn_protos(*x, (const unsigned char *)"\x05zap/1", 6);
 	if (cert)
-		SSL_CTX_use_certificate(x, cert);
+		SSL_CTX_use_certificate(*x, cert);
 	if (key)
-		SSL_CTX_use_PrivateKey(x, key);
-	SSL *s = SSL_new(x);
-	SSL_set_fd(s, fd);
+		SSL_CTX_use_PrivateKey(*x, key);
+	SSL *s = SSL_new(*x);
+	SSL_set_fd(s, *fd);
+	return s;
+}
+
+/* A plain OpenSSL client on TCP: handshake, then read until the server
+ * closes or alerts. Returns 1 if the handshake completed locally. */
+static int raw_client(const char *addr, X509 *cert, EVP_PKEY *key)
+{
+	int fd;
+	SSL_CTX *x;
+	SSL *s = tls_client(addr, cert, key, &fd, &x);
 	int ok = SSL_connect(s) == 1;
 	char b;
 	if (ok)
@@ -603,6 +617,150 @@ static void test_impostor(void **state)
 	zap_close(s);
 }
 
+/*
+ * Issue #35 under TLS: R has ZAP_SHM=off; M, a pinned peer, learns R's
+ * instance id from R's HELLO (through TLS, as any peer R accepts can) and
+ * squats R's side-channel name. B's messages to R must reach R through
+ * TLS, and M must get no ring (before, B handed M its ring, and with it
+ * the messages, out of TLS's reach).
+ */
+/* A raw TLS dialer with @id's key: its HELLO carries @nonce; the
+ * acceptor's instance id from its answer in t->rid. */
+struct tls_raw {
+	int fd;
+	SSL_CTX *x;
+	SSL *s;
+	uint64_t rid;
+};
+
+#define RAW_TLS_ID 0x5157415454455221ull
+
+static void tls_raw_hello(struct tls_raw *t, const char *addr, const struct tid *id,
+			  uint64_t nonce)
+{
+	unsigned char h[64], r[16 + 24 + ZAP_PEER_MAX];
+	const char *me = "0.0.0.0:9";
+	size_t al = strlen(me), got = 0;
+	t->s = tls_client(addr, id->cert, id->key, &t->fd, &t->x);
+	assert_int_equal(SSL_connect(t->s), 1);
+	/* A HELLO of wire version 2 (WIRE.md): id, nonce, max, address. */
+	memset(h, 0, sizeof(h));
+	memcpy(h, "ZAPW", 4);
+	h[4] = 2;
+	h[5] = 1;
+	side_be(h + 8, 24 + al, 8);
+	side_be(h + 16, RAW_TLS_ID, 8);
+	side_be(h + 24, nonce, 8);
+	side_be(h + 32, 1u << 20, 8);
+	memcpy(h + 40, me, al);
+	assert_int_equal(SSL_write(t->s, h, (int)(40 + al)), (int)(40 + al));
+	while (got < 24) {
+		int k = SSL_read(t->s, r + got, (int)(sizeof(r) - got));
+		assert_true(k > 0);
+		got += (size_t)k;
+	}
+	t->rid = 0;
+	for (int i = 16; i < 24; i++)
+		t->rid = t->rid << 8 | r[i];
+}
+
+static void tls_raw_close(struct tls_raw *t)
+{
+	SSL_free(t->s);
+	SSL_CTX_free(t->x);
+	close(t->fd);
+}
+
+static uint64_t tls_hello_id(const char *addr, const struct tid *id)
+{
+	struct tls_raw t;
+	tls_raw_hello(&t, addr, id, 7);
+	tls_raw_close(&t);
+	return t.rid;
+}
+
+/*
+ * Under TLS the side channel's proofs are keyed with the nonce and the
+ * TLS exporter (WIRE.md, "Same host"): a proof with the nonce alone (which
+ * a reader of a plaintext HELLO would have) is refused; with the whole
+ * key, computed here from WIRE.md, the acceptor answers with its ring and
+ * a proof that checks out.
+ */
+static void test_shm_key(void **state)
+{
+	char ra[ZAP_PEER_MAX];
+	struct tls_raw t;
+	const uint64_t nonce = 0x600dcafe0ddba11ull;
+	unsigned char key[40], bind[64], cd[32], ca[32], mac[32];
+	(void)state;
+	struct zap_transport *r = ep(&A, pins);
+	addr_of(r, ra);
+	tls_raw_hello(&t, ra, &M, nonce);
+	side_be(key, nonce, 8);
+	assert_int_equal(SSL_export_keying_material(t.s, key + 8, 32, "EXPORTER-zap-shm", 16,
+						    NULL, 0, 0),
+			 1);
+	size_t bl = side_bind_tcp4(t.fd, true, bind);
+	for (int k = 0; k < 2; k++) {
+		struct side_msg m;
+		int fds[4], nfd;
+		int fd = side_dial(t.rid);
+		assert_true(fd >= 0);
+		assert_int_equal(side_get(fd, &m, sizeof(m), fds, &nfd, 5000), sizeof(m));
+		assert_int_equal(m.magic, SIDE_CHAL);
+		memcpy(ca, m.a, 32);
+		assert_int_equal(getrandom(cd, 32, 0), 32);
+		side_proof_key(SIDE_REQ, key, k ? 40 : 8, RAW_TLS_ID, t.rid, cd, ca, bind, bl,
+			       mac);
+		side_msg_put(fd, SIDE_REQ, cd, mac, -1);
+		ssize_t n = side_get(fd, &m, sizeof(m), fds, &nfd, 5000);
+		for (int i = 0; i < nfd; i++)
+			close(fds[i]);
+		if (!k) {
+			assert_int_equal(n, 0); /* closed: refused */
+		} else {
+			assert_int_equal(n, sizeof(m));
+			assert_int_equal(m.magic, SIDE_ANS);
+			assert_int_equal(nfd, 1);
+			side_proof_key(SIDE_ANS, key, 40, RAW_TLS_ID, t.rid, cd, ca, bind, bl,
+				       mac);
+			assert_memory_equal(m.a, mac, 32);
+		}
+		close(fd);
+	}
+	tls_raw_close(&t);
+	zap_close(r);
+}
+
+static void test_squatter(void **state)
+{
+	char ra[ZAP_PEER_MAX];
+	struct squat q;
+	(void)state;
+	setenv("ZAP_SHM", "off", 1);
+	struct zap_transport *r = ep(&A, pins);
+	unsetenv("ZAP_SHM");
+	addr_of(r, ra);
+	squat_start(&q, tls_hello_id(ra, &M));
+	struct zap_transport *b = ep(&B, pins);
+	for (int i = 0; i < 3; i++)
+		send_ok(b, ra, "for R", 5);
+	for (int i = 0; i < 3; i++) {
+		struct zap_msg *m = recv_ok(r);
+		assert_int_equal(zap_msg_len(m), 5);
+		assert_string_equal(zap_msg_peer_id(m), B.fp);
+		zap_msg_release(m);
+	}
+	char path[16];
+	assert_int_equal(zap_peer_path(b, ra, path, sizeof(path)), 0);
+	assert_string_equal(path, "tcp");
+	int rings = squat_stop(&q);
+	assert_true(q.channels >= 1);
+	assert_int_equal(rings, 0);
+	zap_close(b);
+	zap_close(r);
+}
+
 /* host:port#sha256:<hex> requires that key; its hex may be upper case. */
 static void test_required_key(void **state)
 {
@@ -849,6 +1007,8 @@ int main(void)
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_refused_counted),
 		cmocka_unit_test(test_impostor),
+		cmocka_unit_test(test_squatter),
+		cmocka_unit_test(test_shm_key),
 		cmocka_unit_test(test_required_key),
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_many_roots),

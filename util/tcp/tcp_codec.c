@@ -248,6 +248,35 @@ int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
 	return 0;
 }
 
+int tcp_parse_shm_msg(const void *buf, size_t len, bool trunc, int nfd, uint32_t want,
+		      int want_fds, struct tcp_shm_msg *m, char *why, size_t whylen)
+{
+	if (trunc) {
+		snprintf(why, whylen, "oversized side-channel message");
+		return -EPROTO;
+	}
+	if (len != TCP_SHM_MSG) {
+		snprintf(why, whylen, "malformed side-channel message (%zu bytes)", len);
+		return -EPROTO;
+	}
+	memcpy(m, buf, sizeof(*m));
+	if (m->magic != want) {
+		snprintf(why, whylen, "unexpected side-channel message 0x%08" PRIx32,
+			 m->magic);
+		return -EPROTO;
+	}
+	if (m->log2 != TCP_SHM_LOG2) {
+		snprintf(why, whylen, "ring size 2^%" PRIu32 " offered, we use 2^%u",
+			 m->log2, TCP_SHM_LOG2);
+		return -EPROTO;
+	}
+	if (nfd != want_fds) {
+		snprintf(why, whylen, "%d descriptors with a side-channel message", nfd);
+		return -EPROTO;
+	}
+	return 0;
+}
+
 int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
 	uint64_t n = 0;

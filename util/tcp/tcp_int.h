@@ -238,6 +238,10 @@ _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 
 struct tcp_peer;
 struct tcp_shm;
+/* kind, then each end: length and bytes (AF_UNIX: sun_path, <= 108) */
+#define TW_SHM_BIND_MAX (1 + 2 * (1 + 108))
+#define TW_SHM_KEY_MAX (8 + 32)
+#define TW_SHM_EXPORT_LABEL "EXPORTER-zap-shm"
 
 /*
  * A send's frame, on the sending thread's stack (tcp_txq.c). The state is
@@ -294,6 +298,14 @@ struct tcp_conn {
 	int why;                /* enum zap_close_reason: set by tw_conn_kill()
 				 * (mu); in a handshake, a refusal's kind */
 	struct tcp_shm *_Atomic shm; /* set once, see "Shared memory" above */
+	/* tcp_shm.c: the connection as both ends see it (WIRE.md, "Same
+	 * host"), which the upgrade's proofs cover; set before it is shared */
+	unsigned char shm_bind[TW_SHM_BIND_MAX];
+	unsigned char shm_bind_len;
+	/* ... and the key of its proofs: the nonce, and under TLS the
+	 * exporter's secret (only the two ends have either) */
+	unsigned char shm_key[TW_SHM_KEY_MAX];
+	unsigned char shm_key_len;
 
 	/* mu: hot (in the leader's poll set, on w->hot) or cold (in w->epfd);
 	 * see "Readiness" above */
@@ -849,6 +861,7 @@ struct tcp_shm_pend;
 int tw_shm_open(struct tcp_wire *w);
 void tw_shm_close(struct tcp_wire *w);
 void tw_shm_free(struct tcp_shm *s);
+void tw_shm_bind(struct tcp_conn *c);
 void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 		 struct zap_ctx *ctx);
 size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);

@@ -12,21 +12,23 @@
  *    its instance id, "@zap-shm-<id hex>". Abstract names belong to the
  *    network namespace, so only a process of this host (and namespace)
  *    reaches it, and the listener's credentials say who it is.
- *  - D connects to the name of the id in A's HELLO, checks the listener's
- *    SO_PEERCRED against the policy (ZAP_SHM), and sends a request: its
- *    connection nonce, which binds the request to this connection (only
- *    D and A know it; under TLS it travelled encrypted), the ring size,
- *    and a sealed memfd holding D's tx ring.
- *  - A's handshake thread checks the side channel's credentials, the
- *    memfd (a regular file, sealed against shrinking and growing, exactly
- *    the agreed size), maps it as its rx ring, finds the accepted
- *    connection by the nonce, installs the rings there and answers with
- *    its own sealed memfd. D checks and maps that the same way, installs,
- *    and confirms. The side channel then stays open, for wake-ups (one
- *    byte, sent with MSG_DONTWAIT: the peer's socket buffer is never ours
- *    to block on) and as a second signal of the peer's end.
+ *  - D connects to the name of the id in A's HELLO and checks the
+ *    listener's SO_PEERCRED against the policy (ZAP_SHM); A checks D's.
+ *    Whoever holds that name need not be A (issue #35: the id is in every
+ *    HELLO, and the name is free where A does not listen), so each side
+ *    proves it holds its end of this connection: an HMAC keyed with the
+ *    connection nonce (it only ever travelled over the connection; under
+ *    TLS with the session's exporter too) over both challenges and the
+ *    connection's ends as both see them (a relay's two connections
+ *    differ). A challenges (ZSH2), D proves (ZSQ2), A finds the
+ *    connection by the proof and proves back with its sealed memfd (ZSA2),
+ *    D checks that, maps it and sends its own (ZSR2), A maps it, installs
+ *    the pair and confirms (ZSC2), and D installs. No ring crosses before
+ *    the other side's proof. The side channel then stays open, for
+ *    wake-ups (one byte, sent with MSG_DONTWAIT: the peer's socket buffer
+ *    is never ours to block on) and as a second signal of the peer's end.
  *  - Each direction switches on its own: the side that may send into its
- *    ring (D at once, A once the confirmation says D mapped it) writes a
+ *    ring (A once it installed, D once it read the confirmation) writes a
  *    TCP_T_SHM frame on the connection and then puts every frame into the
  *    ring. The receiver reads the ring only after that frame, so the
  *    messages before it (on the connection) come first: order holds.
@@ -43,37 +45,46 @@
  */
 #include "tcp_int.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#define SHM_REQ 0x5a535131u  /* "ZSQ1": D's request, with its memfd */
-#define SHM_ANS 0x5a534131u  /* "ZSA1": A's answer, with its memfd */
-#define SHM_DONE 0x5a534331u /* "ZSC1": D mapped A's ring */
 #define SHM_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
-/* The side channel's messages: one datagram each. */
-struct shm_msg {
-	uint32_t magic;
-	uint32_t log2; /* ring size, both directions */
-	uint64_t nonce;
-};
+_Static_assert(sizeof(struct tcp_shm_msg) == TCP_SHM_MSG, "the datagram's layout");
 
-/* A side channel accepted, waiting for its request (accept thread). */
+/* A side channel accepted, being set up (accept thread). */
 struct tcp_shm_pend {
 	struct tcp_shm_pend *next;
 	int fd;
 	uint64_t deadline_ms;
+	int stage;              /* 0: challenged, waiting for the request;
+				  * 1: answered, waiting for the dialer's ring */
+	unsigned char chal[32]; /* our challenge */
+	unsigned char cd[32];   /* the dialer's */
+	struct tcp_conn *conn;  /* 1: the connection proven (checked again,
+				  * with its nonce, under mu before use) */
+	uint64_t nonce, rid;
+	unsigned char bind[TW_SHM_BIND_MAX], key[TW_SHM_KEY_MAX];
+	unsigned char bind_len, key_len;
+	void *tx_map; /* 1: our ring, announced */
+	struct zshm_tx tx;
 };
 
 /* ---- policy ------------------------------------------------------------- */
@@ -271,11 +282,123 @@ fail:
 	return NULL;
 }
 
+/* ---- proofs ------------------------------------------------------------- */
+
+/* One end of @c's socket, canonical: 16 bytes of IPv6 address (IPv4
+ * mapped) and the port, big-endian; or a Unix address's sun_path bytes
+ * (none for an unnamed socket). Appends length and bytes at @p. */
+static size_t bind_end(const struct sockaddr_storage *ss, socklen_t sl, unsigned char *p)
+{
+	if (ss->ss_family == AF_INET && sl >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+		p[0] = 18;
+		memset(p + 1, 0, 10);
+		p[11] = p[12] = 0xff;
+		memcpy(p + 13, &a->sin_addr, 4);
+		memcpy(p + 17, &a->sin_port, 2); /* network order already */
+		return 19;
+	}
+	if (ss->ss_family == AF_INET6 && sl >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+		p[0] = 18;
+		memcpy(p + 1, &a->sin6_addr, 16);
+		memcpy(p + 17, &a->sin6_port, 2);
+		return 19;
+	}
+	size_t n = sl > offsetof(struct sockaddr_un, sun_path)
+			   ? sl - offsetof(struct sockaddr_un, sun_path)
+			   : 0;
+	if (n > 108)
+		n = 108;
+	p[0] = (unsigned char)n;
+	memcpy(p + 1, ((const struct sockaddr_un *)ss)->sun_path, n);
+	return 1 + n;
+}
+
+static void be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+/*
+ * @c as both of its ends see it: the kind (4: TCP, 1: Unix), the dialer's
+ * end, the acceptor's end. A relay in the middle (the splice: X answers
+ * D's HELLO with Z's instance id and dials Z with D's nonce) has two
+ * connections, whose ends differ, so a proof for one fails on the other.
+ * And the proofs' key: the nonce (8 bytes, big-endian), then under TLS
+ * 32 bytes of the exporter (TW_SHM_EXPORT_LABEL): 64 bits of nonce are
+ * what a plaintext connection has, TLS gives both ends a full secret that
+ * no observer of a plaintext nonce (nor a peer of another connection)
+ * has. Left empty (no upgrade) when the socket or TLS cannot say. Before
+ * @c is shared: the exporter reads its TLS state.
+ */
+void tw_shm_bind(struct tcp_conn *c)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t ml = sizeof(me), pl = sizeof(peer);
+	unsigned char *p = c->shm_bind;
+
+	c->shm_bind_len = 0;
+	c->shm_key_len = 8;
+	be64(c->shm_key, c->nonce);
+	if (c->tls) {
+		if (ztls_conn_export(c->tls, TW_SHM_EXPORT_LABEL, c->shm_key + 8, 32))
+			return;
+		c->shm_key_len += 32;
+	}
+	memset(&me, 0, sizeof(me));
+	memset(&peer, 0, sizeof(peer));
+	if (getsockname(c->fd, (struct sockaddr *)&me, &ml) < 0 ||
+	    getpeername(c->fd, (struct sockaddr *)&peer, &pl) < 0)
+		return;
+	size_t n = 1;
+	p[0] = me.ss_family == AF_UNIX ? 1 : 4;
+	n += bind_end(c->dialed ? &me : &peer, c->dialed ? ml : pl, p + n);
+	n += bind_end(c->dialed ? &peer : &me, c->dialed ? pl : ml, p + n);
+	c->shm_bind_len = (unsigned char)n;
+}
+
+/*
+ * The proof of one side (@magic: TCP_SHM_REQ for the dialer's,
+ * TCP_SHM_ANS for the acceptor's, so that neither can be reflected):
+ * HMAC-SHA256 keyed with @key (tw_shm_bind(): it travelled only over the
+ * connection, or came from its TLS session), over the magic, both
+ * instance ids, both challenges (fresh from each side: no replay) and the
+ * binding.
+ */
+static bool shm_proof(uint32_t magic, const unsigned char *key, size_t key_len,
+		      uint64_t did, uint64_t aid, const unsigned char *cd,
+		      const unsigned char *ca, const unsigned char *bind, size_t bind_len,
+		      unsigned char out[32])
+{
+	unsigned char m[4 + 16 + 64 + TW_SHM_BIND_MAX];
+	unsigned int ol = 0;
+
+	m[0] = (unsigned char)(magic >> 24);
+	m[1] = (unsigned char)(magic >> 16);
+	m[2] = (unsigned char)(magic >> 8);
+	m[3] = (unsigned char)magic;
+	be64(m + 4, did);
+	be64(m + 12, aid);
+	memcpy(m + 20, cd, 32);
+	memcpy(m + 52, ca, 32);
+	memcpy(m + 84, bind, bind_len);
+	return HMAC(EVP_sha256(), key, (int)key_len, m, 84 + bind_len, out, &ol) &&
+	       ol == 32;
+}
+
+static bool fresh(unsigned char out[32])
+{
+	return getrandom(out, 32, 0) == 32;
+}
+
 /* ---- the side channel's messages ---------------------------------------- */
 
-static int side_send(int fd, uint32_t magic, uint64_t nonce, int pass_fd)
+static int side_send(int fd, uint32_t magic, const unsigned char *a,
+		     const unsigned char *b, int pass_fd)
 {
-	struct shm_msg m = { .magic = magic, .log2 = TCP_SHM_LOG2, .nonce = nonce };
+	struct tcp_shm_msg m = { .magic = magic, .log2 = TCP_SHM_LOG2 };
 	struct iovec iov = { &m, sizeof(m) };
 	union {
 		struct cmsghdr h;
@@ -283,6 +406,10 @@ static int side_send(int fd, uint32_t magic, uint64_t nonce, int pass_fd)
 	} u;
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 
+	if (a)
+		memcpy(m.a, a, 32);
+	if (b)
+		memcpy(m.b, b, 32);
 	if (pass_fd >= 0) {
 		memset(&u, 0, sizeof(u));
 		mh.msg_control = u.b;
@@ -299,13 +426,14 @@ static int side_send(int fd, uint32_t magic, uint64_t nonce, int pass_fd)
 
 /*
  * Read one message of @magic with exactly one descriptor (*@got), or none
- * when @got is NULL. Any other descriptor that came is closed. 0, -EAGAIN,
- * or -EPROTO / -errno with @why.
+ * when @got is NULL (tcp_parse_shm_msg()). Any other descriptor that came
+ * is closed. 0, -EAGAIN, or -EPROTO / -errno with @why.
  */
-static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *why,
+static int side_recv(int fd, uint32_t magic, struct tcp_shm_msg *m, int *got, char *why,
 		     size_t whylen)
 {
-	struct iovec iov = { m, sizeof(*m) };
+	unsigned char buf[TCP_SHM_MSG + 1];
+	struct iovec iov = { buf, sizeof(buf) };
 	union {
 		struct cmsghdr h;
 		char b[CMSG_SPACE(4 * sizeof(int))];
@@ -335,17 +463,10 @@ static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *
 	int rc = 0;
 	if (k == 0)
 		snprintf(why, whylen, "the peer closed the side channel"), rc = -EPIPE;
-	else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
-		snprintf(why, whylen, "oversized side-channel message"), rc = -EPROTO;
-	else if (k != (ssize_t)sizeof(*m) || m->magic != magic)
-		snprintf(why, whylen, "malformed side-channel message"), rc = -EPROTO;
-	else if (m->log2 != TCP_SHM_LOG2)
-		snprintf(why, whylen, "ring size 2^%" PRIu32 " offered, we use 2^%u",
-			 m->log2, TCP_SHM_LOG2),
-			rc = -EPROTO;
-	else if (nfd != (got ? 1 : 0))
-		snprintf(why, whylen, "%d descriptors with a side-channel message", nfd),
-			rc = -EPROTO;
+	else
+		rc = tcp_parse_shm_msg(buf, (size_t)k,
+				       (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0,
+				       nfd, magic, got ? 1 : 0, m, why, whylen);
 	for (int i = 0; i < nfd; i++) {
 		if (!rc && got)
 			*got = fds[i];
@@ -357,22 +478,47 @@ static int side_recv(int fd, uint32_t magic, struct shm_msg *m, int *got, char *
 
 /* ---- the dialer --------------------------------------------------------- */
 
+/* Wait for the next message (side_recv()) until @deadline_ms. */
+static int side_wait(struct tcp_wire *w, int fd, uint32_t magic, struct tcp_shm_msg *m,
+		     int *got, uint64_t deadline_ms, struct zap_ctx *ctx, char *why,
+		     size_t whylen)
+{
+	for (;;) {
+		uint64_t now = now_ms();
+		int r = now < deadline_ms
+				? tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline_ms - now))
+				: -ETIMEDOUT;
+		if (r) {
+			snprintf(why, whylen, "no answer on the side channel: %s",
+				 strerror(-r));
+			return r;
+		}
+		r = side_recv(fd, magic, m, got, why, whylen);
+		if (r != -EAGAIN)
+			return r;
+	}
+}
+
 /*
  * Try the upgrade on @c, which we dialed and whose HELLO exchange is done
  * (not yet registered: nothing else sees it). Best effort: on any failure
  * @c stays as it is, and the reason is logged at DEBUG. Waits for the
- * answer at most TCP_SHM_HS_MS, and never past the ctx.
+ * acceptor at most TCP_SHM_HS_MS, and never past the ctx.
+ *
+ * Whoever holds the name "@zap-shm-<the id the peer's HELLO gave>" may be
+ * anybody's process (a squatter, when the real peer is remote, in another
+ * namespace or has ZAP_SHM=off), so nothing of ours crosses the side
+ * channel before it proved that it holds the other end of @c: our proof
+ * goes only to a challenge, and our ring only after its proof.
  */
 void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 		 struct zap_ctx *ctx)
 {
 	struct sockaddr_un sun;
 	struct tcp_shm *s = NULL;
-	struct shm_msg m;
-	struct zshm_tx tx;
+	struct tcp_shm_msg m;
+	unsigned char cd[32], ca[32], mac[32];
 	char why[200] = "";
-	void *tx_map = NULL;
-	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
 	int fd = -1, txfd = -1, pfd = -1, r;
 	bool tried = false;
 
@@ -391,51 +537,67 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	tried = true; /* from here on a failure is a refused upgrade */
 	if (!peer_allowed(w, fd, why, sizeof(why)))
 		goto out;
-	txfd = region_new(len, &tx_map);
-	if (txfd < 0) {
-		snprintf(why, sizeof(why), "memfd: %s", strerror(-txfd));
-		tx_map = NULL;
-		goto out;
-	}
-	/* Laid out before the peer can see it. */
-	zshm_tx_init(&tx, tx_map, TCP_SHM_LOG2);
-	r = side_send(fd, SHM_REQ, c->nonce, txfd);
-	if (r) {
-		snprintf(why, sizeof(why), "side channel: %s", strerror(-r));
-		goto out;
-	}
-	for (;;) {
-		uint64_t now = now_ms();
-		r = now < deadline_ms
-			    ? tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline_ms - now))
-			    : -ETIMEDOUT;
-		if (r) {
-			snprintf(why, sizeof(why), "no answer on the side channel: %s",
-				 strerror(-r));
+	/* A Unix path can be taken over (unlink, bind) by a relay that
+	 * already holds a connection to it: there the listener of the side
+	 * channel must also be the process that accepted us. */
+	if (c->local) {
+		struct ucred a, b;
+		char who[72];
+		if (!tw_peer_cred(c->fd, &a, who, sizeof(who)) ||
+		    !tw_peer_cred(fd, &b, who, sizeof(who)) || a.pid != b.pid) {
+			snprintf(why, sizeof(why),
+				 "the side channel's listener is not the process that "
+				 "accepted the connection");
 			goto out;
 		}
-		r = side_recv(fd, SHM_ANS, &m, &pfd, why, sizeof(why));
-		if (r != -EAGAIN)
-			break;
 	}
+	tw_shm_bind(c);
+	if (!c->shm_bind_len || !fresh(cd)) {
+		snprintf(why, sizeof(why), "cannot name the connection's ends");
+		goto out;
+	}
+	/* Its challenge, then ours with our proof. */
+	r = side_wait(w, fd, TCP_SHM_CHAL, &m, NULL, deadline_ms, ctx, why, sizeof(why));
 	if (r)
 		goto out;
-	if (m.nonce != c->nonce) {
-		snprintf(why, sizeof(why), "the answer is for another connection");
+	memcpy(ca, m.a, 32);
+	if (!shm_proof(TCP_SHM_REQ, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
+		       c->shm_bind, c->shm_bind_len, mac)) {
+		snprintf(why, sizeof(why), "HMAC failed");
 		goto out;
 	}
-	s = shm_new(w, pfd, &tx, NULL, why, sizeof(why));
-	if (!s)
-		goto out;
-	tx_map = NULL; /* the pair's now */
-	r = side_send(fd, SHM_DONE, c->nonce, -1);
+	r = side_send(fd, TCP_SHM_REQ, cd, mac, -1);
 	if (r) {
 		snprintf(why, sizeof(why), "side channel: %s", strerror(-r));
 		goto out;
 	}
+	/* Its proof, with its ring: checked before we map anything. */
+	r = side_wait(w, fd, TCP_SHM_ANS, &m, &pfd, deadline_ms, ctx, why, sizeof(why));
+	if (r)
+		goto out;
+	if (!shm_proof(TCP_SHM_ANS, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
+		       c->shm_bind, c->shm_bind_len, mac) ||
+	    CRYPTO_memcmp(mac, m.a, 32)) {
+		snprintf(why, sizeof(why),
+			 "the side channel's listener does not hold the other end of this "
+			 "connection (a process squatting the peer's name, or a relay)");
+		goto out;
+	}
+	s = shm_new(w, pfd, NULL, &txfd, why, sizeof(why));
+	if (!s)
+		goto out;
+	r = side_send(fd, TCP_SHM_RING, NULL, NULL, txfd);
+	if (r) {
+		snprintf(why, sizeof(why), "side channel: %s", strerror(-r));
+		goto out;
+	}
+	/* The acceptor installed the pair: our SHM frame finds its rings. */
+	r = side_wait(w, fd, TCP_SHM_DONE, &m, NULL, deadline_ms, ctx, why, sizeof(why));
+	if (r)
+		goto out;
 	s->sock = fd;
 	fd = -1;
-	s->tx_ready = true; /* the peer mapped our ring before it answered */
+	s->tx_ready = true; /* the peer mapped our ring before it confirmed */
 	/* Version 3: whole messages may come between a large one's parts. */
 	s->rx.interleave = c->ver >= 3;
 	atomic_store(&c->shm, s);
@@ -450,8 +612,6 @@ out:
 	if (why[0] && tried)
 		tw_count(&w->st_shm_refused, 1);
 	tw_shm_free(s);
-	if (tx_map)
-		munmap(tx_map, len);
 	if (txfd >= 0)
 		close(txfd);
 	if (pfd >= 0)
@@ -472,6 +632,8 @@ static void pend_drop(struct tcp_wire *w, struct tcp_shm_pend *p, bool close_fd)
 	w->nshm_pend--;
 	if (close_fd)
 		close(p->fd);
+	if (p->tx_map)
+		munmap(p->tx_map, zshm_region_bytes(TCP_SHM_LOG2));
 	free(p);
 }
 
@@ -490,76 +652,198 @@ size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_
 	return n;
 }
 
-/* The accepted connection a request's nonce names, if it may take rings
- * (mu held). */
-static struct tcp_conn *conn_by_nonce(struct tcp_wire *w, uint64_t nonce)
+/* Whether accepted @c may take rings (mu held). */
+static bool conn_open_for_rings(struct tcp_conn *c)
 {
-	for (struct tcp_conn *c = w->conns; c; c = c->next)
-		if (!c->dialed && c->nonce == nonce && !c->dead && !c->rx_eof &&
-		    !c->retiring && !atomic_load(&c->shm))
-			return c;
-	return NULL;
+	return !c->dialed && !c->dead && !c->rx_eof && !c->retiring &&
+	       !atomic_load(&c->shm) && c->shm_bind_len;
 }
 
-/* A request arrived on @p: set up, install, answer. Logs why not. */
-static void pend_request(struct tcp_wire *w, struct tcp_shm_pend *p)
-{
-	struct shm_msg m;
-	char why[200] = "";
-	int pfd = -1, ours = -1;
-	struct tcp_shm *s = NULL;
+/* A candidate for a request's proof, copied under mu. */
+struct shm_cand {
+	struct tcp_conn *c;
+	uint64_t nonce, rid;
+	unsigned char bind[TW_SHM_BIND_MAX], key[TW_SHM_KEY_MAX];
+	unsigned char bind_len, key_len;
+};
 
-	int r = side_recv(p->fd, SHM_REQ, &m, &pfd, why, sizeof(why));
-	if (r == -EAGAIN)
-		return;
+/*
+ * The request on @p: which connection of ours its proof is for. The
+ * proof names none (it would reveal what it proves), so every accepted
+ * connection without rings is tried: HMACs outside mu, on copies. NULL
+ * when none; else the connection, *@nonce, *@rid.
+ */
+static struct tcp_conn *conn_by_proof(struct tcp_wire *w, struct tcp_shm_pend *p,
+				      const unsigned char *cd, const unsigned char *mac,
+				      uint64_t *nonce, uint64_t *rid)
+{
+	struct shm_cand *cand = NULL;
+	size_t n = 0, cap = 0;
+	struct tcp_conn *hit = NULL;
+
+	tw_lock(w);
+	for (struct tcp_conn *c = w->conns; c; c = c->next)
+		if (conn_open_for_rings(c))
+			cap++;
+	cand = cap ? calloc(cap, sizeof(*cand)) : NULL;
+	for (struct tcp_conn *c = w->conns; cand && c && n < cap; c = c->next)
+		if (conn_open_for_rings(c)) {
+			cand[n] = (struct shm_cand){ .c = c,
+						     .nonce = c->nonce,
+						     .rid = c->rid,
+						     .bind_len = c->shm_bind_len,
+						     .key_len = c->shm_key_len };
+			memcpy(cand[n].bind, c->shm_bind, c->shm_bind_len);
+			memcpy(cand[n].key, c->shm_key, c->shm_key_len);
+			n++;
+		}
+	tw_unlock(w);
+	for (size_t i = 0; i < n && !hit; i++) {
+		unsigned char want[32];
+		if (shm_proof(TCP_SHM_REQ, cand[i].key, cand[i].key_len, cand[i].rid,
+			      w->id, cd, p->chal, cand[i].bind, cand[i].bind_len, want) &&
+		    !CRYPTO_memcmp(want, mac, 32)) {
+			hit = cand[i].c;
+			*nonce = cand[i].nonce;
+			*rid = cand[i].rid;
+			p->bind_len = cand[i].bind_len;
+			memcpy(p->bind, cand[i].bind, cand[i].bind_len);
+			p->key_len = cand[i].key_len;
+			memcpy(p->key, cand[i].key, cand[i].key_len);
+		}
+	}
+	free(cand);
+	return hit;
+}
+
+/* Whether @c is still a connection of ours, the one with @nonce, and may
+ * take rings (mu held): it may have ended since the proof. */
+static bool conn_still(struct tcp_wire *w, struct tcp_conn *c, uint64_t nonce)
+{
+	for (struct tcp_conn *x = w->conns; x; x = x->next)
+		if (x == c)
+			return c->nonce == nonce && conn_open_for_rings(c);
+	return false;
+}
+
+/* The dialer's challenge and proof on @p: find the connection, answer
+ * with our proof and our ring. 0, or -errno with @why. */
+static int pend_request(struct tcp_wire *w, struct tcp_shm_pend *p, char *why,
+			size_t whylen)
+{
+	struct tcp_shm_msg m;
+	unsigned char mac[32];
+	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
+
+	int r = side_recv(p->fd, TCP_SHM_REQ, &m, NULL, why, whylen);
 	if (r)
-		goto out;
+		return r;
+	memcpy(p->cd, m.a, 32);
+	p->conn = conn_by_proof(w, p, m.a, m.b, &p->nonce, &p->rid);
+	if (!p->conn) {
+		snprintf(why, whylen,
+			 "its proof is for no connection of ours (a stranger, or a relay)");
+		return -EACCES;
+	}
+	if (atomic_load(&w->nshm) >= TCP_SHM_MAX) {
+		snprintf(why, whylen, "%u connections already use shared memory",
+			 TCP_SHM_MAX);
+		return -ENOSPC;
+	}
+	if (!shm_proof(TCP_SHM_ANS, p->key, p->key_len, p->rid, w->id, p->cd, p->chal,
+		       p->bind, p->bind_len, mac)) {
+		snprintf(why, whylen, "HMAC failed");
+		return -EIO;
+	}
+	int txfd = region_new(len, &p->tx_map);
+	if (txfd < 0) {
+		p->tx_map = NULL;
+		snprintf(why, whylen, "memfd: %s", strerror(-txfd));
+		return txfd;
+	}
+	/* Laid out before the peer can see it. */
+	zshm_tx_init(&p->tx, p->tx_map, TCP_SHM_LOG2);
+	r = side_send(p->fd, TCP_SHM_ANS, mac, NULL, txfd);
+	close(txfd); /* the mapping stays */
+	if (r) {
+		snprintf(why, whylen, "side channel: %s", strerror(-r));
+		return r;
+	}
+	p->stage = 1;
+	return 0;
+}
+
+/* The dialer's ring on @p (its proof checked): map it, install the pair
+ * on the connection, confirm. 0, or -errno with @why. */
+static int pend_ring(struct tcp_wire *w, struct tcp_shm_pend *p, char *why, size_t whylen)
+{
+	struct tcp_shm_msg m;
+	int pfd = -1;
+
+	int r = side_recv(p->fd, TCP_SHM_RING, &m, &pfd, why, whylen);
+	if (r)
+		return r;
 	/* Everything that can fail before the connection is touched, so
 	 * that installing is a pointer store under mu. */
-	s = shm_new(w, pfd, NULL, &ours, why, sizeof(why));
+	struct tcp_shm *s = shm_new(w, pfd, &p->tx, NULL, why, whylen);
+	close(pfd);
 	if (!s)
-		goto out;
+		return -EPROTO;
+	p->tx_map = NULL; /* the pair's now */
 	s->sock = p->fd;
+	/* The dialer mapped our ring before it sent its own, and switches
+	 * when it reads our confirmation: our direction may switch now. */
+	s->tx_ready = true;
 	tw_lock(w);
-	struct tcp_conn *c = conn_by_nonce(w, m.nonce);
-	if (c) {
+	struct tcp_conn *c = p->conn;
+	bool ok = conn_still(w, c, p->nonce);
+	if (ok) {
 		/* Version 3: whole messages may come between a large one's parts. */
 		s->rx.interleave = c->ver >= 3;
 		atomic_store(&c->shm, s);
 		/* Its ring and side channel are read every round: the
 		 * leader must poll it itself from now on. */
 		tw_conn_heat(w, c);
+		tw_count(&w->st_shm_up, 1);
+		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "%s: messages go through shared memory", c->raddr);
+		/* Before the leader may read the side channel: the
+		 * dialer's SHM frame follows it, and finds the rings. */
+		r = side_send(p->fd, TCP_SHM_DONE, NULL, NULL, -1);
 		if (w->leader)
 			tw_kick(w);
 	}
 	tw_unlock(w);
-	if (!c) {
+	if (!ok) {
 		s->sock = -1;
-		snprintf(why, sizeof(why), "no connection of ours has that nonce");
-		goto out;
+		tw_shm_free(s);
+		snprintf(why, whylen, "the connection ended meanwhile");
+		return -ENOTCONN;
 	}
-	/* The descriptor is the connection's now; tx_ready waits for the
-	 * peer's SHM_DONE, which the leader reads (tw_shm_side()). */
-	r = side_send(p->fd, SHM_ANS, m.nonce, ours);
-	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: %s", c->raddr,
-		     r ? "cannot answer on the side channel"
-		       : "shared memory offered; switching when confirmed");
-	s = NULL;
-	pend_drop(w, p, false);
-	p = NULL;
-out:
-	if (why[0]) {
-		w->host->log(ZAP_LOG_DEBUG, w->dom,
-			     "refusing a shared-memory request: %s", why);
-		tw_count(&w->st_shm_refused, 1);
+	if (r) /* the dialer stays on the connection; the side channel's end
+		* tells our leader it is gone */
+		w->host->log(ZAP_LOG_DEBUG, w->dom, "cannot confirm on the side channel");
+	return 1; /* the descriptor is the connection's now */
+}
+
+/* Input on @p: the step its stage waits for. Logs a refusal. */
+static void pend_input(struct tcp_wire *w, struct tcp_shm_pend *p)
+{
+	char why[200] = "";
+	int r = p->stage ? pend_ring(w, p, why, sizeof(why))
+			 : pend_request(w, p, why, sizeof(why));
+
+	if (r == -EAGAIN || r == 0)
+		return;
+	if (r == 1) {
+		pend_drop(w, p, false);
+		return;
 	}
-	tw_shm_free(s);
-	if (ours >= 0)
-		close(ours);
-	if (pfd >= 0)
-		close(pfd);
-	if (p)
-		pend_drop(w, p, true);
+	w->host->log(ZAP_LOG_DEBUG, w->dom, "refusing a shared-memory request: %s",
+		     why[0] ? why : strerror(-r));
+	tw_count(&w->st_shm_refused, 1);
+	pend_drop(w, p, true);
 }
 
 void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
@@ -574,7 +858,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 	for (struct tcp_shm_pend *p = w->shm_pend, *next; p && i < n; p = next, i++) {
 		next = p->next;
 		if (pfd[i].revents)
-			pend_request(w, p);
+			pend_input(w, p);
 		else if (p->deadline_ms <= now)
 			pend_drop(w, p, true);
 	}
@@ -599,7 +883,12 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 			pend_drop(w, old, true);
 		}
 		struct tcp_shm_pend *p = calloc(1, sizeof(*p));
-		if (!p) {
+		/* Our challenge first: the dialer's proof covers it, so a
+		 * proof seen once (by a squatter of our name, say) is
+		 * worth nothing here later. */
+		if (!p || !fresh(p->chal) ||
+		    side_send(fd, TCP_SHM_CHAL, p->chal, NULL, -1)) {
+			free(p);
 			close(fd);
 			continue;
 		}
@@ -614,9 +903,8 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 /* ---- after the set-up --------------------------------------------------- */
 
 /*
- * Read what came on @c's side channel (mu held): wake-ups, the dialer's
- * confirmation (our direction may switch), or its end. Whether anything a
- * waiter may wait for changed.
+ * Read what came on @c's side channel (mu held): wake-ups, or its end.
+ * Whether anything a waiter may wait for changed.
  */
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 {
@@ -629,8 +917,8 @@ bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 	/* Bounded: a peer that floods wake-ups gets them read a batch a
 	 * round, like any other input. */
 	for (int i = 0; i < 64; i++) {
-		struct shm_msg m;
-		ssize_t k = recv(s->sock, &m, sizeof(m), MSG_DONTWAIT);
+		char m[16];
+		ssize_t k = recv(s->sock, m, sizeof(m), MSG_DONTWAIT);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && errno == EAGAIN)
@@ -641,14 +929,6 @@ bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 			w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: side channel closed",
 				     c->raddr);
 			break;
-		}
-		if (k == (ssize_t)sizeof(m) && m.magic == SHM_DONE && !c->dialed &&
-		    m.nonce == c->nonce && !s->tx_ready) {
-			s->tx_ready = true;
-			tw_count(&w->st_shm_up, 1);
-			tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
-			w->host->log(ZAP_LOG_DEBUG, w->dom,
-				     "%s: messages go through shared memory", c->raddr);
 		}
 	}
 	return changed;

@@ -214,6 +214,30 @@ int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, sockle
 int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
 			 size_t len, char *why, size_t whylen);
 
+/*
+ * The same-host upgrade's side-channel messages (WIRE.md, "Same host"):
+ * one SOCK_SEQPACKET datagram of TCP_SHM_MSG bytes each, native byte
+ * order: magic, log2 of the ring size, two 32-byte fields (challenges and
+ * HMAC-SHA256 proofs; zero where a message has none).
+ */
+#define TCP_SHM_MSG 72
+#define TCP_SHM_CHAL 0x5a534832u /* "ZSH2": acceptor's challenge */
+#define TCP_SHM_REQ 0x5a535132u  /* "ZSQ2": dialer's challenge and proof */
+#define TCP_SHM_ANS 0x5a534132u  /* "ZSA2": acceptor's proof, its ring */
+#define TCP_SHM_RING 0x5a535232u /* "ZSR2": the dialer's ring */
+#define TCP_SHM_DONE 0x5a534332u /* "ZSC2": installed, switch */
+struct tcp_shm_msg {
+	uint32_t magic, log2;
+	unsigned char a[32], b[32];
+};
+
+/* Check a side-channel datagram: @len bytes at @buf, @trunc when the
+ * kernel cut it or its control block, @nfd descriptors with it; expected:
+ * magic @want, the ring size TCP_SHM_LOG2 and @want_fds descriptors. 0
+ * and *@m, or -EPROTO with @why. */
+int tcp_parse_shm_msg(const void *buf, size_t len, bool trunc, int nfd, uint32_t want,
+		      int want_fds, struct tcp_shm_msg *m, char *why, size_t whylen);
+
 /* Plain decimal in [@min, @max] (the wire's environment limits). 0 or
  * -EINVAL. */
 int tcp_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);

@@ -492,6 +492,15 @@ bool ztls_conn_ktls_send(const struct ztls_conn *c)
 	return BIO_get_ktls_send(SSL_get_wbio(c->ssl)) > 0;
 }
 
+int ztls_conn_export(struct ztls_conn *c, const char *label, unsigned char *out,
+		     size_t len)
+{
+	return SSL_export_keying_material(c->ssl, out, len, label, strlen(label), NULL, 0,
+					  0) == 1
+		       ? 0
+		       : -EIO;
+}
+
 bool ztls_conn_ktls_recv(const struct ztls_conn *c)
 {
 	return BIO_get_ktls_recv(SSL_get_rbio(c->ssl)) > 0;

@@ -218,6 +218,11 @@ const char *ztls_conn_peer_fp(const struct ztls_conn *c);
 const char *ztls_conn_cipher(const struct ztls_conn *c);
 /* Whether the kernel encrypts (send) / decrypts (recv) this connection. */
 bool ztls_conn_ktls_send(const struct ztls_conn *c);
+/* The TLS 1.3 exporter (RFC 8446 7.5) for @label, no context: @len bytes
+ * that both ends of this connection, and nobody else, can compute. After
+ * the handshake completed; 0, or -EIO. */
+int ztls_conn_export(struct ztls_conn *c, const char *label, unsigned char *out,
+		     size_t len);
 bool ztls_conn_ktls_recv(const struct ztls_conn *c);
 
 #endif /* ZAP_TLS_H */

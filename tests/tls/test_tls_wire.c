@@ -997,6 +997,57 @@ static void test_concurrent(void **state)
 	zap_close(b);
 }
 
+/*
+ * TLS handshakes under way are capped (TCP_TLS_PENDING_MAX, 256: each
+ * holds a TLS session): 300 connections that connect and say nothing, to
+ * an endpoint whose handshake limit is 10 minutes. The endpoint sheds the
+ * oldest (at least 44 of them closed), and a well-behaved peer is still
+ * served beside the 256 left. Before the cap all 300 were held (up to
+ * ZAP_TCP_MAX_PENDING, 4096, about 54 KiB each once a ClientHello came).
+ */
+static void test_pending_cap(void **state)
+{
+	enum { N = 300, CAP = 256 };
+	char sa[ZAP_PEER_MAX], host[64];
+	static int fd[N];
+	static bool gone[N];
+	int port, closed = 0;
+	(void)state;
+
+	setenv("ZAP_TCP_HANDSHAKE_MS", "600000", 1);
+	struct zap_transport *s = ep(&A, pins);
+	setenv("ZAP_TCP_HANDSHAKE_MS", "1000", 1);
+	addr_of(s, sa);
+	assert_int_equal(sscanf(sa, "%63[^:]:%d", host, &port), 2);
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	inet_pton(AF_INET, host, &in.sin_addr);
+	for (int i = 0; i < N; i++) {
+		fd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(fd[i] >= 0);
+		assert_int_equal(connect(fd[i], (struct sockaddr *)&in, sizeof(in)), 0);
+		gone[i] = false;
+	}
+	/* The endpoint takes them in its own time; the suite's timeout bounds
+	 * the wait (the handshake limit cannot close them meanwhile). */
+	for (unsigned k = 0; closed < N - CAP && k < zt_timeout_ms(60000) / 20; k++) {
+		for (int i = 0; i < N; i++) {
+			char b;
+			ssize_t r = gone[i] ? 1 : recv(fd[i], &b, 1, MSG_DONTWAIT);
+			if (!gone[i] && (r == 0 || (r < 0 && errno != EAGAIN))) {
+				gone[i] = true;
+				closed++;
+			}
+		}
+		zt_sleep_ms(20);
+	}
+	fprintf(stderr, "# %d of %d silent TLS connections shed\n", closed, N);
+	assert_true(closed >= N - CAP);
+	served(s, sa);
+	for (int i = 0; i < N; i++)
+		close(fd[i]);
+	zap_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1013,6 +1064,7 @@ int main(void)
 		cmocka_unit_test(test_bad_config),
 		cmocka_unit_test(test_many_roots),
 		cmocka_unit_test(test_s_client),
+		cmocka_unit_test(test_pending_cap),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,6 +24,9 @@
 #include <sys/uio.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -472,7 +475,8 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		tw_lock(w);
 		bool full = w->nconns + w->npending >= w->conn_max;
 		tw_unlock(w);
-		bool shed = w->npending >= w->pending_max;
+		bool shed = w->npending >= w->pending_max ||
+			    (w->tls && w->npending >= TCP_TLS_PENDING_MAX);
 		if ((shed || full) &&
 		    !make_room(w, shed && !full,
 			       shed && !full ? "too many connections in handshake"
@@ -537,6 +541,25 @@ static void lower_priority(struct tcp_wire *w)
 }
 
 /*
+ * After a burst of TLS handshakes (TCP_TLS_PENDING_MAX were under way at
+ * once), once none is left: hand the memory their sessions took back to
+ * the system. The C library keeps freed heap for reuse, and a flood of
+ * half-open handshakes would otherwise leave the endpoint tens of MiB
+ * larger for good (glibc: malloc_trim(); elsewhere nothing to do).
+ */
+static void give_back(struct tcp_wire *w)
+{
+	if (w->tls && w->npending >= TCP_TLS_PENDING_MAX / 4)
+		w->hs_burst = true;
+	if (!w->hs_burst || w->npending)
+		return;
+	w->hs_burst = false;
+#ifdef __GLIBC__
+	malloc_trim(0);
+#endif
+}
+
+/*
  * The accept thread: new connections, the handshakes under way (in
  * hs_epfd, so a round costs what is ready, not how many wait: a burst of
  * thousands of connects is taken in batches) and the side channels of the
@@ -592,6 +615,7 @@ void *tw_accept_main(void *arg)
 		tw_shm_accept_ready(w, pfd + shm_first, n - shm_first);
 		if (pfd[1].revents)
 			accept_ready(w, &backoff);
+		give_back(w);
 	}
 	return NULL;
 }

@@ -231,6 +231,10 @@
  * connections from epoll per round (the rest stay ready for the next). */
 #define TCP_HOT_IDLE_MS 200u
 #define TCP_EPOLL_BATCH 64u
+/* TLS handshakes under way at once (below ZAP_TCP_MAX_PENDING): each holds
+ * a TLS session, tens of KiB once its ClientHello is read, so a flood of
+ * half-open ones is bounded by this, not by the descriptor limit. */
+#define TCP_TLS_PENDING_MAX 256u
 /* How much nicer than the process the accept thread runs (tcp_handshake.c). */
 #define TCP_ACCEPT_NICE 10
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
@@ -541,6 +545,7 @@ struct tcp_wire {
 	struct tcp_conn *pending, *pending_tail;
 	size_t npending;
 	int hs_epfd;
+	bool hs_burst; /* many TLS handshakes were under way (give_back()) */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;

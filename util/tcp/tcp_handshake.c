@@ -23,11 +23,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
@@ -512,32 +510,15 @@ static void pending_ready(struct tcp_wire *w, struct tcp_conn *c)
 }
 
 /*
- * The accept thread works at a lower priority than the application's
- * threads (TCP_ACCEPT_NICE steps of nice, Linux's per-thread nice): a burst
- * of thousands of connects is then handshaken in the time the threads
- * that move messages leave free, instead of sharing a core with them as
- * an equal while an established peer waits for its reply. It is not
- * starved: the scheduler still gives it a share of a busy core (about a
- * tenth at nice 10 beside one busy thread), enough for the handshake
- * deadlines. Lowering needs no privilege; failing to is harmless.
+ * The accept thread is named, so that top -H and the tests can tell it
+ * apart. It keeps the application's priority: run nicer, it was preempted
+ * while holding w->mu during connect bursts, and the leader then waited
+ * for it (priority inversion: a round trip's p99 went from 0.6 to 3.8 ms
+ * in bench/traffic.sh's burst).
  */
-static void lower_priority(struct tcp_wire *w)
+static void name_thread(void)
 {
-	pid_t tid = (pid_t)syscall(SYS_gettid);
-	int cur;
-
-	/* Named, so that top -H and the tests can tell it apart. */
 	pthread_setname_np(pthread_self(), "zap-handshake");
-
-	errno = 0;
-	cur = getpriority(PRIO_PROCESS, (id_t)tid);
-	if (cur == -1 && errno)
-		return;
-	if (setpriority(PRIO_PROCESS, (id_t)tid,
-			cur + TCP_ACCEPT_NICE > 19 ? 19 : cur + TCP_ACCEPT_NICE))
-		w->host->log(ZAP_LOG_DEBUG, w->dom,
-			     "handshake thread keeps its priority: setpriority: %s",
-			     strerror(errno));
 }
 
 /*
@@ -572,7 +553,7 @@ void *tw_accept_main(void *arg)
 	struct epoll_event ev[TCP_EPOLL_BATCH];
 	bool backoff = false;
 
-	lower_priority(w);
+	name_thread();
 
 	while (!atomic_load(&w->shut)) {
 		size_t n = 0;

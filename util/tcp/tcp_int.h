@@ -235,8 +235,6 @@
  * a TLS session, tens of KiB once its ClientHello is read, so a flood of
  * half-open ones is bounded by this, not by the descriptor limit. */
 #define TCP_TLS_PENDING_MAX 256u
-/* How much nicer than the process the accept thread runs (tcp_handshake.c). */
-#define TCP_ACCEPT_NICE 10
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 	       "deliver() copies a key or credentials into peer_id");
 

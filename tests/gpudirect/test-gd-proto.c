@@ -783,17 +783,19 @@ static void test_progress_every_pair(void **state)
 	/* An older caller's smaller rows: only what its size covers. */
 	{
 		size_t old = offsetof(struct zap_peer_info, conn_id);
-		static unsigned char small[2][sizeof(struct zap_peer_info)];
+		/* One flat buffer: the rows are @old bytes apart in it. */
+		static _Alignas(struct zap_peer_info) unsigned char
+			small[2 * sizeof(struct zap_peer_info)];
 
 		memset(small, 0xee, sizeof(small));
-		memcpy(small[0], &old, sizeof(old)); /* as the host sets them */
-		memcpy(small[0] + old, &old, sizeof(old));
-		assert_int_equal(gd_peers_list(&t, (struct zap_peer_info *)small[0], 2), N);
-		assert_int_equal(memcmp(small[0], &old, sizeof(old)), 0);
-		assert_int_equal(memcmp(small[0] + old, &old, sizeof(old)), 0);
-		assert_string_equal((char *)small[0] + offsetof(struct zap_peer_info, path),
+		memcpy(small, &old, sizeof(old)); /* as the host sets them */
+		memcpy(small + old, &old, sizeof(old));
+		assert_int_equal(gd_peers_list(&t, (struct zap_peer_info *)small, 2), N);
+		assert_int_equal(memcmp(small, &old, sizeof(old)), 0);
+		assert_int_equal(memcmp(small + old, &old, sizeof(old)), 0);
+		assert_string_equal((char *)small + offsetof(struct zap_peer_info, path),
 				    "rdma");
-		assert_int_equal(small[0][2 * old], 0xee); /* past the second row */
+		assert_int_equal(small[2 * old], 0xee); /* past the second row */
 	}
 	gd_peers_drop_all(&t);
 	/* The pairs' traffic stays in the totals; every pair counted closed. */

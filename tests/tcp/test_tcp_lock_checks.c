@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -89,7 +90,9 @@ static void after_unlock(void)
 static void *take_and_keep(void *arg)
 {
 	tw_lock(&w);
-	*(volatile bool *)arg = true;
+	/* After the holder was noted: our reads below happen after its
+	 * writes (no data race for ThreadSanitizer to report). */
+	atomic_store((atomic_bool *)arg, true);
 	for (;;)
 		pause();
 	return NULL;
@@ -97,12 +100,12 @@ static void *take_and_keep(void *arg)
 
 static void held_by_other(void)
 {
-	volatile bool taken = false;
+	static atomic_bool taken;
 	pthread_t t;
 
-	if (pthread_create(&t, NULL, take_and_keep, (void *)&taken))
+	if (pthread_create(&t, NULL, take_and_keep, &taken))
 		_exit(3);
-	while (!taken)
+	while (!atomic_load(&taken))
 		sched_yield();
 	TW_HELD(&w);
 }

@@ -2052,6 +2052,37 @@ static pid_t echo_child(rlim_t nofile, rlim_t need, bool only_echo, char *addr)
 	return pid;
 }
 
+/*
+ * 20 echo round trips from a fresh endpoint to the echo server at @addr,
+ * each within @timeout_ms; how many came back. Each failure is
+ * printed with its reason.
+ */
+static int echoes(const char *addr, unsigned timeout_ms)
+{
+	struct zap_transport *a = ep_open();
+	int ok = 0;
+
+	for (int i = 0; i < 20; i++) {
+		struct zap_ctx *ctx;
+		struct zap_msg *m = NULL;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, (uint64_t)timeout_ms * 1000000u);
+		int rc = zap_send(a, addr, "echo", 4, ctx);
+		if (!rc)
+			rc = zap_recv(a, ctx, &m);
+		if (!rc) {
+			ok++;
+			zap_msg_release(m);
+		} else {
+			fprintf(stderr, "# echo %d: %s (%s)\n", i, zap_strerror(rc),
+				zap_last_error());
+		}
+		zap_ctx_free(ctx);
+	}
+	zap_close(a);
+	return ok;
+}
+
 static void test_idle_flood_low_nofile(void **state)
 {
 	enum { N = 300 };
@@ -2069,20 +2100,7 @@ static void test_idle_flood_low_nofile(void **state)
 		write_all(fds[i], p, hello_full(p, 0x1000 + (uint64_t)i, 7, claim));
 	}
 	usleep(1500000); /* every one of them idle longer than 1 s */
-	struct zap_transport *a = ep_open();
-	int ok = 0;
-	for (int i = 0; i < 20; i++) {
-		struct zap_ctx *ctx;
-		struct zap_msg *m = NULL;
-		assert_int_equal(zap_ctx_new(&ctx), 0);
-		zap_ctx_set_timeout(ctx, 2000000000ull);
-		if (!zap_send(a, ab, "echo", 4, ctx) && !zap_recv(a, ctx, &m)) {
-			ok++;
-			zap_msg_release(m);
-		}
-		zap_ctx_free(ctx);
-	}
-	zap_close(a);
+	int ok = echoes(ab, 2000);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	for (int i = 0; i < N; i++)
@@ -2175,27 +2193,9 @@ static void busy_flood(bool redial)
 	pid_t pid = echo_child(128, 400, true, f.addr);
 	assert_int_equal(pthread_create(&th, NULL, busy_flood_main, &f), 0);
 	zt_sleep_ms(1000); /* the flood holds the cap, and keeps busy */
-	struct zap_transport *a = ep_open();
-	int ok = 0;
-	for (int i = 0; i < 20; i++) {
-		struct zap_ctx *ctx;
-		struct zap_msg *m = NULL;
-		assert_int_equal(zap_ctx_new(&ctx), 0);
-		/* A few handshake times (ZAP_TCP_HANDSHAKE_MS is 5 s), scaled. */
-		zap_ctx_set_timeout(ctx, (uint64_t)zt_timeout_ms(15000) * 1000000u);
-		int rc = zap_send(a, f.addr, "echo", 4, ctx);
-		if (!rc)
-			rc = zap_recv(a, ctx, &m);
-		if (!rc) {
-			ok++;
-			zap_msg_release(m);
-		} else {
-			fprintf(stderr, "# echo %d: %s (%s)\n", i, zap_strerror(rc),
-				zap_last_error());
-		}
-		zap_ctx_free(ctx);
-	}
-	zap_close(a);
+	/* Each within a few handshake times (ZAP_TCP_HANDSHAKE_MS is 5 s),
+	 * scaled. */
+	int ok = echoes(f.addr, zt_timeout_ms(15000));
 	atomic_store(&f.stop, true);
 	pthread_join(th, NULL);
 	kill(pid, SIGKILL);

@@ -631,12 +631,12 @@ bool tw_evict_from(struct tcp_wire *w, const char *why,
 		old = c;
 		old_ms = t;
 	}
-	if (!old || (now > old_ms ? now - old_ms : 0) < min_idle_ms)
+	uint64_t idle = old && now > old_ms ? now - old_ms : 0;
+	if (!old || idle < min_idle_ms)
 		return false;
 	w->host->log(ZAP_LOG_WARN, w->dom,
 		     "closing the connection to %s (from %s), idle %llu ms: %s",
-		     old->raddr, old->src,
-		     (unsigned long long)(now > old_ms ? now - old_ms : 0), why);
+		     old->raddr, old->src, (unsigned long long)idle, why);
 	tw_conn_kill(w, old, ZAP_CLOSE_EVICTED);
 	if (w->leader)
 		tw_kick(w);

@@ -352,7 +352,7 @@ struct tcp_conn {
 	uint64_t rx_opened;   /* messages that became rx_msg, ever */
 	/* The stall clock's window (stall_clock()): the message it counts
 	 * for (rx_opened then) and rx_off when it (re)started. */
-	uint64_t rx_win_msg;
+	uint64_t rx_win_opened;
 	size_t rx_win_off;
 	bool budget_paused;       /* leader: alloc_wait for the partial budget */
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */

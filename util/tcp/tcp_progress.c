@@ -157,6 +157,19 @@ static int rx_new(struct tcp_wire *w, struct tcp_conn *c, size_t first, uint64_t
 	return r;
 }
 
+/*
+ * The first allocation for a message of @total bytes of which @have are
+ * here: all of it, or with a growing allocator and a large message what is
+ * here, at least TCP_GROW_FIRST (rx_grow() adds the rest as it arrives),
+ * so that nothing a peer declares is allocated before it comes.
+ */
+static size_t rx_first(const struct tcp_wire *w, uint64_t total, size_t have)
+{
+	if (!w->alloc.grow || total <= TCP_GROW_FIRST)
+		return (size_t)total;
+	return have > TCP_GROW_FIRST ? have : TCP_GROW_FIRST;
+}
+
 /* @m becomes the message being received on @c (a new one for the stall
  * clock: stall_clock() tells messages apart by c->rx_opened). */
 static void rx_open(struct tcp_conn *c, struct tcp_rx_msg *m, uint64_t now)
@@ -363,12 +376,8 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 			 len, total);
 		return -EPROTO;
 	}
-	/* Nothing a peer declares is allocated before it arrives: with a
-	 * growing allocator, start with TCP_GROW_FIRST; either way within
-	 * the budget, which the message holds until it is complete. */
-	size_t first = (size_t)total;
-	if (w->alloc.grow && total > TCP_GROW_FIRST)
-		first = TCP_GROW_FIRST;
+	/* Within the budget, which the message holds until it is complete. */
+	size_t first = rx_first(w, total, 0);
 	struct tcp_rx_msg *m = NULL;
 	r = rx_new(w, c, first, total, true, &m);
 	if (r == -EAGAIN)
@@ -424,13 +433,9 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 			 * frames cost one read each. */
 			return RX_MORE;
 		}
-		/* Nothing a peer declares is allocated before it arrives:
-		 * with a growing allocator, start with what is here (at
-		 * least TCP_GROW_FIRST); either way within the budget. */
-		size_t first = (size_t)len;
+		/* Within the budget when the rest is still to come. */
 		bool part = len > avail;
-		if (part && w->alloc.grow && len > TCP_GROW_FIRST)
-			first = avail > TCP_GROW_FIRST ? avail : TCP_GROW_FIRST;
+		size_t first = part ? rx_first(w, len, avail) : (size_t)len;
 		struct tcp_rx_msg *m = NULL;
 		r = rx_new(w, c, first, len, part, &m);
 		if (r == -EAGAIN)
@@ -592,9 +597,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		goto whole;
 	}
 	if (!off && !c->rx_msg) {
-		size_t first = (size_t)total;
-		if (w->alloc.grow && total > TCP_GROW_FIRST)
-			first = len > TCP_GROW_FIRST ? len : TCP_GROW_FIRST;
+		size_t first = rx_first(w, total, len);
 		r = rx_new(w, c, first, total, true, &m);
 		if (r)
 			return r;
@@ -714,7 +717,7 @@ static void stall_clock(const struct tcp_wire *w, struct tcp_conn *c, bool moved
 			c->rx_since_ms = now;
 		return;
 	}
-	if (c->rx_opened == c->rx_win_msg && c->rx_since_ms) {
+	if (c->rx_opened == c->rx_win_opened && c->rx_since_ms) {
 		uint64_t need = w->min_rate * w->stall_ms / 1000;
 		size_t got = c->rx_off - c->rx_win_off;
 
@@ -724,7 +727,7 @@ static void stall_clock(const struct tcp_wire *w, struct tcp_conn *c, bool moved
 			return;
 	}
 	/* A new window: a message just opened, or enough of it came. */
-	c->rx_win_msg = c->rx_opened;
+	c->rx_win_opened = c->rx_opened;
 	c->rx_win_off = c->rx_off;
 	c->rx_since_ms = now;
 }

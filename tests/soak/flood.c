@@ -274,7 +274,7 @@ static void *echo_main(void *p)
 			fail("server zap_recv: %s", zap_strerror(r));
 			break;
 		}
-		zap_ctx_set_timeout(ctx, 5000000000ull);
+		zap_ctx_set_timeout(ctx, zt_timeout_ms(5000) * 1000000ull);
 		r = zap_send(server, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), ctx);
 		if (r)
 			fail("server reply to %s: %s", zap_msg_peer(m), zap_strerror(r));

@@ -954,7 +954,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	for (int p = 0; p < nprocs; p++) {
 		spawn(p, false);
-		if (!wait_ready(p, 20000000000ull)) {
+		if (!wait_ready(p, zt_timeout_ms(20000) * 1000000ull)) {
 			fprintf(stderr, "worker %d did not start\n", p);
 			kill_all();
 			return 2;
@@ -997,7 +997,7 @@ int main(int argc, char **argv)
 		for (int k = 0; k < eps; k++)
 			atomic_fetch_add(&sh->ep[p * eps + k].inc, 1);
 		spawn(p, true);
-		if (!wait_ready(p, 20000000000ull)) {
+		if (!wait_ready(p, zt_timeout_ms(20000) * 1000000ull)) {
 			fail("worker %d did not restart", p);
 			kill_all();
 			return 1;
@@ -1007,15 +1007,15 @@ int main(int argc, char **argv)
 
 	/* Sweep, then wait until every pair's last message has arrived. */
 	atomic_store(&sh->phase, PH_SWEEP);
-	uint64_t limit = zt_now_ns() + 60000000000ull;
+	uint64_t limit = zt_now_ns() + zt_timeout_ms(60000) * 1000000ull;
 	for (int p = 0; p < nprocs; p++) {
 		while (!atomic_load(&sh->procs[p].sweep_done) && zt_now_ns() < limit)
 			usleep(10000);
 		/* Then its last messages may be missing from the end checks. */
 		if (!atomic_load(&sh->procs[p].sweep_done))
-			fail("worker %d did not finish the sweep within 60 s", p);
+			fail("worker %d did not finish the sweep within %u ms", p, zt_timeout_ms(60000));
 	}
-	uint64_t settle = zt_now_ns() + 15000000000ull;
+	uint64_t settle = zt_now_ns() + zt_timeout_ms(15000) * 1000000ull;
 	while (!drained(false) && zt_now_ns() < settle)
 		usleep(50000);
 	atomic_store(&sh->phase, PH_STOP);

@@ -890,7 +890,8 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 			  (unsigned long long)w->max_msg);
 	}
 	w->id = tw_rand64();
-	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = w->epfd = w->hs_epfd = -1;
+	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = w->shm_linger_fd = w->epfd =
+		w->hs_epfd = -1;
 	atomic_init(&w->shut, false);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_t ca;

@@ -365,7 +365,7 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 void tw_conn_free(struct tcp_conn *c)
 {
 	tw_tls_conn_free(c);
-	tw_shm_free(atomic_load(&c->shm));
+	tw_shm_end(atomic_load(&c->shm));
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->rx_msg)

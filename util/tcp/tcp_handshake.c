@@ -549,7 +549,7 @@ static void give_back(struct tcp_wire *w)
 void *tw_accept_main(void *arg)
 {
 	struct tcp_wire *w = arg;
-	struct pollfd pfd[3 + TCP_SHM_PENDING + 1];
+	struct pollfd pfd[3 + 2 + TCP_SHM_PENDING]; /* tw_shm_accept_fds() */
 	struct epoll_event ev[TCP_EPOLL_BATCH];
 	bool backoff = false;
 

@@ -214,6 +214,10 @@
 #define TCP_SHM_HS_MS 2000u
 #define TCP_SHM_PENDING 16u
 #define TCP_SHM_BATCH 64
+/* A ring of ours that a peer may still be reading when its connection
+ * ends stays for at most ZAP_TCP_STALL_MS ("lingers"), looked at this
+ * often; then its memory goes back to the system (tcp_shm.c, "Ends"). */
+#define TCP_SHM_LINGER_TICK_MS 10u
 /* ... or this many bytes: a round that delivers dozens of large messages
  * before the application takes one outgrows the default allocator's cache
  * of released blocks (plugins/default/default.c), and every block then
@@ -526,6 +530,9 @@ struct tcp_wire {
 	atomic_uint nshm;              /* connections holding rings */
 	struct tcp_shm_pend *shm_pend; /* accept thread private */
 	size_t nshm_pend;
+	struct tcp_shm *_Atomic shm_linger_in; /* rings left to linger: any thread */
+	struct tcp_shm *shm_linger;            /* accept thread private */
+	int shm_linger_fd;   /* eventfd: a ring was left to linger; -1 if off */
 	unsigned lead_rings; /* leader: rings being read in this round */
 
 	/* unix:/path listener (tcp_unix.c): our socket file, unlinked at
@@ -847,6 +854,7 @@ int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_
 /* tcp_shm.c: the same-host upgrade */
 enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
 struct tcp_shm {
+	struct tcp_wire *w;
 	int sock; /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
 	void *tx_map, *rx_map;
 	size_t map_len;
@@ -859,11 +867,15 @@ struct tcp_shm {
 	uint64_t live_ms;   /* tx owner: last look at the side channel */
 	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
 	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
+	/* Lingering (tw_shm_end()): its connection ended, our ring not */
+	struct tcp_shm *linger_next;
+	uint64_t linger_until;
 };
 struct tcp_shm_pend;
 int tw_shm_open(struct tcp_wire *w);
 void tw_shm_close(struct tcp_wire *w);
 void tw_shm_free(struct tcp_shm *s);
+void tw_shm_end(struct tcp_shm *s);
 void tw_shm_bind(struct tcp_conn *c);
 void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 		 struct zap_ctx *ctx);

@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -123,8 +124,9 @@ int tw_shm_open(struct tcp_wire *w)
 	int rc = w->host->config_u64(TCP_SHM_ENV, &policy);
 	struct sockaddr_un sun;
 
-	w->shm_lfd = -1;
+	w->shm_lfd = w->shm_linger_fd = -1;
 	atomic_init(&w->nshm, 0);
+	atomic_init(&w->shm_linger_in, NULL);
 	if (rc < 0)
 		return rc; /* the registry recorded the reason, naming it */
 	w->shm_policy = policy == 1   ? TW_SHM_GROUP
@@ -132,6 +134,8 @@ int tw_shm_open(struct tcp_wire *w)
 				      : TW_SHM_USER;
 	if (w->shm_policy == TW_SHM_OFF)
 		return 0;
+	/* Without it no ring lingers (tw_shm_end()): it is released at once. */
+	w->shm_linger_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sun, side_name(w->id, &sun)) < 0 ||
 	    listen(fd, 64) < 0) {
@@ -145,19 +149,6 @@ int tw_shm_open(struct tcp_wire *w)
 	}
 	w->shm_lfd = fd;
 	return 0;
-}
-
-void tw_shm_close(struct tcp_wire *w)
-{
-	while (w->shm_pend) {
-		struct tcp_shm_pend *p = w->shm_pend;
-		w->shm_pend = p->next;
-		close(p->fd);
-		free(p);
-	}
-	if (w->shm_lfd >= 0)
-		close(w->shm_lfd);
-	w->shm_lfd = -1;
 }
 
 /* ---- regions ------------------------------------------------------------ */
@@ -208,12 +199,25 @@ static int region_map(int fd, size_t len, void **map, char *why, size_t whylen)
 	return 0;
 }
 
-void tw_shm_free(struct tcp_shm *s)
+/*
+ * Unmap a ring of ours; with @release, hand its memory back to the system
+ * first (MADV_REMOVE punches the whole region out of the memfd). A peer
+ * holds the memfd, and may keep it after it hung up: released, the region
+ * costs us nothing however long it does (issue #35, hoarded rings); its
+ * mapping then reads zeros, which a reader takes for a broken ring.
+ */
+static void region_drop(void *map, size_t len, bool release)
 {
-	if (!s)
-		return;
+	if (release)
+		(void)madvise(map, len, MADV_REMOVE);
+	munmap(map, len);
+}
+
+/* Our ring of @s, released, and the rest of the pair freed. */
+static void pair_free(struct tcp_shm *s, bool release)
+{
 	if (s->tx_map)
-		munmap(s->tx_map, s->map_len);
+		region_drop(s->tx_map, s->map_len, release);
 	if (s->rx_map) {
 		if (s->rx.ctl) /* attached: the peer's sends fail from now on */
 			zshm_rx_close(&s->rx);
@@ -224,6 +228,97 @@ void tw_shm_free(struct tcp_shm *s)
 	if (s->count)
 		atomic_fetch_sub(s->count, 1);
 	free(s);
+}
+
+/* A pair that never carried a message (set-up failed, or was refused):
+ * nobody may read our ring, so its memory goes at once. */
+void tw_shm_free(struct tcp_shm *s)
+{
+	if (s)
+		pair_free(s, true);
+}
+
+/*
+ * Whether the peer reads no more of our ring: it said so (it marks its rx
+ * ring closed before it lets go of it), or its side channel ended (it
+ * closed its end of the pair, or died). Not that it read everything: a
+ * peer still attached keeps looking at the positions, and a released
+ * region reads as a broken ring. A peer that lies only gets its own ring
+ * released early.
+ */
+static bool tx_finished(const struct tcp_shm *s)
+{
+	if (!s->tx_map || zshm_tx_peer_closed(&s->tx))
+		return true;
+	struct pollfd p = { .fd = s->sock, .events = POLLIN };
+	return s->sock < 0 || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)));
+}
+
+/*
+ * The connection of pair @s ended (tw_conn_free()). We stop reading the
+ * peer's ring. Ours may still hold messages a live peer reads after our
+ * end, as a socket's buffer is still delivered after close(): then it
+ * lingers, for the accept thread to release once the peer finished, or
+ * after ZAP_TCP_STALL_MS at most (it keeps its place among TCP_SHM_MAX
+ * meanwhile, so lingering rings are bounded too). At shutdown nobody is
+ * left to watch it: it is left to the peer's mapping as it is.
+ */
+void tw_shm_end(struct tcp_shm *s)
+{
+	if (!s)
+		return;
+	if (s->rx_map) {
+		if (s->rx.ctl)
+			zshm_rx_close(&s->rx);
+		munmap(s->rx_map, s->map_len);
+		s->rx_map = NULL;
+	}
+	struct tcp_wire *w = s->w;
+	bool done = tx_finished(s);
+	if (done || atomic_load(&w->shut) || w->shm_linger_fd < 0) {
+		pair_free(s, done);
+		return;
+	}
+	s->linger_until = now_ms() + w->stall_ms;
+	s->linger_next = atomic_load(&w->shm_linger_in);
+	while (!atomic_compare_exchange_weak(&w->shm_linger_in, &s->linger_next, s))
+		;
+	uint64_t one = 1;
+	ssize_t k = write(w->shm_linger_fd, &one, sizeof(one));
+	(void)k;
+}
+
+/*
+ * The accept thread's look at the lingering rings: new ones taken from
+ * the inbox, finished or expired ones released. When some linger, the
+ * next look is due in TCP_SHM_LINGER_TICK_MS (*@next_ms).
+ */
+static void linger_sweep(struct tcp_wire *w, uint64_t *next_ms)
+{
+	uint64_t drained, now = now_ms();
+	ssize_t k = read(w->shm_linger_fd, &drained, sizeof(drained));
+	(void)k;
+	for (struct tcp_shm *s = atomic_exchange(&w->shm_linger_in, NULL), *n; s; s = n) {
+		n = s->linger_next;
+		s->linger_next = w->shm_linger;
+		w->shm_linger = s;
+	}
+	for (struct tcp_shm **pp = &w->shm_linger, *s; (s = *pp);) {
+		bool done = tx_finished(s);
+		if (!done && s->linger_until > now) {
+			pp = &s->linger_next;
+			continue;
+		}
+		if (!done)
+			w->host->log(ZAP_LOG_DEBUG, w->dom,
+				     "a peer left our ring unread for %u ms after its "
+				     "connection ended: released",
+				     w->stall_ms);
+		*pp = s->linger_next;
+		pair_free(s, true);
+	}
+	if (w->shm_linger && *next_ms > now + TCP_SHM_LINGER_TICK_MS)
+		*next_ms = now + TCP_SHM_LINGER_TICK_MS;
 }
 
 /*
@@ -245,6 +340,7 @@ static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
+	s->w = w;
 	s->sock = -1;
 	s->map_len = len;
 	if (atomic_fetch_add(&w->nshm, 1) >= TCP_SHM_MAX) {
@@ -632,17 +728,46 @@ static void pend_drop(struct tcp_wire *w, struct tcp_shm_pend *p, bool close_fd)
 	w->nshm_pend--;
 	if (close_fd)
 		close(p->fd);
-	if (p->tx_map)
-		munmap(p->tx_map, zshm_region_bytes(TCP_SHM_LOG2));
+	if (p->tx_map) /* announced, never installed: nobody may read it */
+		region_drop(p->tx_map, zshm_region_bytes(TCP_SHM_LOG2), true);
 	free(p);
 }
 
+void tw_shm_close(struct tcp_wire *w)
+{
+	while (w->shm_pend)
+		pend_drop(w, w->shm_pend, true);
+	/* Lingering rings (the accept thread is gone): a peer that finished
+	 * with ours gets it released, one still reading keeps it. */
+	for (struct tcp_shm *s = atomic_exchange(&w->shm_linger_in, NULL), *n; s; s = n) {
+		n = s->linger_next;
+		pair_free(s, tx_finished(s));
+	}
+	for (struct tcp_shm *s = w->shm_linger, *n; s; s = n) {
+		n = s->linger_next;
+		pair_free(s, tx_finished(s));
+	}
+	w->shm_linger = NULL;
+	if (w->shm_linger_fd >= 0)
+		close(w->shm_linger_fd);
+	w->shm_linger_fd = -1;
+	if (w->shm_lfd >= 0)
+		close(w->shm_lfd);
+	w->shm_lfd = -1;
+}
+
+/* The accept thread's poll slots: the lingering rings' eventfd, the
+ * side-channel listener (either -1 when absent), the pending side
+ * channels. None when this endpoint never shares memory. */
 size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms)
 {
 	size_t n = 0;
 
-	if (w->shm_lfd < 0)
+	if (w->shm_lfd < 0 && w->shm_linger_fd < 0)
 		return 0;
+	if (w->shm_linger_fd >= 0)
+		linger_sweep(w, next_ms);
+	pfd[n++] = (struct pollfd){ .fd = w->shm_linger_fd, .events = POLLIN };
 	pfd[n++] = (struct pollfd){ .fd = w->shm_lfd, .events = POLLIN };
 	for (struct tcp_shm_pend *p = w->shm_pend; p; p = p->next) {
 		if (p->deadline_ms < *next_ms)
@@ -849,12 +974,13 @@ static void pend_input(struct tcp_wire *w, struct tcp_shm_pend *p)
 void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 {
 	uint64_t now = now_ms();
-	size_t i = 1;
+	size_t i = 2;
 
 	if (!n)
 		return;
 	/* The pending side channels, in the order they were polled; a
-	 * request handled or refused removes its entry. */
+	 * request handled or refused removes its entry. (Slot 0, the
+	 * lingering rings, is looked at before the next poll.) */
 	for (struct tcp_shm_pend *p = w->shm_pend, *next; p && i < n; p = next, i++) {
 		next = p->next;
 		if (pfd[i].revents)
@@ -862,7 +988,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 		else if (p->deadline_ms <= now)
 			pend_drop(w, p, true);
 	}
-	if (!pfd[0].revents)
+	if (!pfd[1].revents)
 		return;
 	for (;;) {
 		int fd = accept4(w->shm_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hoarded rings (issue #35): a same-host peer makes the endpoint fill its
+ * ring toward it, hangs up, and keeps only the descriptor of the endpoint's
+ * region. That region once stayed alive as long as the peer kept the
+ * descriptor (16 such connections held 26-29 MiB, visible in no process's
+ * RSS). The peer here is a raw dialer in this process (shm_raw.h) holding
+ * the memfd, so the test reads the region's resident size from it
+ * (fstat() st_blocks): a released region has none, whoever holds it.
+ *
+ *  - the peer closes its connection and its side channel: released as
+ *    soon as the endpoint sees the end;
+ *  - the peer closes its connection but keeps the side channel open (as
+ *    if it were still reading): released once ZAP_TCP_STALL_MS passed;
+ *  - a peer that marks our ring closed (as a peer that is done with it
+ *    does) and keeps the side channel: released at once.
+ * No shared state.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <zap/zap.h>
+
+#include "shm-side.h"
+#include "shm_peer.h"
+#include "shm_raw.h"
+#include "zap-test.h"
+
+#define MSG (16u << 10)
+#define FILL (1u << 20) /* half the ring: sends never wait for room */
+
+/* A raw peer that completed the upgrade with endpoint @s: its TCP socket,
+ * its side channel, the endpoint's ring memfd, and the peer string @s
+ * knows it by. */
+struct hoarder {
+	int tcp, side, ring, ours;
+	char peer[ZAP_PEER_MAX];
+};
+
+static void hoarder_up(struct zap_transport *s, const char *sa, struct hoarder *h)
+{
+	uint64_t id;
+	struct side_msg m;
+	int got;
+
+	h->tcp = raw_hello(sa, 0x5eed0fca11ab1e00ull, &id);
+	h->ours = side_region(SIDE_RING_BYTES, true, true);
+	h->side = answered(h->tcp, id, 0x5eed0fca11ab1e00ull, h->ours, &h->ring);
+	struct side_msg r = { .magic = SIDE_RING, .log2 = 21 };
+	assert_true(side_put(h->side, &r, sizeof(r), &h->ours, 1));
+	assert_int_equal(side_next(h->side, &m, &got), SIDE_DONE);
+	/* A message over TCP, for the peer string the endpoint replies to. */
+	unsigned char f[16 + 5];
+	put_be32(f, 0x5a415057u);
+	f[4] = 2;
+	f[5] = 2; /* DATA */
+	f[6] = f[7] = 0;
+	put_be64(f + 8, 5);
+	memcpy(f + 16, "hello", 5);
+	assert_int_equal(send(h->tcp, f, sizeof(f), MSG_NOSIGNAL), (ssize_t)sizeof(f));
+	struct zap_msg *in = recv_ok(s);
+	snprintf(h->peer, sizeof(h->peer), "%s", zap_msg_peer(in));
+	zap_msg_release(in);
+}
+
+/* Bytes of the region behind @fd that hold memory. */
+static uint64_t resident(int fd)
+{
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/* The endpoint fills half its ring toward @h, which reads none of it. */
+static void fill(struct zap_transport *s, struct hoarder *h)
+{
+	static unsigned char b[MSG];
+	memset(b, 0x5a, sizeof(b));
+	for (unsigned i = 0; i < FILL / MSG; i++)
+		assert_int_equal(zap_send(s, h->peer, b, sizeof(b), NULL), 0);
+	path_is(s, h->peer, "shm");
+	assert_true(resident(h->ring) >= FILL);
+}
+
+/* Drive @s (its leader reads the peer's end) until the region behind
+ * @fd holds nothing; false if it still does after @ms (scaled). */
+static bool released_within(struct zap_transport *s, int fd, unsigned ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int err;
+		struct zap_msg *m = recv_in(s, 20, &err);
+		if (m)
+			zap_msg_release(m);
+		if (resident(fd) == 0)
+			return true;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >
+		    zt_timeout_ms(ms))
+			return false;
+	}
+}
+
+static void hoarder_done(struct hoarder *h)
+{
+	close(h->ring);
+	close(h->ours);
+}
+
+/* Hangs up everything but the descriptor of our region. */
+static void test_hang_up(void **state)
+{
+	char sa[ZAP_PEER_MAX];
+	struct hoarder h;
+	(void)state;
+	struct zap_transport *s = ep("127.0.0.1:0", sa);
+	hoarder_up(s, sa, &h);
+	fill(s, &h);
+	close(h.side);
+	close(h.tcp);
+	if (!released_within(s, h.ring, 30000))
+		fail_msg("the peer that hung up still holds %llu bytes of our ring",
+			 (unsigned long long)resident(h.ring));
+	hoarder_done(&h);
+	zap_close(s);
+}
+
+/* Hangs up the connection, keeps the side channel: the ring lingers for
+ * the stall limit (300 ms here), then goes. */
+static void test_keeps_side(void **state)
+{
+	char sa[ZAP_PEER_MAX];
+	struct hoarder h;
+	(void)state;
+	setenv("ZAP_TCP_STALL_MS", "300", 1);
+	struct zap_transport *s = ep("127.0.0.1:0", sa);
+	unsetenv("ZAP_TCP_STALL_MS");
+	hoarder_up(s, sa, &h);
+	fill(s, &h);
+	close(h.tcp);
+	if (!released_within(s, h.ring, 30000))
+		fail_msg("a peer that kept its side channel still holds %llu bytes of our ring",
+			 (unsigned long long)resident(h.ring));
+	close(h.side);
+	hoarder_done(&h);
+	zap_close(s);
+}
+
+/* Says it closed our ring (the consumer's flag in its control block,
+ * shm_ring.h: at 76), hangs up the connection and keeps the side channel:
+ * the ring goes without waiting out the stall limit (an hour here: the
+ * test would give up first). */
+static void test_says_closed(void **state)
+{
+	char sa[ZAP_PEER_MAX];
+	struct hoarder h;
+	(void)state;
+	setenv("ZAP_TCP_STALL_MS", "3600000", 1);
+	struct zap_transport *s = ep("127.0.0.1:0", sa);
+	unsetenv("ZAP_TCP_STALL_MS");
+	hoarder_up(s, sa, &h);
+	fill(s, &h);
+	unsigned char *map = mmap(NULL, SIDE_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
+				  h.ring, 0);
+	assert_true(map != MAP_FAILED);
+	uint32_t one = 1;
+	memcpy(map + 76, &one, sizeof(one));
+	munmap(map, SIDE_RING_BYTES);
+	close(h.tcp);
+	if (!released_within(s, h.ring, 30000))
+		fail_msg("a peer that closed our ring still holds %llu bytes of it",
+			 (unsigned long long)resident(h.ring));
+	close(h.side);
+	hoarder_done(&h);
+	zap_close(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hang_up),
+		cmocka_unit_test(test_keeps_side),
+		cmocka_unit_test(test_says_closed),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -22,6 +22,21 @@
 #define OFF_WAITING 136u
 #define REC_HDR 8u
 
+/* The layout a second implementation is written from (WIRE.md, "The
+ * ring's layout"): changing any of these changes the wire. */
+_Static_assert(OFF_MAGIC == 0 && OFF_VERSION == 8 && OFF_LOG2 == 12,
+	       "WIRE.md, The ring's layout: magic, version, log2");
+_Static_assert(OFF_HEAD == 64 && OFF_SLEEPING == 72 && OFF_CLOSED == 76,
+	       "WIRE.md, The ring's layout: head, sleeping, closed");
+_Static_assert(OFF_TAIL == 128 && OFF_WAITING == 136,
+	       "WIRE.md, The ring's layout: tail, waiting");
+_Static_assert(ZSHM_HDR_BYTES == 192 && REC_HDR == 8,
+	       "WIRE.md, The ring's layout: control block, record header");
+_Static_assert(ZSHM_MAGIC == 0x31524d485350415aull && ZSHM_VERSION == 1,
+	       "WIRE.md, The ring's layout: magic, version");
+_Static_assert(ZSHM_F_FIRST == 1 && ZSHM_F_LAST == 2 && ZSHM_F_PAD == 4,
+	       "WIRE.md, The ring's layout: record flags");
+
 /* Positions and the sleeping flag are accessed as atomics in place. */
 static _Atomic uint64_t *word64(unsigned char *base, unsigned off)
 {

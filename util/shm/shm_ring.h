@@ -16,7 +16,9 @@
  * ring corrupt for good (-EPROTO): the caller drops this path, which costs
  * that peer's connection and nothing else.
  *
- * Layout of the region (native byte order: both ends are on one host):
+ * Layout of the region (native byte order: both ends are on one host;
+ * plugins/default/WIRE.md, "The ring's layout", is the specification,
+ * and shm_ring.c asserts the offsets it states):
  *
  *   0    magic "ZAPSHMR1" (u64), version (u32), log2 of the data size (u32)
  *   64   head: bytes ever published by the producer (u64, release)

@@ -14,6 +14,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,17 @@ int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
 	}
 	return 0;
 }
+
+/* What WIRE.md states of the HELLO and the side channel's datagram, so
+ * that a change here breaks the build until the spec says it too. */
+_Static_assert(TCP_HELLO_FIXED == 24 && TCP_HELLO_MAX == 151,
+	       "WIRE.md, HELLO payload: 24 fixed bytes, at most 151");
+_Static_assert(offsetof(struct tcp_shm_msg, magic) == 0 &&
+		       offsetof(struct tcp_shm_msg, log2) == 4 &&
+		       offsetof(struct tcp_shm_msg, a) == 8 &&
+		       offsetof(struct tcp_shm_msg, b) == 40 && TCP_SHM_MSG == 72,
+	       "WIRE.md, Same host: the side channel's 72-byte message");
+_Static_assert(TCP_SHM_LOG2 == 21, "WIRE.md, Same host: 2^21 bytes of records");
 
 int tcp_parse_shm_msg(const void *buf, size_t len, bool trunc, int nfd, uint32_t want,
 		      int want_fds, struct tcp_shm_msg *m, char *why, size_t whylen)

@@ -395,6 +395,11 @@ int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user)
 bool zshm_rx_prepare_sleep(struct zshm_rx *rx)
 {
 	atomic_store(word32(rx->ctl, OFF_SLEEPING), 1);
+	/* Orders the flag before our second look at head (an acquire load,
+	 * which alone may be ordered before the store): else the producer
+	 * may miss the flag while we miss its head, and a message waits in
+	 * the ring until something else wakes us (WIRE.md, "Waking"). */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (zshm_rx_pending(rx) || rx_avail(rx) < 0) {
 		atomic_store(word32(rx->ctl, OFF_SLEEPING), 0);
 		return true;

@@ -299,6 +299,30 @@ static void test_unix(void **state)
 	zap_close(b);
 }
 
+/* Under TLS a peer string is the address, '#' and the key ("sha256:"
+ * and 64 hex digits) in ZAP_PEER_MAX bytes: a listen address of 55 bytes
+ * opens, one of 56 is refused at open (it used to open, and then no peer
+ * could take its answer). */
+static void test_unix_address_room(void **state)
+{
+	char ok[ZAP_PEER_MAX], longer[ZAP_PEER_MAX];
+	struct zap_transport *t = NULL;
+	(void)state;
+	int n = snprintf(ok, sizeof(ok), "unix:@zap-tls-room-%d-", (int)getpid());
+	memset(ok + n, 'x', 55 - (size_t)n);
+	ok[55] = 0;
+	memcpy(longer, ok, 55);
+	longer[55] = 'y';
+	longer[56] = 0;
+	assert_int_equal(ep_try(&A, pins, longer, &t), -EINVAL);
+	assert_non_null(strstr(zap_last_error(), "too long for TLS"));
+	assert_int_equal(ep_try(&A, pins, ok, &t), 0);
+	char got[ZAP_PEER_MAX];
+	addr_of(t, got);
+	assert_string_equal(got, ok);
+	zap_close(t);
+}
+
 /* A plain OpenSSL client's connection to @addr (*@fd, *@x), with @cert
  * and @key when given; its handshake is the caller's. */
 static SSL *tls_client(const char *addr, X509 *cert, EVP_PKEY *key, int *fd, SSL_CTX **x)
@@ -1054,6 +1078,7 @@ int main(void)
 		cmocka_unit_test(test_exchange),
 		cmocka_unit_test(test_burst),
 		cmocka_unit_test(test_unix),
+		cmocka_unit_test(test_unix_address_room),
 		cmocka_unit_test(test_concurrent),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_refused_counted),

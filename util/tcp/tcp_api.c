@@ -952,6 +952,17 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	r = wire_listen(w, args->listen);
 	if (r)
 		goto fail;
+	/* Under TLS every peer string carries '#' and the key after the
+	 * address (WIRE.md, "TLS"); a longer address would open, and then
+	 * no peer could take our answer. */
+	if (w->tls && strlen(w->addr) + ZTLS_FP_LEN >= ZAP_PEER_MAX) {
+		r = host->fail(
+			-EINVAL,
+			"%s: listen address %s too long for TLS: a peer string holds "
+			"at most %d bytes of address before \"#sha256:<hex>\"",
+			w->dom, w->addr, ZAP_PEER_MAX - ZTLS_FP_LEN - 1);
+		goto fail;
+	}
 	r = pthread_create(&w->acc, NULL, tw_accept_main, w);
 	if (r) {
 		r = host->fail(-r, "%s: cannot start the handshake thread: %s", w->dom,

@@ -213,6 +213,7 @@
 #define TCP_SHM_MAX 16u
 #define TCP_SHM_HS_MS 2000u
 #define TCP_SHM_PENDING 16u
+#define TCP_SHM_ACCEPT_BATCH 64u /* side channels accepted per round at most */
 #define TCP_SHM_BATCH 64
 /* A ring of ours that a peer may still be reading when its connection
  * ends stays for at most ZAP_TCP_STALL_MS ("lingers"), looked at this

@@ -137,8 +137,11 @@ int tw_shm_open(struct tcp_wire *w)
 	/* Without it no ring lingers (tw_shm_end()): it is released at once. */
 	w->shm_linger_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	/* The longest backlog the system allows: a stranger that floods the
+	 * name with connects (each closed at once: peer_allowed()) must not
+	 * fill it and so keep our own peers on TCP (issue #35). */
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sun, side_name(w->id, &sun)) < 0 ||
-	    listen(fd, 64) < 0) {
+	    listen(fd, SOMAXCONN) < 0) {
 		/* Not fatal: this endpoint just never upgrades. */
 		w->host->log(ZAP_LOG_DEBUG, w->dom,
 			     "no shared-memory upgrades: side channel: %s",
@@ -596,6 +599,24 @@ static int side_wait(struct tcp_wire *w, int fd, uint32_t magic, struct tcp_shm_
 }
 
 /*
+ * connect() to the side channel's listener. A full backlog (EAGAIN: a
+ * burst of connects, perhaps a stranger's flood, each of which the
+ * listener closes at once) is waited out until @deadline_ms, a
+ * millisecond at a time: AF_UNIX has no way to poll for room. 0, or -1
+ * with errno.
+ */
+static int side_connect(struct tcp_wire *w, int fd, const struct sockaddr_un *sun,
+			socklen_t len, uint64_t deadline_ms)
+{
+	while (connect(fd, (const struct sockaddr *)sun, len) < 0) {
+		if ((errno != EAGAIN && errno != EINTR) || now_ms() >= deadline_ms ||
+		    atomic_load(&w->shut))
+			return -1;
+		poll(NULL, 0, 1);
+	}
+	return 0;
+}
+/*
  * Try the upgrade on @c, which we dialed and whose HELLO exchange is done
  * (not yet registered: nothing else sees it). Best effort: on any failure
  * @c stays as it is, and the reason is logged at DEBUG. Waits for the
@@ -623,7 +644,8 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	if (deadline_ms > now_ms() + TCP_SHM_HS_MS)
 		deadline_ms = now_ms() + TCP_SHM_HS_MS;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, side_name(c->rid, &sun)) < 0) {
+	if (fd < 0 ||
+	    side_connect(w, fd, &sun, side_name(c->rid, &sun), deadline_ms) < 0) {
 		/* The usual case for a peer on another host or namespace. */
 		snprintf(why, sizeof(why),
 			 "no side channel (%s): another host or namespace, or ZAP_SHM=off there",
@@ -990,7 +1012,10 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 	}
 	if (!pfd[1].revents)
 		return;
-	for (;;) {
+	/* A batch a round: a flood of connects (a stranger's, each refused
+	 * below) must leave the accept thread to its other work, the TCP
+	 * listener and the handshakes. */
+	for (unsigned k = 0; k < TCP_SHM_ACCEPT_BATCH; k++) {
 		int fd = accept4(w->shm_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		char why[200];
 		if (fd < 0)

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Hoarded rings (issue #35): a same-host peer makes the endpoint fill its
+ * Hostile same-host peers (issue #35).
+ *
+ * Hoarded rings: a same-host peer makes the endpoint fill its
  * ring toward it, hangs up, and keeps only the descriptor of the endpoint's
  * region. That region once stayed alive as long as the peer kept the
  * descriptor (16 such connections held 26-29 MiB, visible in no process's
@@ -14,6 +16,12 @@
  *    if it were still reading): released once ZAP_TCP_STALL_MS passed;
  *  - a peer that marks our ring closed (as a peer that is done with it
  *    does) and keeps the side channel: released at once.
+ *
+ * A stranger's flood: a process of another user connects to an
+ * endpoint's side-channel name and closes, as fast as it can, from
+ * several threads. Each connection is refused at once, but they once
+ * filled the listener's backlog (64), and our own peers' connects then
+ * failed: 1-5 of 6 stayed on TCP. Now all six upgrade.
  * No shared state.
  */
 #include <errno.h>
@@ -28,6 +36,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -190,12 +201,78 @@ static void test_says_closed(void **state)
 	zap_close(s);
 }
 
+/* The stranger (forked, uid 65534): @threads threads connect to the
+ * name of @id and close, until killed. */
+static void *flood_main(void *arg)
+{
+	uint64_t id = *(const uint64_t *)arg;
+	for (;;) {
+		int fd = side_dial(id);
+		if (fd >= 0)
+			close(fd);
+	}
+	return NULL;
+}
+
+static pid_t stranger_start(uint64_t *id, int threads)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid)
+		return pid;
+	if (setgid(65534) || setuid(65534))
+		_exit(3);
+	pthread_t th;
+	for (int i = 1; i < threads; i++)
+		pthread_create(&th, NULL, flood_main, id);
+	flood_main(id);
+	_exit(0);
+}
+
+static void test_stranger_flood(void **state)
+{
+	char sa[ZAP_PEER_MAX], path[16];
+	uint64_t id;
+	int st, upgraded = 0;
+	(void)state;
+	if (geteuid() != 0)
+		skip(); /* needs root to become another user */
+	struct zap_transport *a = ep("127.0.0.1:0", sa);
+	close(raw_hello(sa, 7, &id));
+	pid_t pid = stranger_start(&id, 4);
+	usleep(200000); /* the flood under way */
+	/* No assertion while the stranger runs (it would outlive a failure):
+	 * each peer sends, and is served, or the count says it was not. */
+	int served = 0;
+	for (int i = 0; i < 6; i++) {
+		struct zap_transport *d = ep("127.0.0.1:0", NULL);
+		int err = zap_send(d, sa, "x", 1, NULL);
+		struct zap_msg *m = err ? NULL : recv_in(a, zt_timeout_ms(30000), &err);
+		if (m) {
+			served++;
+			zap_msg_release(m);
+		}
+		if (!zap_peer_path(d, sa, path, sizeof(path)))
+			upgraded += !strcmp(path, "shm");
+		zap_close(d);
+	}
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st)); /* it flooded until killed */
+	if (served != 6)
+		fail_msg("%d of 6 peers served beside a stranger's connect flood", served);
+	if (upgraded != 6)
+		fail_msg("%d of 6 peers upgraded beside a stranger's connect flood", upgraded);
+	zap_close(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hang_up),
 		cmocka_unit_test(test_keeps_side),
 		cmocka_unit_test(test_says_closed),
+		cmocka_unit_test(test_stranger_flood),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,8 +108,10 @@ static int open_helper(const char *path, char *why, size_t len)
 	dfd = zap__open_dir(dir, buf, sizeof(buf));
 	free(dir);
 	if (dfd < 0) {
-		snprintf(why, len, "cannot start the probe helper %s: its directory: %s",
-			 path, buf);
+		/* The directory to fix first: the reason is cut to fit. */
+		snprintf(why, len,
+			 "cannot start the probe helper: its directory: %s (helper %s)",
+			 buf, path);
 		return -1;
 	}
 	fd = zap__open_checked(dfd, file, &st, "not followed: give the file itself", buf,

@@ -25,6 +25,9 @@ command -v pkg-config >/dev/null || { echo "test.sh: pkg-config not found (cgo r
 # under a group-writable parent. It also sets ZAP_PLUGIN_DIR empty, so
 # plugins installed on this host are never scanned.
 if [ -z "${ZAP_GO_TEST_PRIVATE:-}" ]; then
+	# The build tree's out-of-process probe helper (not the installed
+	# one), which private-plugins.sh copies beside the plugins.
+	export ZAP_PROBE_HELPER="$build/core/zap-probe"
 	set --
 	for d in uma gpudirect dpdk; do
 		[ -d "$build/plugins/$d" ] && set -- "$@" "$build/plugins/$d"
@@ -35,8 +38,6 @@ fi
 
 . "$here/build-env.sh"
 export ZAP_GO_PEER="$build/bindings/go/zap-go-peer"
-# The build tree's out-of-process probe helper (not the installed one).
-export ZAP_PROBE_HELPER="$build/core/zap-probe"
 export ZAP_LISTEN=127.0.0.1:0
 
 cd "$here"

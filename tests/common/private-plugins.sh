@@ -34,6 +34,11 @@ done
 	exit 2
 }
 shift
+if [ -n "${ZAP_PROBE_HELPER:-}" ] && [ -f "$ZAP_PROBE_HELPER" ]; then
+	cp "$ZAP_PROBE_HELPER" "$dir/zap-probe" || exit 1
+	ZAP_PROBE_HELPER=$dir/zap-probe
+	export ZAP_PROBE_HELPER
+fi
 chmod 0755 "$dir"/* 2>/dev/null
 ZAP_PLUGIN_PATH=$dir ZAP_PLUGIN_DIR=
 export ZAP_PLUGIN_PATH ZAP_PLUGIN_DIR

@@ -238,8 +238,10 @@ PLUGINS=$(mktemp -d "${TMPDIR:-/tmp}/zap-gpu-plugins-XXXXXX") || exit 2
 trap 'rm -rf "$PLUGINS"' EXIT
 cp "$BUILD/plugins/uma/libzap-uma.so" "$PLUGINS/" && chmod 0755 "$PLUGINS/libzap-uma.so" || exit 2
 export ZAP_PLUGIN_PATH=$PLUGINS ZAP_PLUGIN_DIR= ZAP_TRANSPORT_QUIET=1
-# Plugins are probed in a helper process: this build's, not an installed one.
-export ZAP_PROBE_HELPER=$BUILD/core/zap-probe
+# Plugins are probed in a helper process: this build's, not an installed
+# one, copied beside the plugin (libzap checks its directory as a plugin's).
+cp "$BUILD/core/zap-probe" "$PLUGINS/" && chmod 0755 "$PLUGINS/zap-probe" || exit 2
+export ZAP_PROBE_HELPER=$PLUGINS/zap-probe
 # A cold driver (no persistence daemon) may take seconds to initialise.
 export ZAP_PROBE_TIMEOUT_MS=${ZAP_PROBE_TIMEOUT_MS:-60000}
 # ZAP_CUDA_DEVICE (an ordinal) picks the GPU, as for the uma plugin.

@@ -136,7 +136,9 @@ static void child_no_helper(void *arg)
 	th_setenv("ZAP_PROBE_HELPER", "/nonexistent/zap-probe");
 	th_capture_logs(true);
 	TH_CHECK_ROW("good", NULL, ZAP_PLUGIN_ERROR,
-		     "not probed: cannot start the probe helper /nonexistent/zap-probe", NULL);
+		     "not probed: cannot start the probe helper: its directory: missing "
+		     "(helper /nonexistent/zap-probe)",
+		     NULL);
 	TH_CHECK_PICK(NULL, 0, "default");
 	TH_CHECK_MSG(!mapped("libzap-good.so"), "an unprobed plugin is mapped");
 }

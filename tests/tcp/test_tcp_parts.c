@@ -20,7 +20,8 @@
  *    (the stall limit);
  *  - a message that grows slower than ZAP_TCP_MIN_RATE (a byte at a
  *    time) is closed after the stall limit, one that keeps the rate is
- *    delivered.
+ *    delivered; the same through a raw same-host peer's ring (empty or
+ *    64-byte chunks of a 64 MiB message), while another peer is served.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +44,9 @@
 
 #include "log-capture.h"
 #include "zap-test.h"
+#include "shm-side.h"
+#include "shm_raw.h"
+#include "ring_peer.h"
 
 #define MAX_MSG (16u << 20)
 #define SOLO (32u << 10)
@@ -447,9 +451,11 @@ static int raw_dial(const char *host, const char *to)
 	return fd;
 }
 
-/* Dial @to from @host as a raw peer of version @ver and read the answer,
- * which must be a HELLO of that version. */
-static int raw_peer(const char *host, const char *to, unsigned ver, uint64_t id)
+/* Dial @to from @host as a raw peer of version @ver (instance @id, nonce
+ * @id x 3) and read the answer, which must be a HELLO of that version;
+ * the acceptor's instance id in *@their. */
+static int raw_peer_as(const char *host, const char *to, unsigned ver, uint64_t id,
+		       uint64_t *their)
 {
 	unsigned char h[256], a[16 + 24 + ZAP_PEER_MAX];
 	char claim[64];
@@ -463,7 +469,15 @@ static int raw_peer(const char *host, const char *to, unsigned ver, uint64_t id)
 	uint64_t len = be64(a + 8);
 	assert_true(len <= sizeof(a) - 16);
 	read_full(fd, a + 16, len);
+	*their = be64(a + 16);
 	return fd;
+}
+
+static int raw_peer(const char *host, const char *to, unsigned ver, uint64_t id)
+{
+	uint64_t their;
+
+	return raw_peer_as(host, to, ver, id, &their);
 }
 
 /* A version-2 dialer: answered in version 2; gets whole DATA frames. */
@@ -816,6 +830,108 @@ static void test_trickle(void **state)
 	assert_false(trickle("127.0.0.22", 64u << 10));
 }
 
+/* ---- a trickle through the ring ------------------------------------------ */
+
+/*
+ * Over shared memory (issue #35): a raw same-host peer from @host
+ * completes the upgrade, opens a message of @total bytes in its ring (a
+ * 16-byte FIRST record) and then adds a chunk of @part bytes every 20 ms
+ * (0: empty 8-byte records), to an endpoint with a 300 ms stall limit and
+ * ZAP_TCP_MIN_RATE 64K (19.2 KiB per 300 ms), while another endpoint sends
+ * it a message every 20 ms. Whether the endpoint closed the raw peer's
+ * connection for making no progress (true) or the message arrived whole
+ * (false); the other peer is served meanwhile, and afterwards, either way.
+ */
+static bool ring_trickle(const char *host, size_t part, size_t total)
+{
+	char *shm = getenv("ZAP_SHM") ? strdup(getenv("ZAP_SHM")) : NULL;
+	struct zap_attr a = { .size = sizeof(a), .listen = "127.0.0.1:0",
+			      .max_msg_size = 64u << 20 };
+	struct zap_transport *r = NULL, *o;
+	char ra[ZAP_PEER_MAX];
+	uint64_t their;
+	unsigned other = 0;
+	bool closed = false, whole = false;
+
+	setenv("ZAP_SHM", "user", 1); /* in default-tcp-parts' run too */
+	setenv("ZAP_TCP_STALL_MS", "300", 1);
+	setenv("ZAP_TCP_MIN_RATE", "64K", 1);
+	assert_int_equal(zap_pick("=default", 0, &a, &r), 0);
+	unsetenv("ZAP_TCP_STALL_MS");
+	unsetenv("ZAP_TCP_MIN_RATE");
+	o = ep_open();
+	if (shm)
+		setenv("ZAP_SHM", shm, 1);
+	else
+		unsetenv("ZAP_SHM");
+	free(shm);
+	ep_addr(r, ra);
+	zap_set_log_handler(zt_log_capture, NULL);
+	zt_log_clear();
+	struct ring_peer rp;
+	/* shm_raw.h's proofs are RAW_ID's; raw_peer_as()'s nonce is 3 x id. */
+	int fd = raw_peer_as(host, ra, 3, RAW_ID, &their);
+	ring_peer_open(&rp, fd, 3, their, RAW_ID * 3);
+	assert_true(ring_put(&rp, RING_FIRST, total, NULL, 0));
+	for (size_t sent = 0, round = 0; !closed && !whole; round++) {
+		size_t n = part < total - sent ? part : total - sent;
+		if (!ring_put(&rp, sent + n == total ? RING_LAST : 0, 0, NULL, (uint32_t)n))
+			break; /* our ring closed: the endpoint dropped us */
+		sent += n;
+		assert_int_equal(zap_send(o, ra, "vote", 4, NULL), 0);
+		struct zap_ctx *ctx;
+		struct zap_msg *m;
+		assert_int_equal(zap_ctx_new(&ctx), 0);
+		zap_ctx_set_timeout(ctx, 20000000u);
+		while (!zap_recv(r, ctx, &m)) {
+			if (zap_msg_len(m) == total)
+				whole = true;
+			else
+				other += zap_msg_len(m) == 4;
+			zap_msg_release(m);
+		}
+		zap_ctx_free(ctx);
+		closed = log_has("made no progress");
+		/* At 64 bytes per 20 ms, 64 MiB would take 6 hours: the limit
+		 * is 300 ms (a hang bound, not a timing check). */
+		if (round >= 2000)
+			fail_msg("the ring peer's message (%zu-byte chunks) is still open after "
+				 "2000 chunks",
+				 part);
+	}
+	if (!whole) {
+		/* Dropped for the stall, not for a broken ring. */
+		closed = zt_log_wait("made no progress", zt_timeout_ms(5000));
+		assert_true(closed);
+		assert_true(closed_by_peer(rp.tcp));
+		assert_true(ring_peer_closed(&rp));
+	}
+	fprintf(stderr, "# ring, %zu-byte chunks: %s; %u messages of another peer meanwhile\n",
+		part, closed ? "closed" : "delivered", other);
+	assert_true(other > 0);
+	/* And still served. */
+	assert_int_equal(zap_send(o, ra, "last", 4, NULL), 0);
+	struct zap_msg *m = recv_within(r, 10000);
+	assert_int_equal(zap_msg_len(m), 4);
+	zap_msg_release(m);
+	ring_peer_close(&rp);
+	zap_set_log_handler(NULL, NULL);
+	zap_close(o);
+	zap_close(r);
+	return closed;
+}
+
+/* The ring's counterpart of test_trickle: a 64 MiB message kept open by
+ * empty chunks, or by 64-byte ones, is closed after the stall limit; one
+ * that keeps the rate (64 KiB per 20 ms) completes. */
+static void test_ring_trickle(void **state)
+{
+	(void)state;
+	assert_true(ring_trickle("127.0.0.23", 0, 64u << 20));
+	assert_true(ring_trickle("127.0.0.24", 64, 64u << 20));
+	assert_false(ring_trickle("127.0.0.25", 64u << 10, 1u << 20));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -826,6 +942,7 @@ int main(void)
 		cmocka_unit_test(test_v2_acceptor),
 		cmocka_unit_test(test_hostile_framing),
 		cmocka_unit_test(test_trickle),
+		cmocka_unit_test(test_ring_trickle),
 		cmocka_unit_test(test_open_forever),
 	};
 

@@ -412,9 +412,16 @@ static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
 	return made;
 }
 
+/*
+ * New connections from the listener, a batch at a time: the handshakes
+ * under way get their turn between two batches. Taking them until
+ * accept() ran dry let a peer that dials again as fast as the connections
+ * it holds are closed for the newcomers (make_room()) keep this thread
+ * here, and a newcomer's HELLO, already read for, was never answered.
+ */
 static void accept_ready(struct tcp_wire *w, bool *backoff)
 {
-	for (;;) {
+	for (unsigned taken = 0; taken < TCP_EPOLL_BATCH; taken++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(w->lfd, (struct sockaddr *)&ss, &sl,

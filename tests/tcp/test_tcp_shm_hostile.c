@@ -126,78 +126,67 @@ static bool released_within(struct zap_transport *s, int fd, unsigned ms)
 	}
 }
 
-static void hoarder_done(struct hoarder *h)
+enum hoard { HANG_UP, KEEP_SIDE, SAY_CLOSED };
+
+/*
+ * An endpoint (ZAP_TCP_STALL_MS @stall) fills its ring toward a hoarder,
+ * which then ends as @how says, keeping the descriptor of that ring: its
+ * memory must go within 30 s (scaled), or the test fails naming @who.
+ */
+static void hoard(const char *stall, enum hoard how, const char *who)
 {
-	close(h->ring);
-	close(h->ours);
+	char sa[ZAP_PEER_MAX];
+	struct hoarder h;
+	setenv("ZAP_TCP_STALL_MS", stall, 1);
+	struct zap_transport *s = ep("127.0.0.1:0", sa);
+	unsetenv("ZAP_TCP_STALL_MS");
+	hoarder_up(s, sa, &h);
+	fill(s, &h);
+	if (how == SAY_CLOSED) {
+		/* The consumer's flag in its control block (WIRE.md, "The
+		 * ring's layout": CLOSED at 76). */
+		unsigned char *map = mmap(NULL, SIDE_RING_BYTES, PROT_READ | PROT_WRITE,
+					  MAP_SHARED, h.ring, 0);
+		assert_true(map != MAP_FAILED);
+		uint32_t one = 1;
+		memcpy(map + 76, &one, sizeof(one));
+		munmap(map, SIDE_RING_BYTES);
+	}
+	if (how == HANG_UP)
+		close(h.side);
+	close(h.tcp);
+	if (!released_within(s, h.ring, 30000))
+		fail_msg("%s still holds %llu bytes of our ring", who,
+			 (unsigned long long)resident(h.ring));
+	if (how != HANG_UP)
+		close(h.side);
+	close(h.ring);
+	close(h.ours);
+	zap_close(s);
 }
 
 /* Hangs up everything but the descriptor of our region. */
 static void test_hang_up(void **state)
 {
-	char sa[ZAP_PEER_MAX];
-	struct hoarder h;
 	(void)state;
-	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	hoarder_up(s, sa, &h);
-	fill(s, &h);
-	close(h.side);
-	close(h.tcp);
-	if (!released_within(s, h.ring, 30000))
-		fail_msg("the peer that hung up still holds %llu bytes of our ring",
-			 (unsigned long long)resident(h.ring));
-	hoarder_done(&h);
-	zap_close(s);
+	hoard("30000", HANG_UP, "the peer that hung up");
 }
 
 /* Hangs up the connection, keeps the side channel: the ring lingers for
  * the stall limit (300 ms here), then goes. */
 static void test_keeps_side(void **state)
 {
-	char sa[ZAP_PEER_MAX];
-	struct hoarder h;
 	(void)state;
-	setenv("ZAP_TCP_STALL_MS", "300", 1);
-	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	unsetenv("ZAP_TCP_STALL_MS");
-	hoarder_up(s, sa, &h);
-	fill(s, &h);
-	close(h.tcp);
-	if (!released_within(s, h.ring, 30000))
-		fail_msg("a peer that kept its side channel still holds %llu bytes of our ring",
-			 (unsigned long long)resident(h.ring));
-	close(h.side);
-	hoarder_done(&h);
-	zap_close(s);
+	hoard("300", KEEP_SIDE, "a peer that kept its side channel");
 }
 
-/* Says it closed our ring (the consumer's flag in its control block,
- * shm_ring.h: at 76), hangs up the connection and keeps the side channel:
- * the ring goes without waiting out the stall limit (an hour here: the
- * test would give up first). */
+/* Says it closed our ring, hangs up the connection and keeps the side
+ * channel: the ring goes without waiting out the stall limit (an hour
+ * here: the test would give up first). */
 static void test_says_closed(void **state)
 {
-	char sa[ZAP_PEER_MAX];
-	struct hoarder h;
 	(void)state;
-	setenv("ZAP_TCP_STALL_MS", "3600000", 1);
-	struct zap_transport *s = ep("127.0.0.1:0", sa);
-	unsetenv("ZAP_TCP_STALL_MS");
-	hoarder_up(s, sa, &h);
-	fill(s, &h);
-	unsigned char *map = mmap(NULL, SIDE_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
-				  h.ring, 0);
-	assert_true(map != MAP_FAILED);
-	uint32_t one = 1;
-	memcpy(map + 76, &one, sizeof(one));
-	munmap(map, SIDE_RING_BYTES);
-	close(h.tcp);
-	if (!released_within(s, h.ring, 30000))
-		fail_msg("a peer that closed our ring still holds %llu bytes of it",
-			 (unsigned long long)resident(h.ring));
-	close(h.side);
-	hoarder_done(&h);
-	zap_close(s);
+	hoard("3600000", SAY_CLOSED, "a peer that closed our ring");
 }
 
 /* The stranger (uid 65534): @procs processes connect to the name of @id

@@ -9,6 +9,7 @@
 # --plugin-as NAME FILE: ZAP_PLUGIN_PATH is a fresh directory holding only
 #     a copy of FILE named libzap-NAME.so (a fixture posing as a plugin);
 # --no-plugin: ZAP_PLUGIN_PATH is a fresh empty directory.
+# Either way the probe helper (ZAP_PROBE_HELPER) runs from a copy there.
 set -u
 dir=
 case ${1-} in
@@ -20,6 +21,13 @@ case ${1-} in
 		shift 2
 	fi
 	shift
+	# The probe helper too, as private-plugins.sh does: libzap checks
+	# its directory as a plugin's.
+	if [ -n "${ZAP_PROBE_HELPER:-}" ] && [ -f "$ZAP_PROBE_HELPER" ]; then
+		cp "$ZAP_PROBE_HELPER" "$dir/zap-probe" && chmod 0755 "$dir/zap-probe" || exit 1
+		ZAP_PROBE_HELPER=$dir/zap-probe
+		export ZAP_PROBE_HELPER
+	fi
 	ZAP_PLUGIN_PATH=$dir
 	export ZAP_PLUGIN_PATH
 	;;

@@ -425,15 +425,20 @@ static void test_spin_cancel_deadline_close(void **state)
 	assert_int_equal(ba.rc, 0);
 	assert_true(ba.done_ns - t0 < PROMPT_NS);
 
-	/* Close wakes a spinning receiver and a follower. */
+	/* Shutdown (which zap_close() begins with) wakes a spinning receiver
+	 * and a follower. Not zap_close() itself: a thread not yet inside
+	 * zap_recv() on a loaded host would call it on a freed handle (zap.h:
+	 * shut down, join, then close; test_close_while_blocked closes
+	 * under receivers it saw asleep inside). */
 	struct block_arg cb[2] = {{.t = a}, {.t = a}};
 	pthread_create(&th[0], NULL, blocked_recv, &cb[0]);
 	pthread_create(&th[1], NULL, blocked_recv, &cb[1]);
 	usleep(50000);
 	t0 = now_ns();
-	zap_close(a);
+	zap_shutdown(a);
 	pthread_join(th[0], NULL);
 	pthread_join(th[1], NULL);
+	zap_close(a);
 	assert_int_equal(cb[0].rc, -ESHUTDOWN);
 	assert_int_equal(cb[1].rc, -ESHUTDOWN);
 	assert_true(cb[0].done_ns - t0 < PROMPT_NS);

@@ -13,8 +13,11 @@
  *                    queued behind each other (one sendmsg() for many)
  *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED
  *                    identity and the checks of a local peer's claims
- *   tcp_shm.c        the same-host upgrade: shared-memory rings set up over
- *                    a side channel, sending into them, wake-ups
+ *   tcp_shm.h        the same-host upgrade's internals (included below)
+ *   tcp_shm_setup.c  the same-host upgrade set up: policy, regions, the
+ *                    dialer and the acceptor of the side channel
+ *   tcp_shm_side.c   the side channel's binding, proofs and datagrams
+ *   tcp_shm.c        the upgrade's path: sending into a ring, wake-ups, ends
  *   tcp_stats.c      what an operator sees: counters and the peer listing
  *
  * Threads and progress
@@ -203,34 +206,6 @@
 /* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
 #define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
 #define TCP_UNIX_MODE 0600u
-/* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
- * ring size per direction, how many connections of a wire may hold rings,
- * how long the dialer waits for the side channel's answer, how many side
- * channels may be half set up at once, and how many messages the leader
- * takes from one ring per round (messages, bytes). */
-#define TCP_SHM_ENV "ZAP_SHM"
-#define TCP_SHM_LOG2 21u /* 2 MiB */
-#define TCP_SHM_MAX 16u
-#define TCP_SHM_HS_MS 2000u
-#define TCP_SHM_PENDING 16u
-#define TCP_SHM_ACCEPT_BATCH 64u /* side channels accepted per round at most */
-#define TCP_SHM_BATCH 64
-/* A ring of ours that a peer may still be reading when its connection
- * ends stays for at most ZAP_TCP_STALL_MS ("lingers"), looked at this
- * often; then its memory goes back to the system (tcp_shm.c, "Ends"). */
-#define TCP_SHM_LINGER_TICK_MS 10u
-/* ... or this many bytes: a round that delivers dozens of large messages
- * before the application takes one outgrows the default allocator's cache
- * of released blocks (plugins/default/default.c), and every block then
- * comes from the kernel a page fault at a time: 1 MiB streaming ran at
- * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
-#define TCP_SHM_BATCH_BYTES (256u << 10)
-/* Version 3: a large message's parts leave this much of a ring free, room
- * for the small messages of other senders meanwhile (3,000 of 64 B): an
- * eighth of the ring, 256 KiB. The 64 B round trip behind 16 and 64 MiB messages
- * was the same with 64 KiB, 256 KiB and 1 MiB kept free (median 70-85 us
- * here), and 1 MiB streaming fastest with this. */
-#define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 8)
 /* Readiness (tcp_progress.c): a hot connection with nothing to do for
  * this long goes back to epoll; the leader takes at most this many cold
  * connections from epoll per round (the rest stay ready for the next). */
@@ -852,45 +827,8 @@ struct tcp_hello;
 int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_hello *h,
 		       char *why, size_t whylen);
 
-/* tcp_shm.c: the same-host upgrade */
-enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
-struct tcp_shm {
-	struct tcp_wire *w;
-	int sock; /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
-	void *tx_map, *rx_map;
-	size_t map_len;
-	atomic_uint *count; /* the wire's nshm */
-	struct zshm_tx tx;  /* the tx owner's */
-	struct zshm_rx rx;  /* the leader's */
-	bool tx_ready;      /* mu: the peer maps our ring: sends may switch */
-	bool tx_on;         /* mu: TCP_T_SHM written, frames go to the ring */
-	bool side_gone;     /* mu: the side channel ended */
-	uint64_t live_ms;   /* tx owner: last look at the side channel */
-	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
-	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
-	/* Lingering (tw_shm_end()): its connection ended, our ring not */
-	struct tcp_shm *linger_next;
-	uint64_t linger_until;
-};
-struct tcp_shm_pend;
-int tw_shm_open(struct tcp_wire *w);
-void tw_shm_close(struct tcp_wire *w);
-void tw_shm_free(struct tcp_shm *s);
-void tw_shm_end(struct tcp_shm *s);
-void tw_shm_bind(struct tcp_conn *c);
-void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
-		 struct zap_ctx *ctx);
-size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
-void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
-bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
-void tw_shm_wake(const struct tcp_shm *s);
-int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
-		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
-		     uint64_t *seen);
-uint64_t tw_shm_consumed(const struct tcp_conn *c);
-int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);
-const char *tw_conn_path(const struct tcp_conn *c);
+/* tcp_shm.c, tcp_shm_setup.c, tcp_shm_side.c: the same-host upgrade */
+#include "tcp_shm.h"
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

@@ -8,7 +8,8 @@
  *   tcp_handshake.c  the accept thread and the dialer's handshake
  *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
  *   tcp_ready.c      hot and cold connections (epoll), the idle timeout
- *   tcp_api.c        open, close, send, recv
+ *   tcp_api.c        open, close, address, recv, kicks
+ *   tcp_send.c       the send path: route, tx side, large messages in parts
  *   tcp_txq.c        writing frames; coalescing the frames of senders
  *                    queued behind each other (one sendmsg() for many)
  *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED

@@ -5,7 +5,8 @@
  *
  *   tcp_codec.c      frame header and HELLO codec: the pure, fuzzed parsers
  *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
- *   tcp_handshake.c  the accept thread and the dialer's handshake
+ *   tcp_handshake.c  the HELLO (built, read) and the accept thread
+ *   tcp_dial.c       the dialer: connect, TLS, HELLO, version fallback
  *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
  *   tcp_ready.c      hot and cold connections (epoll), the idle timeout
  *   tcp_api.c        open, close, address, recv, kicks
@@ -808,8 +809,12 @@ static inline int tw_hs_why(const struct tcp_conn *c, int err)
 	return c->why ? c->why : tw_close_why(err);
 }
 
-/* tcp_handshake.c */
+/* tcp_handshake.c: the HELLO (both sides) and the accept thread */
 void *tw_accept_main(void *arg);
+size_t tw_hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
+		      unsigned char *buf);
+int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen);
+/* tcp_dial.c: the dialer */
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
 int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
 	       int limit_ms);

@@ -7,7 +7,9 @@
  *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
  *   tcp_handshake.c  the HELLO (built, read) and the accept thread
  *   tcp_dial.c       the dialer: connect, TLS, HELLO, version fallback
- *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
+ *   tcp_progress.c   leader/follower progress: poll set, leader round, waiting
+ *   tcp_rx.c         the leader's receive side: frames, parts and ring
+ *                    records into messages, the budget, the stall clock
  *   tcp_ready.c      hot and cold connections (epoll), the idle timeout
  *   tcp_api.c        open, close, address, recv, kicks
  *   tcp_send.c       the send path: route, tx side, large messages in parts
@@ -835,6 +837,14 @@ int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_
 
 /* tcp_shm.c, tcp_shm_setup.c, tcp_shm_side.c: the same-host upgrade */
 #include "tcp_shm.h"
+
+/* tcp_rx.c: the leader reads @c (mu released), delivering onto *@tail;
+ * 0, a negative error or one of these (c->rx_res) */
+#define RX_EOF 1
+#define RX_EOF_PARTIAL 2 /* FIN after part of a frame: that frame is dropped */
+#define RX_MORE 3        /* internal to tw_conn_rx(): keep reading */
+int tw_conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
+	       uint64_t now, bool readable);
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

@@ -237,14 +237,15 @@ static size_t conn_limit(void)
 	return n < 8 ? 8 : (size_t)n;
 }
 
-int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
+/*
+ * tcp_wire_open()'s first step: @w's fields from @args, every descriptor
+ * -1 (so that tcp_wire_destroy() may run from here on), its lock and
+ * condition. A step of its own to keep tcp_wire_open() short.
+ */
+static void wire_init(struct tcp_wire *w, const struct tcp_wire_args *args)
 {
 	const struct zap_host *host = args->host;
-	struct tcp_wire *w = calloc(1, sizeof(*w));
-	int r;
 
-	if (!w)
-		return host->fail(-ENOMEM, "%s: out of memory", args->domain);
 	w->host = host;
 	w->dom = args->domain;
 	w->alloc = args->alloc;
@@ -270,6 +271,17 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&w->cond, &ca);
 	pthread_condattr_destroy(&ca);
+}
+
+/*
+ * tcp_wire_open()'s settings: the environment's limits, then TLS, the
+ * side channel and the events ring, stopping at the first failure (its
+ * error). A step of its own to keep tcp_wire_open() short.
+ */
+static int wire_settings(struct tcp_wire *w, const struct tcp_wire_args *args)
+{
+	const struct zap_host *host = args->host;
+	int r;
 
 	r = ZAP_HOST_HAS(host, config_u64)
 		    ? 0
@@ -300,6 +312,19 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		r = tw_shm_open(w);
 	if (!r && tw_events_open(w))
 		r = host->fail(-ENOMEM, "%s: out of memory", w->dom);
+	return r;
+}
+
+int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
+{
+	const struct zap_host *host = args->host;
+	struct tcp_wire *w = calloc(1, sizeof(*w));
+	int r;
+
+	if (!w)
+		return host->fail(-ENOMEM, "%s: out of memory", args->domain);
+	wire_init(w, args);
+	r = wire_settings(w, args);
 	if (r)
 		goto fail;
 

@@ -377,6 +377,72 @@ static int big_parts_tcp(struct tcp_wire *w, struct tcp_conn *c, const struct za
 }
 
 /*
+ * send_big()'s turn among the large messages of @c (mu held): behind
+ * those queued before it (c->bigq), the tx side given up while it waits,
+ * then taken again. A step of its own so that send_big() reads as the
+ * parts' loop. 0 with @line in c->big, or 0 with *@again when the
+ * connection stopped being the peer's tx (the caller routes again), or an
+ * error; @line has left the queue unless it is c->big.
+ */
+static int big_line_up(struct tcp_wire *w, struct tcp_conn *c, struct tcp_bigwait *line,
+		       struct tcp_waiter *me, struct zap_ctx *ctx, bool *again)
+{
+	int err = 0;
+
+	if (!c->big && !c->bigq) {
+		c->big = line;
+		return 0;
+	}
+	struct tcp_bigwait **pp = &c->bigq;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = line;
+	send_release(w, c, 0, 0);
+	while (c->big != line && !err) {
+		if (!big_usable(c) || c->retiring || !c->peer || c->peer->tx != c) {
+			big_leave(w, c, line);
+			*again = true;
+			return 0;
+		}
+		err = tw_wait_step(w, me, ctx);
+	}
+	if (!err)
+		err = big_take_tx(w, c, me, ctx);
+	if (err)
+		big_leave(w, c, line);
+	return err;
+}
+
+/*
+ * send_big() stopped between two parts with @err, the tx side not ours
+ * (mu held): @line leaves, and if the peer holds part of the message
+ * (@open) the connection is retired, as a send stopped mid-frame does,
+ * since no other large message may start there. A step of its own so
+ * that send_big() reads as the parts' loop. Returns the error to report.
+ */
+static int big_interrupted(struct tcp_wire *w, struct tcp_conn *c,
+			   struct tcp_bigwait *line, bool open, int err)
+{
+	big_leave(w, c, line);
+	if (open && !c->dead) {
+		w->host->log(ZAP_LOG_DEBUG, w->dom,
+			     "retiring connection to %s: send interrupted "
+			     "between two parts (%s)",
+			     c->raddr, strerror(-err));
+		tw_retire(c);
+		if (c->peer && c->peer->tx == c)
+			tw_peer_pick_tx(w, c->peer);
+		err = w->host->fail(err,
+				    "%s: send to %s interrupted mid-message; "
+				    "connection retired",
+				    w->dom, c->raddr);
+	}
+	if (!w->leader)
+		tw_reap(w);
+	return err;
+}
+
+/*
  * Send @m, above TCP_SOLO_MAX, on the version-3 connection @c, whose tx
  * side we own (mu held; dropped while writing and waiting), in parts of
  * TCP_PART bytes, giving the tx side back between two parts so that other
@@ -399,30 +465,9 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 
 	*written = 0;
 	*again = false;
-	if (c->big || c->bigq) {
-		struct tcp_bigwait **pp = &c->bigq;
-		while (*pp)
-			pp = &(*pp)->next;
-		*pp = &line;
-		send_release(w, c, 0, 0);
-		while (c->big != &line && !err) {
-			if (!big_usable(c) || c->retiring || !c->peer ||
-			    c->peer->tx != c) {
-				big_leave(w, c, &line);
-				*again = true;
-				return 0;
-			}
-			err = tw_wait_step(w, me, ctx);
-		}
-		if (!err)
-			err = big_take_tx(w, c, me, ctx);
-		if (err) {
-			big_leave(w, c, &line);
-			return err;
-		}
-	} else {
-		c->big = &line;
-	}
+	err = big_line_up(w, c, &line, me, ctx, again);
+	if (err || *again)
+		return err;
 	/* The path is chosen once: parts after one on the connection stay
 	 * there, so it may not switch to the ring meanwhile (send_owned()). */
 	if (s && !s->tx_ready)
@@ -458,27 +503,7 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 			err = big_take_tx(w, c, me, ctx);
 		if (err) {
 			*written = open;
-			big_leave(w, c, &line);
-			if (open && !c->dead) {
-				/* The peer holds part of it: no other large
-				 * message may start there; retire it, as a
-				 * send stopped mid-frame does. */
-				w->host->log(ZAP_LOG_DEBUG, w->dom,
-					     "retiring connection to %s: send interrupted "
-					     "between two parts (%s)",
-					     c->raddr, strerror(-err));
-				tw_retire(c);
-				if (c->peer && c->peer->tx == c)
-					tw_peer_pick_tx(w, c->peer);
-				err = w->host->fail(
-					err,
-					"%s: send to %s interrupted mid-message; "
-					"connection retired",
-					w->dom, c->raddr);
-			}
-			if (!w->leader)
-				tw_reap(w);
-			return err;
+			return big_interrupted(w, c, &line, open, err);
 		}
 	}
 	*written = 1;

@@ -238,6 +238,75 @@ static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
 }
 
 /*
+ * dial_ver()'s HELLO to @peer on the new connection @c. 0, or the error
+ * (reported through host->fail()): a TLS peer's refusal (its alert read)
+ * rather than the write's failure. A step of its own to keep dial_ver()
+ * short.
+ */
+static int dial_hello_send(struct tcp_wire *w, struct tcp_conn *c, const char *peer)
+{
+	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
+	size_t hn = tw_hello_build(w, c, hb);
+	/* A fresh socket's send buffer always takes a HELLO. */
+	struct iovec hv = { hb, hn };
+	ssize_t k = tw_io_send(c, &hv, 1);
+	if (k != (ssize_t)hn) {
+		int e = k < 0 ? errno : EPIPE;
+		char why[400];
+		/* A TLS peer that refused us closed after its alert; on a
+		 * Unix socket our write fails before we read it: read it. */
+		if (c->tls && tw_hello_read(w, c, why, sizeof(why)) == -EACCES) {
+			w->host->log(ZAP_LOG_WARN, w->dom, "handshake with %s failed: %s",
+				     peer, why);
+			return w->host->fail(-EACCES, "%s: handshake with %s failed: %s",
+					     w->dom, peer, why);
+		}
+		return w->host->fail(-e, "%s: send HELLO to %s: %s", w->dom, peer,
+				     k < 0 ? tw_io_err(c, e) : "short write");
+	}
+	return 0;
+}
+
+/*
+ * dial_ver()'s wait for @peer's HELLO on @c (socket @fd) until
+ * @deadline_ms or the ctx ends. 0 once it is read and checked, else the
+ * error (reported through host->fail() where the peer's doing), with
+ * *@closed when the peer closed instead of answering. A step of its own
+ * to keep dial_ver() short.
+ */
+static int dial_hello_wait(struct tcp_wire *w, struct tcp_conn *c, int fd,
+			   const char *peer, struct zap_ctx *ctx, uint64_t deadline,
+			   bool *closed)
+{
+	for (;;) {
+		char why[400];
+		int h = tw_hello_read(w, c, why, sizeof(why));
+		if (h == 1)
+			return 0;
+		if (h < 0) {
+			*closed = h == -EPIPE || h == -ECONNRESET;
+			if (h == -EACCES)
+				w->host->log(ZAP_LOG_WARN, w->dom,
+					     "handshake with %s failed: %s", peer, why);
+			return w->host->fail(h == -EPIPE ? -ECONNRESET : h,
+					     "%s: handshake with %s failed: %s", w->dom,
+					     peer, why);
+		}
+		uint64_t now = now_ms();
+		if (now >= deadline) {
+			return w->host->fail(-ETIMEDOUT,
+					     "%s: %s did not answer the handshake",
+					     w->dom, peer);
+		}
+		int r = tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));
+		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
+			continue; /* our own handshake limit; checked above */
+		if (r)
+			return r;
+	}
+}
+
+/*
  * Connect to @peer offering wire version @ver, exchange HELLOs, register.
  * mu not held. The peer's handshake thread answers independently of its
  * application, so this waits about one round trip, not for the peer to
@@ -290,55 +359,12 @@ static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
 		if (r)
 			goto fail;
 	}
-	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
-	size_t hn = tw_hello_build(w, c, hb);
-	/* A fresh socket's send buffer always takes a HELLO. */
-	struct iovec hv = { hb, hn };
-	ssize_t k = tw_io_send(c, &hv, 1);
-	if (k != (ssize_t)hn) {
-		int e = k < 0 ? errno : EPIPE;
-		char why[400];
-		/* A TLS peer that refused us closed after its alert; on a
-		 * Unix socket our write fails before we read it: read it. */
-		if (c->tls && tw_hello_read(w, c, why, sizeof(why)) == -EACCES) {
-			w->host->log(ZAP_LOG_WARN, w->dom, "handshake with %s failed: %s",
-				     peer, why);
-			r = w->host->fail(-EACCES, "%s: handshake with %s failed: %s",
-					  w->dom, peer, why);
-			goto fail;
-		}
-		r = w->host->fail(-e, "%s: send HELLO to %s: %s", w->dom, peer,
-				  k < 0 ? tw_io_err(c, e) : "short write");
+	r = dial_hello_send(w, c, peer);
+	if (r)
 		goto fail;
-	}
-	for (;;) {
-		char why[400];
-		int h = tw_hello_read(w, c, why, sizeof(why));
-		if (h == 1)
-			break;
-		if (h < 0) {
-			*closed = h == -EPIPE || h == -ECONNRESET;
-			if (h == -EACCES)
-				w->host->log(ZAP_LOG_WARN, w->dom,
-					     "handshake with %s failed: %s", peer, why);
-			r = w->host->fail(h == -EPIPE ? -ECONNRESET : h,
-					  "%s: handshake with %s failed: %s", w->dom,
-					  peer, why);
-			goto fail;
-		}
-		uint64_t now = now_ms();
-		if (now >= deadline) {
-			r = w->host->fail(-ETIMEDOUT,
-					  "%s: %s did not answer the handshake", w->dom,
-					  peer);
-			goto fail;
-		}
-		r = tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));
-		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
-			continue; /* our own handshake limit; checked above */
-		if (r)
-			goto fail;
-	}
+	r = dial_hello_wait(w, c, fd, peer, ctx, deadline, closed);
+	if (r)
+		goto fail;
 
 	tw_tls_log_up(w, c); /* before the leader may read c */
 	/* Same host: move to shared memory if the peer may (tcp_shm.c);

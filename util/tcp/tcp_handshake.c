@@ -111,11 +111,12 @@ static bool tls_record(const struct tcp_conn *c, char *why, size_t whylen)
 }
 
 /*
- * Read more of a HELLO into c->hs without blocking.
- * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
- * error or socket error, reason in @why.
+ * tw_hello_read()'s reading: more of the HELLO into c->hs without
+ * blocking, its header checked as soon as it is in. 1 complete, 0 need
+ * more, else an error (reason in @why). A step of its own to keep
+ * tw_hello_read() short.
  */
-int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen)
+static int hello_fill(struct tcp_conn *c, char *why, size_t whylen)
 {
 	for (;;) {
 		size_t need = TCP_HDR;
@@ -140,7 +141,7 @@ int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whyl
 			}
 			need = TCP_HDR + (size_t)len;
 			if (c->hslen == need)
-				break;
+				return 1;
 		}
 		ssize_t k = tw_io_read(c, c->hs + c->hslen, need - c->hslen);
 		if (k > 0) {
@@ -160,11 +161,65 @@ int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whyl
 		snprintf(why, whylen, "read: %s", tw_io_err(c, e));
 		return e == EACCES ? -EACCES : -e;
 	}
+}
+
+/*
+ * tw_hello_read()'s last checks of the peer's claims (instance id @id,
+ * the address already in c->raddr), and under TLS the key appended to
+ * c->raddr. 1, or -EPROTO with @why. A step of its own to keep
+ * tw_hello_read() short.
+ */
+static int hello_claims(struct tcp_wire *w, struct tcp_conn *c, uint64_t id, char *why,
+			size_t whylen)
+{
+	/* Loops: our own instance id or listen address, unless this really
+	 * is a connection to ourselves (the nonce exchange proves it). */
+	tw_lock(w);
+	bool self = tw_self_proven(w, c);
+	tw_unlock(w);
+	if (!self && id == w->id) {
+		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
+			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
+		return -EPROTO;
+	}
+	if (!self && own_address(w, c)) {
+		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
+			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
+		return -EPROTO;
+	}
+	/* TLS: the peer is its key as much as its address, so the key is
+	 * part of the peer string, of the peer's identity in the table and
+	 * of its routes (WIRE.md, "TLS"). */
+	if (c->tls) {
+		size_t al = strlen(c->raddr);
+		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
+			snprintf(why, whylen, "address %.64s too long to carry a key",
+				 c->raddr);
+			return -EPROTO;
+		}
+		c->raddr[al] = '#';
+		memcpy(c->raddr + al + 1, c->fp, strlen(c->fp) + 1);
+	}
+	return 1;
+}
+
+/*
+ * Read more of a HELLO into c->hs without blocking.
+ * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
+ * error or socket error, reason in @why.
+ */
+int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen)
+{
+	int r = hello_fill(c, why, whylen);
+	if (r != 1)
+		return r;
 
 	/* Parse: id, nonce, address; check the address against the
 	 * connection (a wildcard host becomes the source). */
 	struct tcp_hello hl;
-	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why, whylen);
+	r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why, whylen);
 	if (r)
 		return r;
 	int dport = -1;
@@ -198,37 +253,7 @@ int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whyl
 	if (!c->dialed)
 		c->nonce = hl.nonce;
 
-	/* Loops: our own instance id or listen address, unless this really
-	 * is a connection to ourselves (the nonce exchange proves it). */
-	tw_lock(w);
-	bool self = tw_self_proven(w, c);
-	tw_unlock(w);
-	if (!self && hl.id == w->id) {
-		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
-			 c->raddr);
-		c->why = ZAP_CLOSE_IDENTITY;
-		return -EPROTO;
-	}
-	if (!self && own_address(w, c)) {
-		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
-			 c->raddr);
-		c->why = ZAP_CLOSE_IDENTITY;
-		return -EPROTO;
-	}
-	/* TLS: the peer is its key as much as its address, so the key is
-	 * part of the peer string, of the peer's identity in the table and
-	 * of its routes (WIRE.md, "TLS"). */
-	if (c->tls) {
-		size_t al = strlen(c->raddr);
-		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
-			snprintf(why, whylen, "address %.64s too long to carry a key",
-				 c->raddr);
-			return -EPROTO;
-		}
-		c->raddr[al] = '#';
-		memcpy(c->raddr + al + 1, c->fp, strlen(c->fp) + 1);
-	}
-	return 1;
+	return hello_claims(w, c, hl.id, why, whylen);
 }
 
 /* The accepted side's handshake step: TLS first when it is on, then the
@@ -414,6 +439,26 @@ static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
 }
 
 /*
+ * accept() failed with @e. Short of descriptors or memory: leave the
+ * backlog in the kernel and retry later (*@backoff) rather than spin on a
+ * readable socket; out of descriptors, also free one to retry with (one
+ * per pause: an evicted connection's descriptor is closed after the
+ * leader's round), or a full table locks everyone out for good. A step of
+ * its own to keep accept_ready() short.
+ */
+static void accept_failed(struct tcp_wire *w, int e, bool *backoff)
+{
+	if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+		bool made = (e == EMFILE || e == ENFILE) &&
+			    make_room(w, false, "out of descriptors");
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "accept: %s; pausing new connections%s", strerror(e),
+			     made ? " (one closed to make room)" : "");
+		*backoff = true;
+	}
+}
+
+/*
  * New connections from the listener, a batch at a time: the handshakes
  * under way get their turn between two batches. Taking them until
  * accept() ran dry let a peer that dials again as fast as the connections
@@ -428,23 +473,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		int fd = accept4(w->lfd, (struct sockaddr *)&ss, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			int e = errno;
-			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
-				/* Leave the backlog in the kernel and retry
-				 * later rather than spin on a readable socket;
-				 * out of descriptors, also free one to retry
-				 * with (one per pause: an evicted connection's
-				 * descriptor is closed after the leader's
-				 * round), or a full table locks everyone out
-				 * for good. */
-				bool made = (e == EMFILE || e == ENFILE) &&
-					    make_room(w, false, "out of descriptors");
-				w->host->log(ZAP_LOG_WARN, w->dom,
-					     "accept: %s; pausing new connections%s",
-					     strerror(e),
-					     made ? " (one closed to make room)" : "");
-				*backoff = true;
-			}
+			accept_failed(w, errno, backoff);
 			return;
 		}
 		tw_count(&w->st_accepted, 1);

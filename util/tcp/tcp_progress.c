@@ -158,26 +158,15 @@ static size_t pollset_fixed(struct tcp_wire *w, struct tcp_waiter *me, int cfd)
 }
 
 /*
- * The connections to read, from slot @n on: a connection that may have
- * buffered data (or whose allocation is to be retried) as an rx_ready slot
- * without an fd if it is not polled anyway, and then *@timeout is 0. A
- * connection paused by an -EAGAIN allocation is neither polled nor read
- * until a kick resumes it (resume_paused()). Returns the new n.
+ * pollset_conns()'s clocks over the hot connections: a stalled one is
+ * closed, the others' stall deadlines bound *@timeout, and the oldest
+ * partial message (w->oldest) is found and, if the budget paused it,
+ * resumed. A step of its own to keep pollset_conns() short.
  */
-static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
+static void pollset_clocks(struct tcp_wire *w, uint64_t now, int *timeout)
 {
-	size_t first = n;
-	uint64_t now = now_coarse_ms(), oldest_ms = UINT64_MAX;
+	uint64_t oldest_ms = UINT64_MAX;
 
-	/* The application is not taking messages: read nothing, so that
-	 * TCP pushes back on the senders. A recv that drains kicks. */
-	w->q_full = w->qbytes >= w->rxq_max;
-	w->oldest = NULL;
-	tw_idle_scan(w, now);
-	if (w->next_idle_ms != UINT64_MAX)
-		*timeout = ms_min(*timeout, w->next_idle_ms > now
-						    ? (int)(w->next_idle_ms - now)
-						    : 0);
 	/* Only hot connections can have work without epoll saying so: a
 	 * partial frame, a paused allocation, a ring keep one hot. */
 	for (struct tcp_conn *c = w->hot, *next; c; c = next) {
@@ -219,6 +208,30 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 		w->oldest->budget_paused = false;
 		w->oldest->rx_ready = true;
 	}
+}
+
+/*
+ * The connections to read, from slot @n on: a connection that may have
+ * buffered data (or whose allocation is to be retried) as an rx_ready slot
+ * without an fd if it is not polled anyway, and then *@timeout is 0. A
+ * connection paused by an -EAGAIN allocation is neither polled nor read
+ * until a kick resumes it (resume_paused()). Returns the new n.
+ */
+static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
+{
+	size_t first = n;
+	uint64_t now = now_coarse_ms();
+
+	/* The application is not taking messages: read nothing, so that
+	 * TCP pushes back on the senders. A recv that drains kicks. */
+	w->q_full = w->qbytes >= w->rxq_max;
+	w->oldest = NULL;
+	tw_idle_scan(w, now);
+	if (w->next_idle_ms != UINT64_MAX)
+		*timeout = ms_min(*timeout, w->next_idle_ms > now
+						    ? (int)(w->next_idle_ms - now)
+						    : 0);
+	pollset_clocks(w, now, timeout);
 	/* Side channels: wake-ups for our senders too, so also while the
 	 * connection is not read (its end seen, paused, the queue full). */
 	for (struct tcp_conn *c = w->hot; c; c = c->hnext) {

@@ -281,6 +281,78 @@ static int side_connect(struct tcp_wire *w, int fd, const struct sockaddr_un *su
 }
 
 /*
+ * tw_shm_dial()'s check where the connection @c is a Unix socket: a Unix
+ * path can be taken over (unlink, bind) by a relay that already holds a
+ * connection to it, so there the listener of the side channel @fd must
+ * also be the process that accepted us. false with @why. A step of its
+ * own to keep tw_shm_dial() short.
+ */
+static bool dial_same_process(const struct tcp_conn *c, int fd, char *why, size_t whylen)
+{
+	if (c->local) {
+		struct ucred a, b;
+		char who[72];
+		if (!tw_peer_cred(c->fd, &a, who, sizeof(who)) ||
+		    !tw_peer_cred(fd, &b, who, sizeof(who)) || a.pid != b.pid) {
+			snprintf(why, whylen,
+				 "the side channel's listener is not the process that "
+				 "accepted the connection");
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * tw_shm_dial()'s proofs over the side channel @fd: the listener's
+ * challenge, ours with our proof, then its proof with its ring (*@pfd,
+ * the caller's to close), checked before anything is mapped. 0, or -1
+ * with @why. A step of its own to keep tw_shm_dial() short.
+ */
+static int dial_prove(struct tcp_wire *w, struct tcp_conn *c, int fd,
+		      uint64_t deadline_ms, struct zap_ctx *ctx, int *pfd, char *why,
+		      size_t whylen)
+{
+	struct tcp_shm_msg m;
+	unsigned char cd[32], ca[32], mac[32];
+
+	tw_shm_bind(c);
+	if (!c->shm_bind_len || !tw_shm_fresh(cd)) {
+		snprintf(why, whylen, "cannot name the connection's ends");
+		return -1;
+	}
+	/* Its challenge, then ours with our proof. */
+	int r = tw_shm_msg_wait(w, fd, TCP_SHM_CHAL, &m, NULL, deadline_ms, ctx, why,
+				whylen);
+	if (r)
+		return -1;
+	memcpy(ca, m.a, 32);
+	if (!tw_shm_proof(TCP_SHM_REQ, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
+			  c->shm_bind, c->shm_bind_len, mac)) {
+		snprintf(why, whylen, "HMAC failed");
+		return -1;
+	}
+	r = tw_shm_msg_send(fd, TCP_SHM_REQ, cd, mac, -1);
+	if (r) {
+		snprintf(why, whylen, "side channel: %s", strerror(-r));
+		return -1;
+	}
+	/* Its proof, with its ring: checked before we map anything. */
+	r = tw_shm_msg_wait(w, fd, TCP_SHM_ANS, &m, pfd, deadline_ms, ctx, why, whylen);
+	if (r)
+		return -1;
+	if (!tw_shm_proof(TCP_SHM_ANS, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
+			  c->shm_bind, c->shm_bind_len, mac) ||
+	    CRYPTO_memcmp(mac, m.a, 32)) {
+		snprintf(why, whylen,
+			 "the side channel's listener does not hold the other end of this "
+			 "connection (a process squatting the peer's name, or a relay)");
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * Try the upgrade on @c, which we dialed and whose HELLO exchange is done
  * (not yet registered: nothing else sees it). Best effort: on any failure
  * @c stays as it is, and the reason is logged at DEBUG. Waits for the
@@ -298,7 +370,6 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	struct sockaddr_un sun;
 	struct tcp_shm *s = NULL;
 	struct tcp_shm_msg m;
-	unsigned char cd[32], ca[32], mac[32];
 	char why[200] = "";
 	int fd = -1, txfd = -1, pfd = -1, r;
 	bool tried = false;
@@ -319,54 +390,10 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	tried = true; /* from here on a failure is a refused upgrade */
 	if (!peer_allowed(w, fd, why, sizeof(why)))
 		goto out;
-	/* A Unix path can be taken over (unlink, bind) by a relay that
-	 * already holds a connection to it: there the listener of the side
-	 * channel must also be the process that accepted us. */
-	if (c->local) {
-		struct ucred a, b;
-		char who[72];
-		if (!tw_peer_cred(c->fd, &a, who, sizeof(who)) ||
-		    !tw_peer_cred(fd, &b, who, sizeof(who)) || a.pid != b.pid) {
-			snprintf(why, sizeof(why),
-				 "the side channel's listener is not the process that "
-				 "accepted the connection");
-			goto out;
-		}
-	}
-	tw_shm_bind(c);
-	if (!c->shm_bind_len || !tw_shm_fresh(cd)) {
-		snprintf(why, sizeof(why), "cannot name the connection's ends");
+	if (!dial_same_process(c, fd, why, sizeof(why)))
 		goto out;
-	}
-	/* Its challenge, then ours with our proof. */
-	r = tw_shm_msg_wait(w, fd, TCP_SHM_CHAL, &m, NULL, deadline_ms, ctx, why,
-			    sizeof(why));
-	if (r)
+	if (dial_prove(w, c, fd, deadline_ms, ctx, &pfd, why, sizeof(why)))
 		goto out;
-	memcpy(ca, m.a, 32);
-	if (!tw_shm_proof(TCP_SHM_REQ, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
-			  c->shm_bind, c->shm_bind_len, mac)) {
-		snprintf(why, sizeof(why), "HMAC failed");
-		goto out;
-	}
-	r = tw_shm_msg_send(fd, TCP_SHM_REQ, cd, mac, -1);
-	if (r) {
-		snprintf(why, sizeof(why), "side channel: %s", strerror(-r));
-		goto out;
-	}
-	/* Its proof, with its ring: checked before we map anything. */
-	r = tw_shm_msg_wait(w, fd, TCP_SHM_ANS, &m, &pfd, deadline_ms, ctx, why,
-			    sizeof(why));
-	if (r)
-		goto out;
-	if (!tw_shm_proof(TCP_SHM_ANS, c->shm_key, c->shm_key_len, w->id, c->rid, cd, ca,
-			  c->shm_bind, c->shm_bind_len, mac) ||
-	    CRYPTO_memcmp(mac, m.a, 32)) {
-		snprintf(why, sizeof(why),
-			 "the side channel's listener does not hold the other end of this "
-			 "connection (a process squatting the peer's name, or a relay)");
-		goto out;
-	}
 	s = shm_new(w, pfd, NULL, &txfd, why, sizeof(why));
 	if (!s)
 		goto out;

@@ -568,7 +568,7 @@ static int register_link(struct tcp_wire *w, struct tcp_conn *c, bool *kick)
 static void register_announce(struct tcp_wire *w, struct tcp_conn *c, bool kick)
 {
 	tw_event(w, ZAP_EVENT_CONNECTED, 0, c, NULL, NULL);
-	/* The dialer moved to shared memory before registering (tcp_shm.c). */
+	/* The dialer moved to shared memory before registering (tcp_shm_setup.c). */
 	struct tcp_shm *s = atomic_load(&c->shm);
 	if (s && s->tx_ready)
 		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);

@@ -367,7 +367,7 @@ static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
 		goto fail;
 
 	tw_tls_log_up(w, c); /* before the leader may read c */
-	/* Same host: move to shared memory if the peer may (tcp_shm.c);
+	/* Same host: move to shared memory if the peer may (tcp_shm_setup.c);
 	 * before registering, so that nothing else uses c meanwhile. */
 	tw_shm_dial(w, c, deadline, ctx);
 	tw_lock(w);

@@ -345,7 +345,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s", c->raddr);
 	tw_tls_log_up(w, c);
-	/* The ends a dialer's shared-memory proof must name (tcp_shm.c). */
+	/* The ends a dialer's shared-memory proof must name (tcp_shm_side.c). */
 	if (w->shm_lfd >= 0)
 		tw_shm_bind(c);
 	tw_lock(w);

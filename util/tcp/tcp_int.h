@@ -114,7 +114,7 @@
  * w->mu held and takes nothing inside it. Events are per connection, never
  * per message.
  *
- * Shared memory (tcp_shm.c): c->shm is set once (an atomic pointer, so the
+ * Shared memory (tcp_shm*.c): c->shm is set once (an atomic pointer, so the
  * leader may load it while reading) and freed with the connection. Its
  * tx ring belongs to the tx owner, its rx ring and rx_on to the leader,
  * the flags marked "mu" to w->mu; the side channel's descriptor never

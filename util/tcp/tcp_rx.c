@@ -504,7 +504,7 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Receiving from a shared-memory ring (tcp_shm.c sets it up)                */
+/* Receiving from a shared-memory ring (tcp_shm_setup.c sets it up)          */
 /* ------------------------------------------------------------------------ */
 
 struct ring_rx {

@@ -264,7 +264,7 @@ static int ring_put(struct tcp_shm *s, const struct tcp_conn *c,
  * dropped while writing and waiting). The first frame of this direction
  * writes TCP_T_SHM on the connection first. As tw_txq_send() returns;
  * without @may_wait, -EAGAIN (nothing written, own->err 0) where the ring
- * has no room to start the frame (a burst's later frames, tcp_api.c); a
+ * has no room to start the frame (a burst's later frames, tcp_send.c); a
  * frame once started is finished, waiting if it must.
  */
 int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The wire's interface (tcp_wire.h): open and close, send and recv.
+ * The wire's interface (tcp_wire.h): open and close, the address, recv,
+ * kicks; the send path is tcp_send.c.
  *
  * Shared state: struct tcp_wire (tcp_int.h, whose comment covers threads
  * and locking). Senders own a connection's tx side while c->tx_busy; send
@@ -25,638 +26,8 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
-/* Send and receive                                                          */
+/* Receive                                                                   */
 /* ------------------------------------------------------------------------ */
-
-/*
- * Dial @peer for a sender (mu held, dropped during the dial): a
- * placeholder route makes concurrent senders to the same new address wait
- * for this dial instead of racing it.
- */
-static int send_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
-{
-	TW_HELD(w);
-	struct tcp_route *r = calloc(1, sizeof(*r));
-	int err;
-
-	if (!r)
-		return -ENOMEM;
-	/* Our own sends keep working at the descriptor limit: the
-	 * connection idle the longest makes room. */
-	if (w->nconns >= w->conn_max)
-		tw_evict_idle(w, "descriptor limit reached, dialing a new peer");
-	snprintf(r->addr, sizeof(r->addr), "%s", peer);
-	r->dialing = true;
-	tw_route_add(w, r);
-	tw_unlock(w);
-	err = tw_dial(w, peer, ctx);
-	tw_lock(w);
-	/* tw_conn_register() turned the placeholder into a route; on failure
-	 * remove it. */
-	r = tw_route_find(w, peer);
-	if (r && r->dialing) {
-		if (err)
-			tw_route_del(w, r);
-		else
-			r->dialing = false;
-	}
-	tw_notify(w, true);
-	return err;
-}
-
-/*
- * Dial @peer, whose route @r exists, to prove who listens there now
- * (struct tcp_route; mu held, dropped during the dial). The connection it
- * makes registers as any dial does: the instance that answers takes the
- * route. Senders to the address wait for it meanwhile. A failed dial is
- * the send's error: nobody we can reach listens there.
- */
-static int send_verify(struct tcp_wire *w, struct tcp_route *r, const char *peer,
-		       struct zap_ctx *ctx)
-{
-	TW_HELD(w);
-	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: %s; dialing it to see who listens there",
-		     peer,
-		     r->contested ? "another instance claims the address"
-				  : "the connection stalled with data unread");
-	uint64_t was = r->peer ? r->peer->rid : 0;
-	r->verifying = true;
-	r->verify_ms = now_coarse_ms();
-	tw_unlock(w);
-	int err = tw_dial(w, peer, ctx);
-	tw_lock(w);
-	r = tw_route_find(w, peer);
-	if (r) {
-		r->verifying = false;
-		if (!err && r->peer && r->peer->rid != was)
-			w->host->log(ZAP_LOG_INFO, w->dom,
-				     "%s: another instance listens there now (restarted); "
-				     "sending to it",
-				     peer);
-	}
-	tw_notify(w, true);
-	return err;
-}
-
-/* The peer announced its limit: refuse here, before a byte is written, so
- * the connection and every message after this one are unaffected. */
-static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len)
-{
-	return w->host->fail(-EMSGSIZE,
-			     "%s: message of %zu bytes exceeds the maximum %" PRIu64
-			     " that %s accepts (its ZAP_MAX_MSG_BYTES)",
-			     w->dom, len, c->peer_max, c->raddr);
-}
-
-/*
- * Find (dial, or wait for) the connection to send to @peer on and take
- * its tx side (req->state TXQ_OWNER) or queue @req behind its owner
- * (TXQ_QUEUED) (mu held; dropped while dialing or waiting). 0 and *@out.
- */
-static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
-		      struct zap_ctx *ctx, struct tcp_txreq *req, struct tcp_conn **out)
-{
-	TW_HELD(w);
-	for (;;) {
-		int err = tw_wait_check(w, me, ctx);
-		if (err)
-			return err;
-		struct tcp_route *r = tw_route_find(w, peer);
-		if (!r) {
-			err = send_dial(w, peer, ctx);
-			if (err)
-				return err;
-			continue;
-		}
-		if ((!r->dialing || r->peer) && !r->verifying) {
-			r->dialing = false;
-			struct tcp_conn *c = r->peer ? r->peer->tx : NULL;
-			if (!c && !(r->peer && tw_peer_draining(w, r->peer))) {
-				/* The peer's connections are gone: dial again. */
-				tw_route_del(w, r);
-				continue;
-			}
-			if (c && req->len > c->peer_max)
-				return send_too_big(w, c, req->len);
-			int state = c && !c->tx_busy ? tw_conn_check(w, c) : TW_CONN_OK;
-			if (state == TW_CONN_SHUT)
-				continue;
-			if ((r->contested || state == TW_CONN_STALLED) &&
-			    now_coarse_ms() - r->verify_ms >= TCP_VERIFY_MS) {
-				err = send_verify(w, r, peer, ctx);
-				if (err)
-					return err;
-				continue;
-			}
-			if (c && !c->tx_busy) {
-				c->tx_busy = true;
-				req->state = TXQ_OWNER;
-				*out = c;
-				return 0;
-			}
-			/* Behind a busy owner: have it write our frame with its
-			 * own (tcp_txq.c), if the frame is small. */
-			if (c && tw_txq_join(w, c, req)) {
-				*out = c;
-				return 0;
-			}
-		}
-		/*
-		 * Wait: for the dial another sender is making, for the tx side
-		 * of the connection, or for a retired connection to this peer
-		 * still being read (e.g. after a send abandoned mid-frame) to
-		 * close: frames we wrote there must reach the peer before any
-		 * on a new connection, so dial only once it closed.
-		 */
-		err = tw_wait_step(w, me, ctx);
-		if (err)
-			return err;
-	}
-}
-
-/* Give @c's tx side back after a frame (mu held): what a failure after
- * @done bytes does to the connection. */
-static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t done)
-{
-	TW_HELD(w);
-	bool stopped = err == -ECANCELED || err == -ETIMEDOUT;
-
-	/* TLS may hold an encrypted record of this frame: partly written. */
-	if (c->tls_wpend && err && !done)
-		done = 1;
-	c->tx_busy = false;
-	c->tx_used = true;
-	tw_touch(c, now_coarse_ms());
-	if (err && done && stopped && !c->dead) {
-		/*
-		 * A partial frame cannot be taken back, so no new frame may
-		 * start on this connection. Closing it would discard what
-		 * the peer sent us and not yet read, and (unread data) make
-		 * the kernel reset it, so the peer would lose our earlier,
-		 * complete frames still in flight. Instead retire it: FIN
-		 * after the partial frame (the peer drops only that one),
-		 * keep reading to the peer's FIN, then close.
-		 */
-		/* The caller's own ctx did this and gets the error: DEBUG. */
-		w->host->log(ZAP_LOG_DEBUG, w->dom,
-			     "retiring connection to %s: send interrupted mid-frame (%s)",
-			     c->raddr, strerror(-err));
-		tw_retire(c);
-		if (c->peer && c->peer->tx == c)
-			tw_peer_pick_tx(w, c->peer);
-		w->host->fail(err,
-			      "%s: send to %s interrupted mid-frame; connection retired",
-			      w->dom, c->raddr);
-	} else if (err && done) {
-		/* A partial frame cannot be taken back: the stream is lost. */
-		/* Our own deadline or shutdown: the caller has the error. */
-		w->host->log(stopped || err == -ESHUTDOWN ? ZAP_LOG_DEBUG : ZAP_LOG_WARN,
-			     w->dom,
-			     "dropping connection to %s: send interrupted mid-frame (%s)",
-			     c->raddr, strerror(-err));
-		tw_conn_kill(w, c, stopped ? ZAP_CLOSE_SEND_ABORTED : tw_close_why(err));
-		if (stopped)
-			w->host->fail(
-				err,
-				"%s: send to %s interrupted mid-frame; connection closed",
-				w->dom, c->raddr);
-	} else if (err && !stopped && err != -ESHUTDOWN) {
-		tw_conn_kill(w, c, tw_close_why(err));
-	}
-	tw_conn_tx_done(w, c);
-	tw_txq_handoff(w, c);
-	if (!w->leader)
-		tw_reap(w);
-	else if (c->dead)
-		tw_kick(w);
-	tw_notify(w, true);
-}
-
-/*
- * Check @msgs[0] and @peer, and put @peer in the form routes are keyed by
- * (*@peer may then point at @norm). 0, or the error for the whole send.
- */
-static int send_check(struct tcp_wire *w, const char **peer, const struct zap_iov *msgs,
-		      char norm[ZAP_PEER_MAX])
-{
-	if (msgs[0].len > w->max_msg)
-		return w->host
-			->fail(-EMSGSIZE,
-			       "%s: message of %zu bytes exceeds the maximum %" PRIu64
-			       " (ZAP_MAX_MSG_BYTES)",
-			       w->dom, msgs[0].len, w->max_msg);
-	if (strlen(*peer) >= ZAP_PEER_MAX)
-		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
-	const char *key = strchr(*peer, '#');
-	if (key) {
-		/* "host:port#sha256:<hex>": TLS only, the key in lower case so
-		 * that it finds the route a received message's peer string
-		 * names. */
-		unsigned char fp[32];
-		if (!w->tls)
-			return w->host->fail(
-				-EINVAL,
-				"%s: peer \"%s\" requires a key, but TLS is off (ZAP_TLS_CERT)",
-				w->dom, *peer);
-		if (ztls_fp_parse(key + 1, strlen(key + 1), fp))
-			return w->host->fail(
-				-EINVAL,
-				"%s: peer \"%s\": want host:port#sha256:<64 hex digits>",
-				w->dom, *peer);
-		size_t al = (size_t)(key - *peer);
-		memcpy(norm, *peer, al);
-		norm[al] = '#';
-		/* Fits: the text after '#' had exactly ZTLS_FP_LEN - 1 bytes. */
-		ztls_fp_format(fp, norm + al + 1);
-		*peer = norm;
-	}
-	return 0;
-}
-
-/*
- * Whether a burst may start another frame on @c (mu held): the checks a
- * new send makes when it claims the connection. One that is retiring or
- * no longer its peer's tx connection takes no new frames (their order
- * with the frames on the next connection depends on it).
- */
-static bool burst_goes_on(const struct tcp_conn *c)
-{
-	return !c->dead && !c->retiring && !c->tx_shut && c->peer && c->peer->tx == c;
-}
-
-/* A DATA frame for @m; its version byte is the connection's, set when
- * the frame is queued or written (tcp_txq.c). */
-static void req_set(struct tcp_txreq *r, const struct zap_iov *m)
-{
-	*r = (struct tcp_txreq){ .buf = m->buf, .len = m->len };
-	tw_hdr_put(r->hdr, TCP_VERSION, TCP_T_DATA, m->len);
-}
-
-/* ---- version 3: a large message in parts (WIRE.md, "Large messages") ---- */
-
-/* Hand @c's large-message turn to the next sender in line (mu held). */
-static void big_next(struct tcp_wire *w, struct tcp_conn *c)
-{
-	TW_HELD(w);
-	c->big = c->bigq;
-	c->big_ring = false;
-	if (c->bigq)
-		c->bigq = c->bigq->next;
-	tw_notify(w, true);
-}
-
-/* Leave the line (mu held); a turn handed to us meanwhile goes on. */
-static void big_leave(struct tcp_wire *w, struct tcp_conn *c, struct tcp_bigwait *me)
-{
-	TW_HELD(w);
-	if (c->big == me) {
-		big_next(w, c);
-		return;
-	}
-	for (struct tcp_bigwait **pp = &c->bigq; *pp; pp = &(*pp)->next)
-		if (*pp == me) {
-			*pp = me->next;
-			return;
-		}
-}
-
-/* Whether @c still takes a message's parts: a part may follow another only
- * on the connection the first went on, which must stay up. */
-static bool big_usable(const struct tcp_conn *c)
-{
-	return !c->dead && !c->tx_shut;
-}
-
-/* Take @c's tx side again between two parts (mu held). */
-static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
-		       struct zap_ctx *ctx)
-{
-	TW_HELD(w);
-	for (;;) {
-		struct tcp_shm *s = atomic_load(&c->shm);
-		/* A ring whose side channel ended is read by nobody. */
-		if (!big_usable(c) || (c->big_ring && s->side_gone))
-			return w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
-					     w->dom, c->raddr);
-		if (!c->tx_busy) {
-			c->tx_busy = true;
-			return 0;
-		}
-		int err = tw_wait_step(w, me, ctx);
-		if (err)
-			return err;
-	}
-}
-
-/*
- * The next parts of @m from *@off on the connection @c (tx side owned, mu
- * held; dropped while writing): with nobody in line for the tx side, up
- * to TCP_BIG_BATCH parts in one sendmsg() (parts the full socket did not
- * start are cut, tw_txq_send()), else one. *@off advances by the parts
- * written whole; *@partial: one was left half written. tw_txq_send()'s
- * result, or the connection's error when a later part broke.
- */
-static int big_parts_tcp(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
-			 size_t *off, struct tcp_waiter *me, struct zap_ctx *ctx,
-			 bool *partial)
-{
-	struct tcp_txreq r[TCP_BIG_BATCH];
-	size_t n = 0, at = *off, most = c->txq ? 1 : TCP_BIG_BATCH;
-
-	while (n < most && at < m->len) {
-		r[n] = (struct tcp_txreq){ .buf = (const char *)m->buf + at };
-		r[n].len = m->len - at < TCP_PART ? m->len - at : TCP_PART;
-		if (!at) {
-			r[n].ext = 8;
-			tw_hdr_put(r[n].hdr, c->ver, TCP_T_BEGIN, 8 + r[n].len);
-			put_be64(r[n].hdr + TCP_HDR, m->len);
-		} else {
-			tw_hdr_put(r[n].hdr, c->ver, TCP_T_MORE, r[n].len);
-		}
-		at += r[n++].len;
-	}
-	int err = tw_txq_send(w, c, r, n, me, ctx, partial, true);
-	for (size_t i = 0; i < n && r[i].done == tw_frame_bytes(&r[i]); i++)
-		*off += r[i].len;
-	if (!err && *partial)
-		err = r[0].err ? r[0].err : -EPIPE;
-	return err;
-}
-
-/*
- * Send @m, above TCP_SOLO_MAX, on the version-3 connection @c, whose tx
- * side we own (mu held; dropped while writing and waiting), in parts of
- * TCP_PART bytes, giving the tx side back between two parts so that other
- * senders' messages go in between; one large message at a time per
- * connection, the senders of others in line (FIFO) meanwhile. Returns 0 or
- * an error; *@written: whether any of it went out (then no retry), and
- * *@again: the connection could not take it before any byte went (claim
- * afresh). The tx side is given back in every case.
- */
-static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
-		    struct tcp_waiter *me, struct zap_ctx *ctx, size_t *written,
-		    bool *again)
-{
-	TW_HELD(w);
-	struct tcp_bigwait line = { 0 };
-	struct tcp_shm *s = atomic_load(&c->shm);
-	size_t off = 0;
-	bool open = false; /* part of it went, the rest not yet */
-	int err = 0;
-
-	*written = 0;
-	*again = false;
-	if (c->big || c->bigq) {
-		struct tcp_bigwait **pp = &c->bigq;
-		while (*pp)
-			pp = &(*pp)->next;
-		*pp = &line;
-		send_release(w, c, 0, 0);
-		while (c->big != &line && !err) {
-			if (!big_usable(c) || c->retiring || !c->peer ||
-			    c->peer->tx != c) {
-				big_leave(w, c, &line);
-				*again = true;
-				return 0;
-			}
-			err = tw_wait_step(w, me, ctx);
-		}
-		if (!err)
-			err = big_take_tx(w, c, me, ctx);
-		if (err) {
-			big_leave(w, c, &line);
-			return err;
-		}
-	} else {
-		c->big = &line;
-	}
-	/* The path is chosen once: parts after one on the connection stay
-	 * there, so it may not switch to the ring meanwhile (send_owned()). */
-	if (s && !s->tx_ready)
-		tw_shm_side(w, c);
-	c->big_ring = s && s->tx_ready && (s->tx_on || !c->retiring);
-	for (;;) {
-		bool partial = false;
-		uint64_t seen = 0;
-		if (c->big_ring) {
-			err = tw_shm_send_part(w, c, m->buf, m->len, me, ctx, &open,
-					       &seen);
-		} else {
-			err = big_parts_tcp(w, c, m, &off, me, ctx, &partial);
-			open = off && off < m->len;
-			err = err ? err : open ? -EINPROGRESS : 0;
-		}
-		if (err && err != -EINPROGRESS && err != -EAGAIN) {
-			*written = open || partial;
-			big_leave(w, c, &line);
-			send_release(w, c, err, *written);
-			return err;
-		}
-		if (!err)
-			break;
-		/* Between two parts, or waiting for room in the ring: the
-		 * tx side is the other senders' meanwhile. */
-		send_release(w, c, 0, 0);
-		if (err == -EAGAIN && tw_shm_consumed(c) == seen)
-			err = tw_wait_step(w, me, ctx);
-		else
-			err = 0;
-		if (!err)
-			err = big_take_tx(w, c, me, ctx);
-		if (err) {
-			*written = open;
-			big_leave(w, c, &line);
-			if (open && !c->dead) {
-				/* The peer holds part of it: no other large
-				 * message may start there; retire it, as a
-				 * send stopped mid-frame does. */
-				w->host->log(ZAP_LOG_DEBUG, w->dom,
-					     "retiring connection to %s: send interrupted "
-					     "between two parts (%s)",
-					     c->raddr, strerror(-err));
-				tw_retire(c);
-				if (c->peer && c->peer->tx == c)
-					tw_peer_pick_tx(w, c->peer);
-				err = w->host->fail(
-					err,
-					"%s: send to %s interrupted mid-message; "
-					"connection retired",
-					w->dom, c->raddr);
-			}
-			if (!w->leader)
-				tw_reap(w);
-			return err;
-		}
-	}
-	*written = 1;
-	/* Counted whole, here (batch_finish() counts DATA frames only). */
-	c->tx_msgs++;
-	c->tx_bytes += m->len;
-	big_leave(w, c, &line);
-	send_release(w, c, 0, 0);
-	return 0;
-}
-
-/*
- * Write @msgs[0..@n-1] on @c, whose tx side we own, @req[0] already set
- * for @msgs[0] (mu held; dropped while writing), and give the tx side
- * back. A burst goes TCP_TXQ_BATCH + 1 frames per system call, or frame
- * by frame into the ring, and stops, not waiting, where the next frame
- * finds no room, does not fit the peer's limit, or the connection fails.
- * *@taken: messages handed over whole. Returns @msgs[0]'s result;
- * *@written: bytes of it written.
- */
-static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
-		      struct tcp_txreq req[TCP_TXQ_BATCH + 1], const struct zap_iov *msgs,
-		      size_t n, struct tcp_waiter *me, struct zap_ctx *ctx, size_t *taken,
-		      size_t *written)
-{
-	TW_HELD(w);
-	struct tcp_shm *s = atomic_load(&c->shm);
-	bool partial = false;
-	int err = 0, first = 0, conn_err = 0;
-	size_t done = 0;
-
-	/* The acceptor's direction waits for the dialer's confirmation,
-	 * which may be here already. */
-	if (s && !s->tx_ready)
-		tw_shm_side(w, c);
-	/* Once this direction switched, only the ring: nothing may follow
-	 * TCP_T_SHM on the connection, even on one retired since we were
-	 * handed its tx side (its FIN waits for us, and the peer delivers
-	 * what the ring holds at its end). Not while a large message goes
-	 * out in parts on the connection: its next part must follow there
-	 * (send_big()). */
-	bool ring = s && s->tx_ready &&
-		    (s->tx_on || (!c->retiring && (!c->big || c->big_ring)));
-	*written = 0;
-	while (done < n && (!done || burst_goes_on(c))) {
-		size_t k = done ? 0 : 1, whole = 0;
-		while (k < TCP_TXQ_BATCH + 1 && done + k < n &&
-		       msgs[done + k].len <= c->peer_max) {
-			req_set(&req[k], &msgs[done + k]);
-			k++;
-		}
-		if (!k)
-			break; /* too large for the peer: the next call says so */
-		if (ring) {
-			/* Only the first frame waits for room. */
-			for (; whole < k && (!(done + whole) || burst_goes_on(c));
-			     whole++) {
-				err = tw_shm_send(w, c, &req[whole], me, ctx, &partial,
-						  !done && !whole);
-				if (err)
-					break;
-			}
-			conn_err = err == -EAGAIN ? 0 : err;
-			if (err == -EAGAIN)
-				err = 0; /* the ring is full: the burst ends here */
-		} else {
-			/* Only the first batch waits for room to start. */
-			err = tw_txq_send(w, c, req, k, me, ctx, &partial, !done);
-			conn_err = err == -EAGAIN ? 0 : req[0].err;
-			if (err == -EAGAIN)
-				err = 0; /* the socket is full: the burst ends here */
-			while (whole < k && req[whole].done == TCP_HDR + req[whole].len)
-				whole++;
-		}
-		if (!done) {
-			first = whole ? 0 : err;
-			*written = req[0].done;
-		}
-		done += whole;
-		if (whole < k || err || partial)
-			break;
-	}
-	send_release(w, c, conn_err, partial);
-	*taken = done;
-	return first;
-}
-
-/*
- * zap_send_burst() semantics over zap_send()'s: the count taken, or an
- * error when none was.
- */
-static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov *msgs,
-		     size_t n, struct zap_ctx *ctx)
-{
-	struct tcp_waiter me = { .tx = true, .ctx_fd = -1, .out_fd = -1 };
-	char norm[ZAP_PEER_MAX];
-	int err = send_check(w, &peer, msgs, norm);
-
-	if (err)
-		return err;
-	/* Later messages above our own limit end the burst before them. */
-	if (n > TCP_BURST_MAX)
-		n = TCP_BURST_MAX;
-	/* ... and so do large ones (version 3 sends each in parts). */
-	for (size_t i = 1; i < n; i++)
-		if (msgs[i].len > w->max_msg || msgs[i].len > TCP_SOLO_MAX)
-			n = i;
-	tw_lock(w);
-	for (int attempt = 0;;) {
-		struct tcp_txreq req[TCP_TXQ_BATCH + 1];
-		struct tcp_conn *c = NULL;
-		size_t taken = 0, written = 0;
-
-		req_set(&req[0], &msgs[0]);
-		err = send_claim(w, peer, &me, ctx, &req[0], &c);
-		if (!err && req[0].state == TXQ_QUEUED)
-			err = tw_txq_wait(w, c, &req[0], &me, ctx);
-		if (err)
-			break;
-		if (req[0].state == TXQ_AGAIN)
-			continue; /* nothing written: claim afresh */
-		if (req[0].state == TXQ_OWNER && c->ver >= 3 &&
-		    msgs[0].len > TCP_SOLO_MAX) {
-			bool again;
-			err = send_big(w, c, &msgs[0], &me, ctx, &written, &again);
-			if (again)
-				continue; /* nothing written: claim afresh */
-			taken = !err;
-		} else if (req[0].state == TXQ_OWNER) {
-			err = send_owned(w, c, req, msgs, n, &me, ctx, &taken, &written);
-		} else if ((err = req[0].err)) {
-			/* Another sender wrote (or failed to write) our frame and
-			 * logged why; the reason is ours to give. */
-			err = w->host->fail(err, "%s: send to %s: %s", w->dom, peer,
-					    strerror(-err));
-			written = req[0].done;
-		} else {
-			taken = 1; /* queued behind another sender: one, done */
-		}
-		if (taken) {
-			err = (int)taken;
-			break;
-		}
-		/*
-		 * A connection that was stale (its peer had gone, and may be
-		 * back, restarted at the same address, before we read its FIN
-		 * or reset) fails before any byte of the frame is written, so
-		 * the frame cannot arrive twice: send it once more, on a
-		 * fresh connection.
-		 */
-		if (written || attempt++ || (err != -EPIPE && err != -ECONNRESET))
-			break;
-	}
-	tw_unlock(w);
-	return err;
-}
-
-int tcp_wire_send(struct tcp_wire *w, const char *peer, const void *buf, size_t len,
-		  struct zap_ctx *ctx)
-{
-	const struct zap_iov m = { buf, len };
-	int r = send_msgs(w, peer, &m, 1, ctx);
-
-	return r > 0 ? 0 : r;
-}
-
-int tcp_wire_send_burst(struct tcp_wire *w, const char *peer, const struct zap_iov *msgs,
-			size_t n, struct zap_ctx *ctx)
-{
-	return n ? send_msgs(w, peer, msgs, n > INT_MAX ? INT_MAX : n, ctx) : 0;
-}
 
 int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 {
@@ -866,14 +237,15 @@ static size_t conn_limit(void)
 	return n < 8 ? 8 : (size_t)n;
 }
 
-int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
+/*
+ * tcp_wire_open()'s first step: @w's fields from @args, every descriptor
+ * -1 (so that tcp_wire_destroy() may run from here on), its lock and
+ * condition. A step of its own to keep tcp_wire_open() short.
+ */
+static void wire_init(struct tcp_wire *w, const struct tcp_wire_args *args)
 {
 	const struct zap_host *host = args->host;
-	struct tcp_wire *w = calloc(1, sizeof(*w));
-	int r;
 
-	if (!w)
-		return host->fail(-ENOMEM, "%s: out of memory", args->domain);
 	w->host = host;
 	w->dom = args->domain;
 	w->alloc = args->alloc;
@@ -899,6 +271,17 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&w->cond, &ca);
 	pthread_condattr_destroy(&ca);
+}
+
+/*
+ * tcp_wire_open()'s settings: the environment's limits, then TLS, the
+ * side channel and the events ring, stopping at the first failure (its
+ * error). A step of its own to keep tcp_wire_open() short.
+ */
+static int wire_settings(struct tcp_wire *w, const struct tcp_wire_args *args)
+{
+	const struct zap_host *host = args->host;
+	int r;
 
 	r = ZAP_HOST_HAS(host, config_u64)
 		    ? 0
@@ -929,6 +312,19 @@ int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
 		r = tw_shm_open(w);
 	if (!r && tw_events_open(w))
 		r = host->fail(-ENOMEM, "%s: out of memory", w->dom);
+	return r;
+}
+
+int tcp_wire_open(const struct tcp_wire_args *args, struct tcp_wire **out)
+{
+	const struct zap_host *host = args->host;
+	struct tcp_wire *w = calloc(1, sizeof(*w));
+	int r;
+
+	if (!w)
+		return host->fail(-ENOMEM, "%s: out of memory", args->domain);
+	wire_init(w, args);
+	r = wire_settings(w, args);
 	if (r)
 		goto fail;
 

@@ -506,19 +506,14 @@ int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
 }
 
 /*
- * Add an established connection (HELLO seen, its address proven as far as
- * plaintext can: tcp_hello_peer()). @dial_addr: the string the application
- * dialed, or NULL. An accepted connection never takes over the route of a
- * different live peer. Returns -ENOMEM on failure (c not added).
+ * tw_conn_register()'s look-up (mu held): the peer @c belongs to (*@pp,
+ * NULL if new), and whether the route to c->raddr stays where it is (a
+ * live peer holds it). A step of its own to keep tw_conn_register() short.
  */
-int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr)
+static bool register_lookup(struct tcp_wire *w, struct tcp_conn *c, bool self,
+			    struct tcp_peer **pp)
 {
-	TW_HELD(w);
 	struct tcp_peer *p = NULL;
-
-	c->id = ++w->next_conn_id;
-	bool self = c->rid == w->id;
-
 	bool keep_route = false;
 
 	if (!self || c->dialed) {
@@ -534,11 +529,22 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 		 * goes, and the next send dials the address again. */
 		keep_route = !c->dialed && !p && r && r->peer && peer_live(w, r->peer);
 	}
+	*pp = p;
+	return keep_route;
+}
+
+/*
+ * tw_conn_register()'s linking of @c (mu held): its receive buffer, the
+ * readiness set (*@kick: the leader must look), the connection list and
+ * its clocks. 0, or -ENOMEM with nothing of it left. A step of its own
+ * to keep tw_conn_register() short.
+ */
+static int register_link(struct tcp_wire *w, struct tcp_conn *c, bool *kick)
+{
 	c->rbuf = malloc(TCP_RBUF);
 	if (!c->rbuf)
 		return -ENOMEM;
-	bool kick;
-	int r = tw_ready_add(w, c, now_coarse_ms(), &kick);
+	int r = tw_ready_add(w, c, now_coarse_ms(), kick);
 	if (r) {
 		w->host->log(ZAP_LOG_WARN, w->dom, "%s: epoll_ctl: %s", c->raddr,
 			     strerror(-r));
@@ -551,6 +557,48 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	w->nconns++;
 	tw_touch(c, now_coarse_ms());
 	atomic_store_explicit(&c->rx_ms, now_coarse_ms(), memory_order_relaxed);
+	return 0;
+}
+
+/*
+ * tw_conn_register()'s last step (mu held): the events of @c, and the
+ * leader and the waiters told. A step of its own to keep
+ * tw_conn_register() short.
+ */
+static void register_announce(struct tcp_wire *w, struct tcp_conn *c, bool kick)
+{
+	tw_event(w, ZAP_EVENT_CONNECTED, 0, c, NULL, NULL);
+	/* The dialer moved to shared memory before registering (tcp_shm_setup.c). */
+	struct tcp_shm *s = atomic_load(&c->shm);
+	if (s && s->tx_ready)
+		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
+	/* A leader waiting for something send-side (a dial, a route) looks
+	 * again; a receiving one only when the new connection needs it. */
+	if (w->leader && (kick || (w->lead && w->lead->tx)))
+		tw_kick(w);
+	tw_wake_all(w);
+}
+
+/*
+ * Add an established connection (HELLO seen, its address proven as far as
+ * plaintext can: tcp_hello_peer()). @dial_addr: the string the application
+ * dialed, or NULL. An accepted connection never takes over the route of a
+ * different live peer. Returns -ENOMEM on failure (c not added).
+ */
+int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr)
+{
+	TW_HELD(w);
+	struct tcp_peer *p = NULL;
+
+	c->id = ++w->next_conn_id;
+	bool self = c->rid == w->id;
+
+	bool keep_route = register_lookup(w, c, self, &p);
+
+	bool kick;
+	int r = register_link(w, c, &kick);
+	if (r)
+		return r;
 	if (self && !c->dialed) {
 		/* The accepted end of a connection to ourselves only receives;
 		 * the dialed end carries our sends. */
@@ -596,16 +644,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 	if (dial_addr)
 		tw_route_set(w, dial_addr, p);
 out:
-	tw_event(w, ZAP_EVENT_CONNECTED, 0, c, NULL, NULL);
-	/* The dialer moved to shared memory before registering (tcp_shm.c). */
-	struct tcp_shm *s = atomic_load(&c->shm);
-	if (s && s->tx_ready)
-		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
-	/* A leader waiting for something send-side (a dial, a route) looks
-	 * again; a receiving one only when the new connection needs it. */
-	if (w->leader && (kick || (w->lead && w->lead->tx)))
-		tw_kick(w);
-	tw_wake_all(w);
+	register_announce(w, c, kick);
 	return 0;
 }
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The handshake, both sides: the accept thread (accepts, reads HELLOs with
- * a deadline, registers, answers) and the dialer (connects, sends its
- * HELLO, waits for the answer, registers).
+ * The handshake's HELLO (built, read) and the accept thread (accepts,
+ * reads HELLOs with a deadline, registers, answers). The dialer's side is
+ * tcp_dial.c.
  *
  * Shared state: w->pending and w->npending belong to the accept thread
  * alone; a connection joins the shared table only through
@@ -32,8 +32,9 @@
 /* Handshake                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static size_t hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
-			  unsigned char *buf)
+/* Our HELLO for @c into @buf (TCP_HELLO_MAX bytes); returns its length. */
+size_t tw_hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
+		      unsigned char *buf)
 {
 	size_t al = strlen(w->bound);
 	tw_hdr_put(buf, c->ver, TCP_T_HELLO, TCP_HELLO_FIXED + al);
@@ -110,11 +111,12 @@ static bool tls_record(const struct tcp_conn *c, char *why, size_t whylen)
 }
 
 /*
- * Read more of a HELLO into c->hs without blocking.
- * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
- * error or socket error, reason in @why.
+ * tw_hello_read()'s reading: more of the HELLO into c->hs without
+ * blocking, its header checked as soon as it is in. 1 complete, 0 need
+ * more, else an error (reason in @why). A step of its own to keep
+ * tw_hello_read() short.
  */
-static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen)
+static int hello_fill(struct tcp_conn *c, char *why, size_t whylen)
 {
 	for (;;) {
 		size_t need = TCP_HDR;
@@ -139,7 +141,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 			}
 			need = TCP_HDR + (size_t)len;
 			if (c->hslen == need)
-				break;
+				return 1;
 		}
 		ssize_t k = tw_io_read(c, c->hs + c->hslen, need - c->hslen);
 		if (k > 0) {
@@ -159,11 +161,65 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 		snprintf(why, whylen, "read: %s", tw_io_err(c, e));
 		return e == EACCES ? -EACCES : -e;
 	}
+}
+
+/*
+ * tw_hello_read()'s last checks of the peer's claims (instance id @id,
+ * the address already in c->raddr), and under TLS the key appended to
+ * c->raddr. 1, or -EPROTO with @why. A step of its own to keep
+ * tw_hello_read() short.
+ */
+static int hello_claims(struct tcp_wire *w, struct tcp_conn *c, uint64_t id, char *why,
+			size_t whylen)
+{
+	/* Loops: our own instance id or listen address, unless this really
+	 * is a connection to ourselves (the nonce exchange proves it). */
+	tw_lock(w);
+	bool self = tw_self_proven(w, c);
+	tw_unlock(w);
+	if (!self && id == w->id) {
+		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
+			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
+		return -EPROTO;
+	}
+	if (!self && own_address(w, c)) {
+		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
+			 c->raddr);
+		c->why = ZAP_CLOSE_IDENTITY;
+		return -EPROTO;
+	}
+	/* TLS: the peer is its key as much as its address, so the key is
+	 * part of the peer string, of the peer's identity in the table and
+	 * of its routes (WIRE.md, "TLS"). */
+	if (c->tls) {
+		size_t al = strlen(c->raddr);
+		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
+			snprintf(why, whylen, "address %.64s too long to carry a key",
+				 c->raddr);
+			return -EPROTO;
+		}
+		c->raddr[al] = '#';
+		memcpy(c->raddr + al + 1, c->fp, strlen(c->fp) + 1);
+	}
+	return 1;
+}
+
+/*
+ * Read more of a HELLO into c->hs without blocking.
+ * Return: 1 complete, 0 need more, -EPIPE closed, other negative: protocol
+ * error or socket error, reason in @why.
+ */
+int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen)
+{
+	int r = hello_fill(c, why, whylen);
+	if (r != 1)
+		return r;
 
 	/* Parse: id, nonce, address; check the address against the
 	 * connection (a wildcard host becomes the source). */
 	struct tcp_hello hl;
-	int r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why, whylen);
+	r = tcp_parse_hello(c->hs + TCP_HDR, c->hslen - TCP_HDR, &hl, why, whylen);
 	if (r)
 		return r;
 	int dport = -1;
@@ -197,37 +253,7 @@ static int hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t 
 	if (!c->dialed)
 		c->nonce = hl.nonce;
 
-	/* Loops: our own instance id or listen address, unless this really
-	 * is a connection to ourselves (the nonce exchange proves it). */
-	tw_lock(w);
-	bool self = tw_self_proven(w, c);
-	tw_unlock(w);
-	if (!self && hl.id == w->id) {
-		snprintf(why, whylen, "HELLO from %.64s claims our own instance id",
-			 c->raddr);
-		c->why = ZAP_CLOSE_IDENTITY;
-		return -EPROTO;
-	}
-	if (!self && own_address(w, c)) {
-		snprintf(why, whylen, "HELLO from %.64s claims our own listen address",
-			 c->raddr);
-		c->why = ZAP_CLOSE_IDENTITY;
-		return -EPROTO;
-	}
-	/* TLS: the peer is its key as much as its address, so the key is
-	 * part of the peer string, of the peer's identity in the table and
-	 * of its routes (WIRE.md, "TLS"). */
-	if (c->tls) {
-		size_t al = strlen(c->raddr);
-		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
-			snprintf(why, whylen, "address %.64s too long to carry a key",
-				 c->raddr);
-			return -EPROTO;
-		}
-		c->raddr[al] = '#';
-		memcpy(c->raddr + al + 1, c->fp, strlen(c->fp) + 1);
-	}
-	return 1;
+	return hello_claims(w, c, hl.id, why, whylen);
 }
 
 /* The accepted side's handshake step: TLS first when it is on, then the
@@ -243,7 +269,7 @@ static int pending_step(struct tcp_wire *w, struct tcp_conn *c, char *why, size_
 		c->hs_events = POLLIN;
 		/* The peer's HELLO may have come with its last TLS flight. */
 	}
-	return hello_read(w, c, why, whylen);
+	return tw_hello_read(w, c, why, whylen);
 }
 
 /* The events the handshake of @c waits for. */
@@ -312,14 +338,14 @@ static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_le
 static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 {
 	unsigned char buf[TCP_HDR + TCP_HELLO_MAX];
-	size_t n = hello_build(w, c, buf);
+	size_t n = tw_hello_build(w, c, buf);
 	int r;
 
 	pending_unlink(w, c);
 
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "accepted connection from %s", c->raddr);
 	tw_tls_log_up(w, c);
-	/* The ends a dialer's shared-memory proof must name (tcp_shm.c). */
+	/* The ends a dialer's shared-memory proof must name (tcp_shm_side.c). */
 	if (w->shm_lfd >= 0)
 		tw_shm_bind(c);
 	tw_lock(w);
@@ -413,6 +439,26 @@ static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
 }
 
 /*
+ * accept() failed with @e. Short of descriptors or memory: leave the
+ * backlog in the kernel and retry later (*@backoff) rather than spin on a
+ * readable socket; out of descriptors, also free one to retry with (one
+ * per pause: an evicted connection's descriptor is closed after the
+ * leader's round), or a full table locks everyone out for good. A step of
+ * its own to keep accept_ready() short.
+ */
+static void accept_failed(struct tcp_wire *w, int e, bool *backoff)
+{
+	if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+		bool made = (e == EMFILE || e == ENFILE) &&
+			    make_room(w, false, "out of descriptors");
+		w->host->log(ZAP_LOG_WARN, w->dom,
+			     "accept: %s; pausing new connections%s", strerror(e),
+			     made ? " (one closed to make room)" : "");
+		*backoff = true;
+	}
+}
+
+/*
  * New connections from the listener, a batch at a time: the handshakes
  * under way get their turn between two batches. Taking them until
  * accept() ran dry let a peer that dials again as fast as the connections
@@ -427,23 +473,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		int fd = accept4(w->lfd, (struct sockaddr *)&ss, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			int e = errno;
-			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
-				/* Leave the backlog in the kernel and retry
-				 * later rather than spin on a readable socket;
-				 * out of descriptors, also free one to retry
-				 * with (one per pause: an evicted connection's
-				 * descriptor is closed after the leader's
-				 * round), or a full table locks everyone out
-				 * for good. */
-				bool made = (e == EMFILE || e == ENFILE) &&
-					    make_room(w, false, "out of descriptors");
-				w->host->log(ZAP_LOG_WARN, w->dom,
-					     "accept: %s; pausing new connections%s",
-					     strerror(e),
-					     made ? " (one closed to make room)" : "");
-				*backoff = true;
-			}
+			accept_failed(w, errno, backoff);
 			return;
 		}
 		tw_count(&w->st_accepted, 1);
@@ -606,368 +636,4 @@ void *tw_accept_main(void *arg)
 		give_back(w);
 	}
 	return NULL;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Dial                                                                      */
-/* ------------------------------------------------------------------------ */
-
-/* Wait for @events on @fd, the ctx or shutdown, at most @limit_ms (-1: no
- * limit). 0, or a negative errno (-ETIMEDOUT at the limit). */
-int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
-	       int limit_ms)
-{
-	for (;;) {
-		struct pollfd p[3] = {
-			{ .fd = fd, .events = events },
-			{ .fd = w->stop_fd, .events = POLLIN },
-			{ .fd = w->host->ctx_fd(ctx), .events = POLLIN },
-		};
-		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), limit_ms);
-		int r = poll(p, 3, tmo);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (atomic_load(&w->shut))
-			return -ESHUTDOWN;
-		int e = w->host->ctx_err(ctx);
-		if (e)
-			return e;
-		if (p[0].revents)
-			return 0;
-		if (r == 0)
-			return -ETIMEDOUT;
-	}
-}
-
-/*
- * Dial from the host we listen on, when we listen on one: our HELLO
- * claims that host, and the acceptor checks it against the source
- * (an endpoint on 127.0.0.2 would otherwise dial from 127.0.0.1). Best
- * effort: a family mismatch or a failed bind leaves the kernel's choice,
- * and the acceptor then refuses us with a reason.
- */
-static bool bind_source(const struct tcp_wire *w, int fd, int family)
-{
-	struct zaddr b;
-	struct sockaddr_storage ss = { 0 };
-	socklen_t sl = 0;
-
-	if (zaddr_parse(w->bound, &b) || b.wildcard)
-		return false;
-	if (family == AF_INET && b.kind == ZADDR_IPV4) {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-		s4->sin_family = AF_INET;
-		if (inet_pton(AF_INET, b.host, &s4->sin_addr) == 1)
-			sl = sizeof(*s4);
-	} else if (family == AF_INET6 && b.kind == ZADDR_IPV6) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-		s6->sin6_family = AF_INET6;
-		if (inet_pton(AF_INET6, b.host, &s6->sin6_addr) == 1)
-			sl = sizeof(*s6);
-	}
-#ifdef IP_BIND_ADDRESS_NO_PORT
-	int one = 1;
-	if (sl) /* pick the port at connect, by the whole 4-tuple */
-		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-#endif
-	if (sl && bind(fd, (struct sockaddr *)&ss, sl) < 0) {
-		w->host->log(ZAP_LOG_DEBUG, w->dom, "cannot dial from %s: %s", b.host,
-			     strerror(errno));
-		return false;
-	}
-	return sl != 0;
-}
-
-/*
- * connect() failed with @e from a socket bound to our listen host: EINVAL
- * there is a listener on a loopback address asked to reach another host,
- * which no route from that source can. Say so, as unreachable, instead of
- * "Invalid argument". (EADDRNOTAVAIL is no free local port: not this.)
- */
-static int dial_refused(const struct tcp_wire *w, const char *peer, int e, bool bound)
-{
-	struct zaddr b;
-
-	if (!bound || e != EINVAL || zaddr_parse(w->bound, &b))
-		return w->host->fail(-e, "%s: connect to %s: %s%s", w->dom, peer,
-				     strerror(e),
-				     e == ECONNREFUSED ? " (nothing listens there)" : "");
-	return w->host->fail(-ENETUNREACH,
-			     "%s: bound to %s: cannot reach %s from there (%s); listen "
-			     "on an address of the interface that reaches it, or on "
-			     "0.0.0.0",
-			     w->dom, b.host, peer, strerror(e));
-}
-
-static int dial_one(struct tcp_wire *w, const char *peer, const struct addrinfo *ai,
-		    struct zap_ctx *ctx, int *out)
-{
-	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			ai->ai_protocol);
-	if (fd < 0)
-		return w->host->fail(-errno, "%s: socket: %s", w->dom, strerror(errno));
-	tw_tune_socket(fd);
-	bool bound = bind_source(w, fd, ai->ai_family);
-	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		if (errno != EINPROGRESS) {
-			int e = errno;
-			close(fd);
-			return dial_refused(w, peer, e, bound);
-		}
-		int r = tw_wait_fd(w, fd, POLLOUT, ctx, -1);
-		if (r) {
-			close(fd);
-			return r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN
-				       ? r
-				       : w->host->fail(r, "%s: connect to %s: %s", w->dom,
-						       peer, strerror(-r));
-		}
-		int soerr = 0;
-		socklen_t sl = sizeof(soerr);
-		getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-		if (soerr) {
-			close(fd);
-			return dial_refused(w, peer, soerr, bound);
-		}
-	}
-	tw_tune_same_host(w, fd);
-	*out = fd;
-	return 0;
-}
-
-/* Resolve @peer and connect to the first address that answers. 0 and
- * *@fd, or a negative errno with a reason. */
-static int dial_connect(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
-			int *fd, struct sockaddr_storage *sa, socklen_t *salen)
-{
-	struct zaddr a;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICSERV };
-	struct addrinfo *res = NULL;
-	int r;
-
-	if (!zaddr_parse(peer, &a) && a.kind == ZADDR_UNIX)
-		return tw_unix_connect(w, peer, &a, ctx, fd, sa, salen);
-	if (zaddr_parse(peer, &a) || !a.port_num)
-		return w->host->fail(-EINVAL,
-				     "%s: malformed peer address \"%s\" (want host:port, "
-				     "[v6]:port, unix:/path or unix:@name)",
-				     w->dom, peer);
-	r = getaddrinfo(a.host, a.port, &hints, &res);
-	if (r)
-		return w->host->fail(r == EAI_NONAME || r == EAI_AGAIN ? -EHOSTUNREACH
-								       : -EINVAL,
-				     "%s: cannot resolve %s: %s", w->dom, a.host,
-				     gai_strerror(r));
-	r = -EHOSTUNREACH;
-	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-		r = dial_one(w, peer, ai, ctx, fd);
-		if (!r && ai->ai_addrlen <= sizeof(*sa)) {
-			memcpy(sa, ai->ai_addr, ai->ai_addrlen);
-			*salen = ai->ai_addrlen;
-		}
-		if (!r || r == -ECANCELED || r == -ETIMEDOUT || r == -ESHUTDOWN)
-			break;
-	}
-	freeaddrinfo(res);
-	return r;
-}
-
-static void dial_done(struct tcp_wire *w, struct tcp_dial *d)
-{
-	for (struct tcp_dial **pp = &w->dials; *pp; pp = &(*pp)->next)
-		if (*pp == d) {
-			*pp = d->next;
-			return;
-		}
-}
-
-/*
- * The dialer's TLS handshake on @c, until @deadline_ms (the wire's
- * handshake limit) or the ctx. @want: the key the peer string requires,
- * or NULL. 0, or a negative errno with a reason: -EACCES for a peer that
- * is not trusted (or not @want), or that refused us.
- */
-static int dial_tls(struct tcp_wire *w, struct tcp_conn *c, const char *peer,
-		    const char *want, struct zap_ctx *ctx, uint64_t deadline_ms)
-{
-	char why[400];
-	int r = tw_tls_conn_new(w, c, false, want, why, sizeof(why));
-
-	if (r) {
-		c->why = ZAP_CLOSE_TLS;
-		return w->host->fail(r, "%s: %s: %s", w->dom, peer, why);
-	}
-	for (;;) {
-		r = tw_tls_step(c, why, sizeof(why));
-		if (r == 1)
-			return 0;
-		if (r < 0) {
-			c->why = ZAP_CLOSE_TLS;
-			w->host->log(ZAP_LOG_WARN, w->dom, "TLS with %s failed: %s", peer,
-				     why);
-			return w->host->fail(r, "%s: TLS with %s failed: %s", w->dom,
-					     peer, why);
-		}
-		uint64_t now = now_ms();
-		if (now >= deadline_ms)
-			return w->host->fail(
-				-ETIMEDOUT,
-				"%s: %s did not complete the TLS handshake in time",
-				w->dom, peer);
-		r = tw_wait_fd(w, c->fd, c->hs_events, ctx, (int)(deadline_ms - now));
-		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
-			continue;
-		if (r)
-			return r;
-	}
-}
-
-/*
- * Connect to @peer offering wire version @ver, exchange HELLOs, register.
- * mu not held. The peer's handshake thread answers independently of its
- * application, so this waits about one round trip, not for the peer to
- * call zap_recv(). *@closed: the peer closed the connection instead of
- * answering our HELLO, as a peer that speaks only an older version does.
- */
-static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
-		    unsigned ver, bool *closed)
-{
-	struct tcp_conn *c = NULL;
-	struct sockaddr_storage sa = { 0 };
-	socklen_t salen = 0;
-	int fd = -1, r;
-	char addr[ZAP_PEER_MAX];
-	const char *want = strchr(peer, '#');
-
-	/* "host:port#sha256:<hex>": only that key may answer (WIRE.md). */
-	size_t al = want ? (size_t)(want - peer) : strlen(peer);
-	if (al >= sizeof(addr))
-		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
-	memcpy(addr, peer, al);
-	addr[al] = '\0';
-	if (want)
-		want++;
-	r = dial_connect(w, addr, ctx, &fd, &sa, &salen);
-	if (r)
-		return r;
-
-	tw_count(&w->st_dialed, 1);
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		tw_count_close(w, ZAP_CLOSE_OTHER);
-		close(fd);
-		return -ENOMEM;
-	}
-	c->fd = fd;
-	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
-	c->local = sa.ss_family == AF_UNIX;
-	c->dialed = true;
-	c->ver = (unsigned char)ver;
-	c->nonce = tw_rand64();
-	struct tcp_dial dial = { .nonce = c->nonce };
-	tw_lock(w);
-	dial.next = w->dials;
-	w->dials = &dial;
-	tw_unlock(w);
-	uint64_t deadline = now_ms() + w->hs_timeout_ms;
-	if (w->tls) {
-		r = dial_tls(w, c, peer, want, ctx, deadline);
-		if (r)
-			goto fail;
-	}
-	unsigned char hb[TCP_HDR + TCP_HELLO_MAX];
-	size_t hn = hello_build(w, c, hb);
-	/* A fresh socket's send buffer always takes a HELLO. */
-	struct iovec hv = { hb, hn };
-	ssize_t k = tw_io_send(c, &hv, 1);
-	if (k != (ssize_t)hn) {
-		int e = k < 0 ? errno : EPIPE;
-		char why[400];
-		/* A TLS peer that refused us closed after its alert; on a
-		 * Unix socket our write fails before we read it: read it. */
-		if (c->tls && hello_read(w, c, why, sizeof(why)) == -EACCES) {
-			w->host->log(ZAP_LOG_WARN, w->dom, "handshake with %s failed: %s",
-				     peer, why);
-			r = w->host->fail(-EACCES, "%s: handshake with %s failed: %s",
-					  w->dom, peer, why);
-			goto fail;
-		}
-		r = w->host->fail(-e, "%s: send HELLO to %s: %s", w->dom, peer,
-				  k < 0 ? tw_io_err(c, e) : "short write");
-		goto fail;
-	}
-	for (;;) {
-		char why[400];
-		int h = hello_read(w, c, why, sizeof(why));
-		if (h == 1)
-			break;
-		if (h < 0) {
-			*closed = h == -EPIPE || h == -ECONNRESET;
-			if (h == -EACCES)
-				w->host->log(ZAP_LOG_WARN, w->dom,
-					     "handshake with %s failed: %s", peer, why);
-			r = w->host->fail(h == -EPIPE ? -ECONNRESET : h,
-					  "%s: handshake with %s failed: %s", w->dom,
-					  peer, why);
-			goto fail;
-		}
-		uint64_t now = now_ms();
-		if (now >= deadline) {
-			r = w->host->fail(-ETIMEDOUT,
-					  "%s: %s did not answer the handshake", w->dom,
-					  peer);
-			goto fail;
-		}
-		r = tw_wait_fd(w, fd, POLLIN, ctx, (int)(deadline - now));
-		if (r == -ETIMEDOUT && !w->host->ctx_err(ctx))
-			continue; /* our own handshake limit; checked above */
-		if (r)
-			goto fail;
-	}
-
-	tw_tls_log_up(w, c); /* before the leader may read c */
-	/* Same host: move to shared memory if the peer may (tcp_shm.c);
-	 * before registering, so that nothing else uses c meanwhile. */
-	tw_shm_dial(w, c, deadline, ctx);
-	tw_lock(w);
-	r = tw_conn_register(w, c, peer);
-	dial_done(w, &dial);
-	tw_unlock(w);
-	if (r)
-		goto fail_freed;
-	w->host->log(ZAP_LOG_DEBUG, w->dom, "connected to %s (%s)", peer, c->raddr);
-	return 0;
-fail:
-	tw_lock(w);
-	dial_done(w, &dial);
-	tw_unlock(w);
-fail_freed:;
-	/* The sender's own ctx ended it (-ETIMEDOUT is also the handshake
-	 * limit's code): not the peer's doing. */
-	int why = w->host->ctx_err(ctx) ? ZAP_CLOSE_SEND_ABORTED : tw_hs_why(c, r);
-	tw_count_close(w, why);
-	tw_event(w, ZAP_EVENT_REFUSED, why, c, peer,
-		 ZAP_HOST_HAS(w->host, last_error) ? w->host->last_error() : NULL);
-	tw_conn_free(c);
-	return r;
-}
-
-int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
-{
-	bool closed = false;
-	int r = dial_ver(w, peer, ctx, TCP_VERSION, &closed);
-
-	/* A peer of version 2 closes at a HELLO of version 3 ("unsupported
-	 * wire version"): offer 2 once, on a new connection (WIRE.md). */
-	if (r && closed && !w->host->ctx_err(ctx) && !atomic_load(&w->shut)) {
-		w->host->log(ZAP_LOG_DEBUG, w->dom,
-			     "%s closed at a HELLO of wire version %u; offering %u", peer,
-			     TCP_VERSION, TCP_VERSION_MIN);
-		closed = false;
-		r = dial_ver(w, peer, ctx, TCP_VERSION_MIN, &closed);
-	}
-	return r;
 }

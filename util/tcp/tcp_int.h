@@ -3,18 +3,26 @@
  * TCP wire internals: what the files of util/tcp share. tcp_wire.h is the
  * interface the transports use, WIRE.md the protocol.
  *
+ *   tcp_const.h      the protocol's constants and the endpoint's limits
  *   tcp_codec.c      frame header and HELLO codec: the pure, fuzzed parsers
  *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
- *   tcp_handshake.c  the accept thread and the dialer's handshake
- *   tcp_progress.c   leader/follower progress: poll set, receive, waiting
+ *   tcp_handshake.c  the HELLO (built, read) and the accept thread
+ *   tcp_dial.c       the dialer: connect, TLS, HELLO, version fallback
+ *   tcp_progress.c   leader/follower progress: poll set, leader round, waiting
+ *   tcp_rx.c         the leader's receive side: frames, parts and ring
+ *                    records into messages, the budget, the stall clock
  *   tcp_ready.c      hot and cold connections (epoll), the idle timeout
- *   tcp_api.c        open, close, send, recv
+ *   tcp_api.c        open, close, address, recv, kicks
+ *   tcp_send.c       the send path: route, tx side, large messages in parts
  *   tcp_txq.c        writing frames; coalescing the frames of senders
  *                    queued behind each other (one sendmsg() for many)
  *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED
  *                    identity and the checks of a local peer's claims
- *   tcp_shm.c        the same-host upgrade: shared-memory rings set up over
- *                    a side channel, sending into them, wake-ups
+ *   tcp_shm.h        the same-host upgrade's internals (included below)
+ *   tcp_shm_setup.c  the same-host upgrade set up: policy, regions, the
+ *                    dialer and the acceptor of the side channel
+ *   tcp_shm_side.c   the side channel's binding, proofs and datagrams
+ *   tcp_shm.c        the upgrade's path: sending into a ring, wake-ups, ends
  *   tcp_stats.c      what an operator sees: counters and the peer listing
  *
  * Threads and progress
@@ -106,7 +114,7 @@
  * w->mu held and takes nothing inside it. Events are per connection, never
  * per message.
  *
- * Shared memory (tcp_shm.c): c->shm is set once (an atomic pointer, so the
+ * Shared memory (tcp_shm*.c): c->shm is set once (an atomic pointer, so the
  * leader may load it while reading) and freed with the connection. Its
  * tx ring belongs to the tx owner, its rx ring and rx_on to the leader,
  * the flags marked "mu" to w->mu; the side channel's descriptor never
@@ -117,6 +125,7 @@
 
 #include "config.h"
 #include "shm_ring.h"
+#include "tcp_const.h"
 #include "tcp_wire.h"
 #include "zap-tls.h"
 
@@ -130,116 +139,6 @@
 #include <sys/types.h>
 #include <time.h>
 
-#define TCP_MAGIC 0x5a415057u /* "ZAPW" */
-/* 2: the HELLO announces the sender's maximum message size (WIRE.md).
- * 3: messages above TCP_SOLO_MAX go in parts, between which other
- * messages may pass (WIRE.md, "Large messages"). A dialer offers 3 and
- * falls back to 2; an acceptor answers with the version offered. */
-#define TCP_VERSION 3
-#define TCP_VERSION_MIN 2
-#define TCP_HDR 16
-#define TCP_T_HELLO 1
-#define TCP_T_DATA 2
-/* A zero-length frame: every later frame of this direction goes through
- * the shared-memory ring (tcp_shm.c, WIRE.md "Same host"). */
-#define TCP_T_SHM 3
-/* Version 3: the first part of a large message (its total length, u64,
- * then bytes), and the parts after it (WIRE.md, "Large messages"). */
-#define TCP_T_BEGIN 4
-#define TCP_T_MORE 5
-/* Version 3: the largest message sent whole (one DATA frame, one ring
- * record); larger ones go in parts of at most TCP_PART bytes, one
- * message's parts at a time per connection and direction, and the
- * connection (or ring) is free for other senders' messages between two
- * parts. The ring keeps TCP_SHM_KEEP bytes free for them. */
-#define TCP_SOLO_MAX (32u << 10)
-#define TCP_PART (256u << 10)
-/* ... of which a sender with nobody in line behind it writes this many
- * with one sendmsg(): a system call and a lock round per part cost 1 MiB
- * streaming 15% here. */
-#define TCP_BIG_BATCH 4
-/* HELLO payload: instance id (8), connection nonce (8), largest message
- * accepted (8), address text. */
-#define TCP_HELLO_FIXED 24
-#define TCP_HELLO_MAX (TCP_HELLO_FIXED + ZAP_PEER_MAX - 1)
-#define TCP_RBUF (64 * 1024)
-/* Limits (WIRE.md) are read at open through libzap's configuration
- * registry, which holds their defaults and ranges (core/config-vars.c). */
-#define TCP_HS_ENV "ZAP_TCP_HANDSHAKE_MS"
-#define TCP_PENDING_ENV "ZAP_TCP_MAX_PENDING"
-#define TCP_SPIN_ENV "ZAP_TCP_SPIN_US"
-/* Congestion control on connections within this host (tw_tune_same_host()). */
-#define TCP_SAME_HOST_CC_ENV "ZAP_TCP_SAME_HOST_CC"
-/* Memory limits (WIRE.md, "Limits against floods"). */
-#define TCP_PARTIAL_ENV "ZAP_TCP_PARTIAL_BYTES"
-#define TCP_RXQ_ENV "ZAP_TCP_RX_QUEUE_BYTES"
-#define TCP_STALL_ENV "ZAP_TCP_STALL_MS"
-#define TCP_MIN_RATE_ENV "ZAP_TCP_MIN_RATE"
-/* Descriptors (WIRE.md, "Limits against floods"). */
-#define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
-#define TCP_FD_HEADROOM 64 /* descriptors left to the application */
-#define TCP_EVICT_MIN_IDLE_MS 250
-/* Source hosts are counted in this many buckets when the accept thread
- * picks whom to ask for room at the descriptor cap (tw_conn_host()). */
-#define TCP_HOST_BUCKETS 1024u
-/* Who listens at a route's address is proven again by a dial (send_claim())
- * at most this often: see struct tcp_route. */
-#define TCP_VERIFY_MS 1000
-/* A large message's first allocation when the allocator can grow it. */
-#define TCP_GROW_FIRST (256u << 10)
-/* Coalescing (tcp_txq.c): frames up to TCP_TXQ_FRAME_MAX queue behind a
- * busy tx side, at most TCP_TXQ_MAX per connection; an owner writes its
- * own frame and up to TCP_TXQ_BATCH queued ones with one sendmsg(), and
- * hands the tx side to the next queued sender at most TCP_TXQ_CHAIN times
- * in a row before everyone claims it afresh (a large sender, which does
- * not queue, gets its turn). */
-#define TCP_TXQ_FRAME_MAX (64u << 10)
-#define TCP_TXQ_MAX 256u
-#define TCP_TXQ_BATCH 32u
-#define TCP_TXQ_CHAIN 64u
-/* A burst (zap_send_burst()) writes at most this many messages per call,
- * so that other senders queued on the connection get their turn. */
-#define TCP_BURST_MAX (16u * (TCP_TXQ_BATCH + 1))
-/* Unix-domain listen sockets (tcp_unix.c): the socket file's mode. */
-#define TCP_UNIX_MODE_ENV "ZAP_UNIX_SOCKET_MODE"
-#define TCP_UNIX_MODE 0600u
-/* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
- * ring size per direction, how many connections of a wire may hold rings,
- * how long the dialer waits for the side channel's answer, how many side
- * channels may be half set up at once, and how many messages the leader
- * takes from one ring per round (messages, bytes). */
-#define TCP_SHM_ENV "ZAP_SHM"
-#define TCP_SHM_LOG2 21u /* 2 MiB */
-#define TCP_SHM_MAX 16u
-#define TCP_SHM_HS_MS 2000u
-#define TCP_SHM_PENDING 16u
-#define TCP_SHM_ACCEPT_BATCH 64u /* side channels accepted per round at most */
-#define TCP_SHM_BATCH 64
-/* A ring of ours that a peer may still be reading when its connection
- * ends stays for at most ZAP_TCP_STALL_MS ("lingers"), looked at this
- * often; then its memory goes back to the system (tcp_shm.c, "Ends"). */
-#define TCP_SHM_LINGER_TICK_MS 10u
-/* ... or this many bytes: a round that delivers dozens of large messages
- * before the application takes one outgrows the default allocator's cache
- * of released blocks (plugins/default/default.c), and every block then
- * comes from the kernel a page fault at a time: 1 MiB streaming ran at
- * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
-#define TCP_SHM_BATCH_BYTES (256u << 10)
-/* Version 3: a large message's parts leave this much of a ring free, room
- * for the small messages of other senders meanwhile (3,000 of 64 B): an
- * eighth of the ring, 256 KiB. The 64 B round trip behind 16 and 64 MiB messages
- * was the same with 64 KiB, 256 KiB and 1 MiB kept free (median 70-85 us
- * here), and 1 MiB streaming fastest with this. */
-#define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 8)
-/* Readiness (tcp_progress.c): a hot connection with nothing to do for
- * this long goes back to epoll; the leader takes at most this many cold
- * connections from epoll per round (the rest stay ready for the next). */
-#define TCP_HOT_IDLE_MS 200u
-#define TCP_EPOLL_BATCH 64u
-/* TLS handshakes under way at once (below ZAP_TCP_MAX_PENDING): each holds
- * a TLS session, tens of KiB once its ClientHello is read, so a flood of
- * half-open ones is bounded by this, not by the descriptor limit. */
-#define TCP_TLS_PENDING_MAX 256u
 _Static_assert(ZTLS_FP_LEN == sizeof(((struct tcp_rx_msg *)0)->peer_id),
 	       "deliver() copies a key or credentials into peer_id");
 
@@ -832,8 +731,12 @@ static inline int tw_hs_why(const struct tcp_conn *c, int err)
 	return c->why ? c->why : tw_close_why(err);
 }
 
-/* tcp_handshake.c */
+/* tcp_handshake.c: the HELLO (both sides) and the accept thread */
 void *tw_accept_main(void *arg);
+size_t tw_hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
+		      unsigned char *buf);
+int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen);
+/* tcp_dial.c: the dialer */
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
 int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
 	       int limit_ms);
@@ -852,45 +755,16 @@ struct tcp_hello;
 int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_hello *h,
 		       char *why, size_t whylen);
 
-/* tcp_shm.c: the same-host upgrade */
-enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
-struct tcp_shm {
-	struct tcp_wire *w;
-	int sock; /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
-	void *tx_map, *rx_map;
-	size_t map_len;
-	atomic_uint *count; /* the wire's nshm */
-	struct zshm_tx tx;  /* the tx owner's */
-	struct zshm_rx rx;  /* the leader's */
-	bool tx_ready;      /* mu: the peer maps our ring: sends may switch */
-	bool tx_on;         /* mu: TCP_T_SHM written, frames go to the ring */
-	bool side_gone;     /* mu: the side channel ended */
-	uint64_t live_ms;   /* tx owner: last look at the side channel */
-	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
-	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
-	/* Lingering (tw_shm_end()): its connection ended, our ring not */
-	struct tcp_shm *linger_next;
-	uint64_t linger_until;
-};
-struct tcp_shm_pend;
-int tw_shm_open(struct tcp_wire *w);
-void tw_shm_close(struct tcp_wire *w);
-void tw_shm_free(struct tcp_shm *s);
-void tw_shm_end(struct tcp_shm *s);
-void tw_shm_bind(struct tcp_conn *c);
-void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
-		 struct zap_ctx *ctx);
-size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
-void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
-bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
-void tw_shm_wake(const struct tcp_shm *s);
-int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
-		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
-		     uint64_t *seen);
-uint64_t tw_shm_consumed(const struct tcp_conn *c);
-int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);
-const char *tw_conn_path(const struct tcp_conn *c);
+/* tcp_shm.c, tcp_shm_setup.c, tcp_shm_side.c: the same-host upgrade */
+#include "tcp_shm.h"
+
+/* tcp_rx.c: the leader reads @c (mu released), delivering onto *@tail;
+ * 0, a negative error or one of these (c->rx_res) */
+#define RX_EOF 1
+#define RX_EOF_PARTIAL 2 /* FIN after part of a frame: that frame is dropped */
+#define RX_MORE 3        /* internal to tw_conn_rx(): keep reading */
+int tw_conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
+	       uint64_t now, bool readable);
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

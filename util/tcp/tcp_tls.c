@@ -127,7 +127,7 @@ ssize_t tw_io_read(struct tcp_conn *c, void *buf, size_t len)
  * -1/EAGAIN on TLS, OpenSSL may hold an encrypted record of these bytes:
  * the caller must offer the same bytes again (it does: the iovec is
  * unchanged), and c->tls_wpend says so until a write succeeds, so that a
- * frame abandoned then counts as partly written (tcp_api.c).
+ * frame abandoned then counts as partly written (tcp_send.c).
  */
 ssize_t tw_io_send(struct tcp_conn *c, const struct iovec *iov, size_t n)
 {

@@ -12,7 +12,7 @@
  * result, and on release hands the tx side to the next queued sender, if
  * any, which does the same. A lone sender finds the tx side free and
  * writes at once: nothing ever waits for company. An owner with a burst
- * of its own (zap_send_burst(), tcp_api.c) fills the call with those
+ * of its own (zap_send_burst(), tcp_send.c) fills the call with those
  * frames instead; where the socket fills, the ones it had not started are
  * dropped from the batch, unsent, and its caller counts what went whole.
  *
@@ -315,7 +315,7 @@ static void batch_finish(struct tcp_wire *w, struct tcp_conn *c, struct txbatch 
  * *@partial: a frame was left half written (the stream is broken there).
  * The connection's error, if any, is in own[0].err for send_release().
  * Without @may_wait, a socket full before the first byte is -EAGAIN with
- * nothing written (a burst's later batches, tcp_api.c).
+ * nothing written (a burst's later batches, tcp_send.c).
  */
 int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,

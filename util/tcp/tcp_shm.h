@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The same-host upgrade's internals (WIRE.md, "Same host"), included by
+ * tcp_int.h, whose "Shared memory" paragraph has the locking:
+ * tcp_shm_setup.c sets a pair up (policy, regions, the dialer, the
+ * acceptor), tcp_shm_side.c has the side channel's proofs and datagrams,
+ * tcp_shm.c the path (sending into a ring, wake-ups, ends).
+ */
+#ifndef ZAP_TCP_SHM_H
+#define ZAP_TCP_SHM_H
+
+/* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
+ * ring size per direction, how many connections of a wire may hold rings,
+ * how long the dialer waits for the side channel's answer, how many side
+ * channels may be half set up at once, and how many messages the leader
+ * takes from one ring per round (messages, bytes). */
+#define TCP_SHM_ENV "ZAP_SHM"
+#define TCP_SHM_LOG2 21u /* 2 MiB */
+#define TCP_SHM_MAX 16u
+#define TCP_SHM_HS_MS 2000u
+#define TCP_SHM_PENDING 16u
+#define TCP_SHM_ACCEPT_BATCH 64u /* side channels accepted per round at most */
+#define TCP_SHM_BATCH 64
+/* A ring of ours that a peer may still be reading when its connection
+ * ends stays for at most ZAP_TCP_STALL_MS ("lingers"), looked at this
+ * often; then its memory goes back to the system (tcp_shm.c, "Ends"). */
+#define TCP_SHM_LINGER_TICK_MS 10u
+/* ... or this many bytes: a round that delivers dozens of large messages
+ * before the application takes one outgrows the default allocator's cache
+ * of released blocks (plugins/default/default.c), and every block then
+ * comes from the kernel a page fault at a time: 1 MiB streaming ran at
+ * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
+#define TCP_SHM_BATCH_BYTES (256u << 10)
+/* Version 3: a large message's parts leave this much of a ring free, room
+ * for the small messages of other senders meanwhile (3,000 of 64 B): an
+ * eighth of the ring, 256 KiB. The 64 B round trip behind 16 and 64 MiB messages
+ * was the same with 64 KiB, 256 KiB and 1 MiB kept free (median 70-85 us
+ * here), and 1 MiB streaming fastest with this. */
+#define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 8)
+enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
+struct tcp_shm {
+	struct tcp_wire *w;
+	int sock; /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
+	void *tx_map, *rx_map;
+	size_t map_len;
+	atomic_uint *count; /* the wire's nshm */
+	struct zshm_tx tx;  /* the tx owner's */
+	struct zshm_rx rx;  /* the leader's */
+	bool tx_ready;      /* mu: the peer maps our ring: sends may switch */
+	bool tx_on;         /* mu: TCP_T_SHM written, frames go to the ring */
+	bool side_gone;     /* mu: the side channel ended */
+	uint64_t live_ms;   /* tx owner: last look at the side channel */
+	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
+	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
+	/* Lingering (tw_shm_end()): its connection ended, our ring not */
+	struct tcp_shm *linger_next;
+	uint64_t linger_until;
+};
+struct tcp_shm_pend;
+int tw_shm_open(struct tcp_wire *w);
+void tw_shm_close(struct tcp_wire *w);
+void tw_shm_free(struct tcp_shm *s);
+void tw_shm_end(struct tcp_shm *s);
+void tw_shm_bind(struct tcp_conn *c);
+void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
+		 struct zap_ctx *ctx);
+size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
+void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
+bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
+void tw_shm_wake(const struct tcp_shm *s);
+int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
+		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
+		     uint64_t *seen);
+uint64_t tw_shm_consumed(const struct tcp_conn *c);
+int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
+		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);
+const char *tw_conn_path(const struct tcp_conn *c);
+
+/* Shared between the upgrade's files (mu: see each file) */
+void tw_shm_region_drop(void *map, size_t len, bool release);
+void tw_shm_pair_free(struct tcp_shm *s, bool release);
+bool tw_shm_tx_finished(const struct tcp_shm *s);
+void tw_shm_linger_sweep(struct tcp_wire *w, uint64_t *next_ms);
+bool tw_shm_proof(uint32_t magic, const unsigned char *key, size_t key_len, uint64_t did,
+		  uint64_t aid, const unsigned char *cd, const unsigned char *ca,
+		  const unsigned char *bind, size_t bind_len, unsigned char out[32]);
+bool tw_shm_fresh(unsigned char out[32]);
+int tw_shm_msg_send(int fd, uint32_t magic, const unsigned char *a,
+		    const unsigned char *b, int pass_fd);
+int tw_shm_msg_recv(int fd, uint32_t magic, struct tcp_shm_msg *m, int *got, char *why,
+		    size_t whylen);
+int tw_shm_msg_wait(struct tcp_wire *w, int fd, uint32_t magic, struct tcp_shm_msg *m,
+		    int *got, uint64_t deadline_ms, struct zap_ctx *ctx, char *why,
+		    size_t whylen);
+
+#endif /* ZAP_TCP_SHM_H */

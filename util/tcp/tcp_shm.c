@@ -37,16 +37,23 @@ void tw_shm_region_drop(void *map, size_t len, bool release)
 	munmap(map, len);
 }
 
+/* We read the peer's ring no more: say so in it, and unmap it. */
+static void rx_end(struct tcp_shm *s)
+{
+	if (!s->rx_map)
+		return;
+	if (s->rx.ctl) /* attached: the peer's sends fail from now on */
+		zshm_rx_close(&s->rx);
+	munmap(s->rx_map, s->map_len);
+	s->rx_map = NULL;
+}
+
 /* Our ring of @s, released, and the rest of the pair freed. */
 void tw_shm_pair_free(struct tcp_shm *s, bool release)
 {
 	if (s->tx_map)
 		tw_shm_region_drop(s->tx_map, s->map_len, release);
-	if (s->rx_map) {
-		if (s->rx.ctl) /* attached: the peer's sends fail from now on */
-			zshm_rx_close(&s->rx);
-		munmap(s->rx_map, s->map_len);
-	}
+	rx_end(s);
 	if (s->sock >= 0)
 		close(s->sock);
 	if (s->count)
@@ -91,12 +98,7 @@ void tw_shm_end(struct tcp_shm *s)
 {
 	if (!s)
 		return;
-	if (s->rx_map) {
-		if (s->rx.ctl)
-			zshm_rx_close(&s->rx);
-		munmap(s->rx_map, s->map_len);
-		s->rx_map = NULL;
-	}
+	rx_end(s);
 	struct tcp_wire *w = s->w;
 	bool done = tw_shm_tx_finished(s);
 	if (done || atomic_load(&w->shut) || w->shm_linger_fd < 0) {
@@ -112,6 +114,17 @@ void tw_shm_end(struct tcp_shm *s)
 	(void)k;
 }
 
+/* The rings other threads left to linger, moved from the inbox onto the
+ * accept thread's own list (or, at close, the last thread's). */
+void tw_shm_linger_take(struct tcp_wire *w)
+{
+	for (struct tcp_shm *s = atomic_exchange(&w->shm_linger_in, NULL), *n; s; s = n) {
+		n = s->linger_next;
+		s->linger_next = w->shm_linger;
+		w->shm_linger = s;
+	}
+}
+
 /*
  * The accept thread's look at the lingering rings: new ones taken from
  * the inbox, finished or expired ones released. When some linger, the
@@ -122,11 +135,7 @@ void tw_shm_linger_sweep(struct tcp_wire *w, uint64_t *next_ms)
 	uint64_t drained, now = now_ms();
 	ssize_t k = read(w->shm_linger_fd, &drained, sizeof(drained));
 	(void)k;
-	for (struct tcp_shm *s = atomic_exchange(&w->shm_linger_in, NULL), *n; s; s = n) {
-		n = s->linger_next;
-		s->linger_next = w->shm_linger;
-		w->shm_linger = s;
-	}
+	tw_shm_linger_take(w);
 	for (struct tcp_shm **pp = &w->shm_linger, *s; (s = *pp);) {
 		bool done = tw_shm_tx_finished(s);
 		if (!done && s->linger_until > now) {

@@ -80,6 +80,7 @@ const char *tw_conn_path(const struct tcp_conn *c);
 void tw_shm_region_drop(void *map, size_t len, bool release);
 void tw_shm_pair_free(struct tcp_shm *s, bool release);
 bool tw_shm_tx_finished(const struct tcp_shm *s);
+void tw_shm_linger_take(struct tcp_wire *w);
 void tw_shm_linger_sweep(struct tcp_wire *w, uint64_t *next_ms);
 bool tw_shm_proof(uint32_t magic, const unsigned char *key, size_t key_len, uint64_t did,
 		  uint64_t aid, const unsigned char *cd, const unsigned char *ca,

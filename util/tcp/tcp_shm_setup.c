@@ -455,10 +455,7 @@ void tw_shm_close(struct tcp_wire *w)
 		pend_drop(w, w->shm_pend, true);
 	/* Lingering rings (the accept thread is gone): a peer that finished
 	 * with ours gets it released, one still reading keeps it. */
-	for (struct tcp_shm *s = atomic_exchange(&w->shm_linger_in, NULL), *n; s; s = n) {
-		n = s->linger_next;
-		tw_shm_pair_free(s, tw_shm_tx_finished(s));
-	}
+	tw_shm_linger_take(w);
 	for (struct tcp_shm *s = w->shm_linger, *n; s; s = n) {
 		n = s->linger_next;
 		tw_shm_pair_free(s, tw_shm_tx_finished(s));

@@ -64,10 +64,7 @@ static void die(const char *what, int rc)
 
 static double now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+	return (double)zt_now_ns() / 1e6;
 }
 
 static struct zap_transport *endpoint(void)

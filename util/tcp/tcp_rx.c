@@ -178,6 +178,19 @@ static int rx_grow(struct tcp_wire *w, struct tcp_conn *c, size_t need)
 	return 0;
 }
 
+/* A read on @c that returned < 0: RX_MORE to retry (EINTR), 0 when
+ * nothing more is there (EAGAIN), else -errno with the reason. */
+static int rx_read_failed(struct tcp_conn *c)
+{
+	if (errno == EINTR)
+		return RX_MORE;
+	if (errno == EAGAIN)
+		return 0;
+	int e = errno;
+	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
+	return -e;
+}
+
 /* Read more of the payload being read straight into place (c->rx_msg):
  * the rest of its current frame (c->rx_part), from what rbuf holds first. */
 static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail)
@@ -228,13 +241,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		 * it. */
 		return rx_drop_partial(w, c);
 	}
-	if (errno == EINTR)
-		return RX_MORE;
-	if (errno == EAGAIN)
-		return 0;
-	int e = errno;
-	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
-	return -e;
+	return rx_read_failed(c);
 }
 
 /*
@@ -457,13 +464,7 @@ static int rx_fill(struct tcp_wire *w, struct tcp_conn *c)
 		c->rhead = c->rlen = 0;
 		return RX_EOF_PARTIAL;
 	}
-	if (errno == EINTR)
-		return RX_MORE;
-	if (errno == EAGAIN)
-		return 0;
-	int e = errno;
-	snprintf(c->rx_why, sizeof(c->rx_why), "read: %s", tw_io_err(c, e));
-	return -e;
+	return rx_read_failed(c);
 }
 
 /*

@@ -735,3 +735,37 @@ bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c)
 			return true;
 	return false;
 }
+
+/*
+ * Close the connections idle for w->idle_ms (mu held), when the earliest
+ * idle deadline has come, and note the next one. A connection whose tx
+ * side is busy is not idle whatever its clock says (a sender waits for
+ * room on it); such a one is looked at again a second later.
+ */
+void tw_idle_scan(struct tcp_wire *w, uint64_t now)
+{
+	TW_HELD(w);
+	uint64_t next = UINT64_MAX;
+
+	if (now < w->next_idle_ms)
+		return;
+	for (struct tcp_conn *c = w->conns; c; c = c->next) {
+		if (c->dead)
+			continue;
+		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+		uint64_t due = last + w->idle_ms;
+		if (!c->tx_busy && due <= now) {
+			w->host->log(
+				ZAP_LOG_INFO, w->dom,
+				"closing the connection to %s (from %s): idle for %u ms",
+				c->raddr, c->src, w->idle_ms);
+			tw_conn_kill(w, c, ZAP_CLOSE_IDLE);
+			continue;
+		}
+		if (due <= now)
+			due = now + 1000;
+		if (due < next)
+			next = due;
+	}
+	w->next_idle_ms = next;
+}

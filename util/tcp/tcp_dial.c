@@ -24,35 +24,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Wait for @events on @fd, the ctx or shutdown, at most @limit_ms (-1: no
- * limit). 0, or a negative errno (-ETIMEDOUT at the limit). */
-int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
-	       int limit_ms)
-{
-	for (;;) {
-		struct pollfd p[3] = {
-			{ .fd = fd, .events = events },
-			{ .fd = w->stop_fd, .events = POLLIN },
-			{ .fd = w->host->ctx_fd(ctx), .events = POLLIN },
-		};
-		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), limit_ms);
-		int r = poll(p, 3, tmo);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (atomic_load(&w->shut))
-			return -ESHUTDOWN;
-		int e = w->host->ctx_err(ctx);
-		if (e)
-			return e;
-		if (p[0].revents)
-			return 0;
-		if (r == 0)
-			return -ETIMEDOUT;
-	}
-}
-
 /*
  * Dial from the host we listen on, when we listen on one: our HELLO
  * claims that host, and the acceptor checks it against the source

@@ -635,9 +635,14 @@ int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now, bool *kic
 void tw_ready_del(struct tcp_wire *w, struct tcp_conn *c);
 /* Cold to hot (epoll saw it readable). */
 void tw_conn_heat(struct tcp_wire *w, struct tcp_conn *c);
-/* Hot to cold, if @c has had nothing to do for TCP_HOT_IDLE_MS. */
-bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c, uint64_t now);
-void tw_idle_scan(struct tcp_wire *w, uint64_t now);
+/* Hot to cold: whether @c has had nothing to do for TCP_HOT_IDLE_MS
+ * (the caller then checks tw_conn_held()), and the move; false if the
+ * move failed (it stays hot). */
+bool tw_conn_may_cool(const struct tcp_conn *c, uint64_t now);
+bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c);
+/* Wait for @events on @fd, the ctx or shutdown (the dialer's waits). */
+int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
+	       int limit_ms);
 
 /* Link a new route @r (its addr set) into the list and the hash. */
 void tw_route_add(struct tcp_wire *w, struct tcp_route *r);
@@ -667,6 +672,8 @@ static inline void tw_touch(struct tcp_conn *c, uint64_t now)
 	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);
 }
 bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c);
+/* The idle timeout: close the connections idle for w->idle_ms. */
+void tw_idle_scan(struct tcp_wire *w, uint64_t now);
 
 /* tcp_tls.c: TLS, and the I/O calls that go through it when it is on */
 int tw_tls_open(struct tcp_wire *w, const struct tcp_wire_args *a);
@@ -738,8 +745,6 @@ size_t tw_hello_build(const struct tcp_wire *w, const struct tcp_conn *c,
 int tw_hello_read(struct tcp_wire *w, struct tcp_conn *c, char *why, size_t whylen);
 /* tcp_dial.c: the dialer */
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx);
-int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
-	       int limit_ms);
 
 /* tcp_unix.c: Unix-domain listen, dial, credentials and claims */
 struct zaddr;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Readiness: which connections the leader polls itself (hot) and which
- * wait in one epoll set (cold), and the idle-timeout scan; tcp_int.h,
- * "Readiness", says why.
+ * wait in one epoll set (cold), tcp_int.h, "Readiness", says why; and the
+ * wait for one descriptor outside the progress engine (the dialer, the
+ * side channel's set-up). The bottom of the wire's call graph: it calls
+ * nothing in the other files.
  *
  * Shared state: w->hot, w->nhot, c->hot, c->hprev/hnext and
  * w->next_idle_ms are under w->mu; w->epfd is made at open and closed at
@@ -112,55 +114,52 @@ void tw_conn_heat(struct tcp_wire *w, struct tcp_conn *c)
  * Whether hot @c may go cold: nothing happened on it for
  * TCP_HOT_IDLE_MS and it has no state the leader must look at every
  * round (tcp_int.h, "Readiness"). A connection whose end was read stays
- * hot until it is freed: epoll would report its end every round.
+ * hot until it is freed: epoll would report its end every round. Whether
+ * its data must wait for another connection (tw_conn_held()) is the
+ * caller's last check: the connection table's, not readiness's.
  */
-static bool may_cool(const struct tcp_wire *w, const struct tcp_conn *c, uint64_t now)
+bool tw_conn_may_cool(const struct tcp_conn *c, uint64_t now)
 {
 	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
 	return !c->dead && !c->rx_eof && !c->rx_ready && !c->alloc_wait && !c->rx_msg &&
 	       !c->rx_since_ms && c->rhead == c->rlen && !atomic_load(&c->shm) &&
-	       now - last >= TCP_HOT_IDLE_MS && !tw_conn_held(w, c);
+	       now - last >= TCP_HOT_IDLE_MS;
 }
 
-bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c, uint64_t now)
+bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c)
 {
-	if (!may_cool(w, c, now) || ep_add(w, c))
+	if (ep_add(w, c))
 		return false; /* a failed add (no memory): it stays hot */
 	hot_unlink(w, c);
 	return true;
 }
 
-/*
- * Close the connections idle for w->idle_ms (mu held), when the earliest
- * idle deadline has come, and note the next one. A connection whose tx
- * side is busy is not idle whatever its clock says (a sender waits for
- * room on it); such a one is looked at again a second later.
- */
-void tw_idle_scan(struct tcp_wire *w, uint64_t now)
+/* Wait for @events on @fd, the ctx or shutdown, at most @limit_ms (-1: no
+ * limit). 0, or a negative errno (-ETIMEDOUT at the limit). */
+int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
+	       int limit_ms)
 {
-	TW_HELD(w);
-	uint64_t next = UINT64_MAX;
-
-	if (now < w->next_idle_ms)
-		return;
-	for (struct tcp_conn *c = w->conns; c; c = c->next) {
-		if (c->dead)
+	for (;;) {
+		struct pollfd p[3] = {
+			{ .fd = fd, .events = events },
+			{ .fd = w->stop_fd, .events = POLLIN },
+			{ .fd = w->host->ctx_fd(ctx), .events = POLLIN },
+		};
+		int tmo = ms_min(w->host->ctx_timeout_ms(ctx), limit_ms);
+		int r = poll(p, 3, tmo);
+		if (r < 0 && errno == EINTR)
 			continue;
-		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
-		uint64_t due = last + w->idle_ms;
-		if (!c->tx_busy && due <= now) {
-			w->host->log(
-				ZAP_LOG_INFO, w->dom,
-				"closing the connection to %s (from %s): idle for %u ms",
-				c->raddr, c->src, w->idle_ms);
-			tw_conn_kill(w, c, ZAP_CLOSE_IDLE);
-			continue;
-		}
-		if (due <= now)
-			due = now + 1000;
-		if (due < next)
-			next = due;
+		if (r < 0)
+			return -errno;
+		if (atomic_load(&w->shut))
+			return -ESHUTDOWN;
+		int e = w->host->ctx_err(ctx);
+		if (e)
+			return e;
+		if (p[0].revents)
+			return 0;
+		if (r == 0)
+			return -ETIMEDOUT;
 	}
-	w->next_idle_ms = next;
 }

@@ -6,6 +6,7 @@
  * uses exactly these. No shared state.
  */
 #include "tcp_int.h"
+#include "tcp_shm.h"
 #include "zap-addr.h"
 
 #include <arpa/inet.h>

@@ -365,7 +365,8 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 void tw_conn_free(struct tcp_conn *c)
 {
 	tw_tls_conn_free(c);
-	tw_shm_end(atomic_load(&c->shm));
+	struct tcp_path *p = atomic_load(&c->path);
+	p->ops->end(p);
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->rx_msg)
@@ -569,8 +570,8 @@ static void register_announce(struct tcp_wire *w, struct tcp_conn *c, bool kick)
 {
 	tw_event(w, ZAP_EVENT_CONNECTED, 0, c, NULL, NULL);
 	/* The dialer moved to shared memory before registering (tcp_shm_setup.c). */
-	struct tcp_shm *s = atomic_load(&c->shm);
-	if (s && s->tx_ready)
+	struct tcp_path *p = atomic_load(&c->path);
+	if (p->ops->upgraded(p))
 		tw_event(w, ZAP_EVENT_UPGRADED, 0, c, NULL, NULL);
 	/* A leader waiting for something send-side (a dial, a route) looks
 	 * again; a receiving one only when the new connection needs it. */

@@ -314,6 +314,7 @@ static int dial_ver(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx,
 		return -ENOMEM;
 	}
 	c->fd = fd;
+	atomic_init(&c->path, &tw_path_sock); /* tcp_path.h */
 	tw_conn_set_src(c, (struct sockaddr *)&sa, salen);
 	c->local = sa.ss_family == AF_UNIX;
 	c->dialed = true;

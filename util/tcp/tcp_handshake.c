@@ -486,6 +486,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			continue;
 		}
 		c->fd = fd;
+		atomic_init(&c->path, &tw_path_sock); /* tcp_path.h */
 		if (ss.ss_family == AF_UNIX) {
 			tw_unix_accepted(c); /* the peer's credentials */
 		} else {

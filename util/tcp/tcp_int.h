@@ -124,8 +124,9 @@
 #define ZAP_TCP_INT_H
 
 #include "config.h"
-#include "shm_ring.h"
 #include "tcp_const.h"
+#include "tcp_path.h"
+#include "tcp_util.h"
 #include "tcp_wire.h"
 #include "zap-tls.h"
 
@@ -203,7 +204,10 @@ struct tcp_conn {
 	uint64_t id;            /* mu: unique in the wire, set at register */
 	int why;                /* enum zap_close_reason: set by tw_conn_kill()
 				 * (mu); in a handshake, a refusal's kind */
-	struct tcp_shm *_Atomic shm; /* set once, see "Shared memory" above */
+	/* How bytes move (tcp_path.h): tw_path_sock, then at most once the
+	 * shm path, published with an atomic store (the leader loads it
+	 * while reading); see "Shared memory" above */
+	struct tcp_path *_Atomic path;
 	/* tcp_shm.c: the connection as both ends see it (WIRE.md, "Same
 	 * host"), which the upgrade's proofs cover; set before it is shared */
 	unsigned char shm_bind[TW_SHM_BIND_MAX];
@@ -233,12 +237,13 @@ struct tcp_conn {
 	unsigned txq_n;
 	unsigned char ver; /* wire version, agreed in the HELLOs; set before use */
 	/* version 3 (mu): the large message going out in parts (its sender's
-	 * line entry), the senders in line behind it, and whether it goes
-	 * through the ring (else on the connection, which then may not
-	 * switch to the ring until it is done). While either is set the
-	 * connection is neither shut for writing nor freed. */
+	 * line entry), the senders in line behind it, and the path its parts
+	 * take, chosen at its first (NULL until then; while it is the
+	 * socket's, this direction may not switch to the ring until it is
+	 * done). While big or bigq is set the connection is neither shut for
+	 * writing nor freed. */
 	struct tcp_bigwait *big, *bigq;
-	bool big_ring;
+	struct tcp_path *big_path;
 	unsigned tx_chain; /* hand-offs since tx_busy was last false */
 
 	/* leader-private receive state */
@@ -335,8 +340,8 @@ struct tcp_waiter {
 	int out_fd; /* waiting for POLLOUT, -1 if not */
 	bool out_ready;
 	bool ctx_fired;
-	/* tcp_shm.c: waiting for room in this ring (and the room it had) */
-	struct tcp_shm *room;
+	/* waiting for room on this path (and the room it had, ->room()) */
+	struct tcp_path *room;
 	uint64_t room_had;
 };
 
@@ -348,7 +353,7 @@ enum {
 	SLOT_CONN,
 	SLOT_WCTX,
 	SLOT_WOUT,
-	SLOT_SHM,
+	SLOT_SIDE, /* a path's side channel (tcp_path.h) */
 	SLOT_EPOLL
 };
 struct tcp_slot {
@@ -479,74 +484,6 @@ struct tcp_wire {
 	struct tcp_conn *woke[TCP_EPOLL_BATCH];
 	size_t nwoke;
 };
-
-/* ------------------------------------------------------------------------ */
-/* Small helpers                                                             */
-/* ------------------------------------------------------------------------ */
-
-static inline uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-/*
- * The clock of connection activity (c->last_ms, the partial-frame stall
- * clocks, the side channel's liveness look): the kernel's tick, 1-4 ms
- * behind the exact time, which is all idle and stall limits of seconds
- * need. It is read on every send and every leader round, and the exact
- * clock's cost showed there: 64 B one-way through shared memory went
- * from 0.42-0.51 us to 0.35-0.43 us with it. Compare its readings only
- * with each other.
- */
-static inline uint64_t now_coarse_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void put_be32(unsigned char *p, uint32_t v)
-{
-	p[0] = (unsigned char)(v >> 24);
-	p[1] = (unsigned char)(v >> 16);
-	p[2] = (unsigned char)(v >> 8);
-	p[3] = (unsigned char)v;
-}
-
-static inline void put_be64(unsigned char *p, uint64_t v)
-{
-	put_be32(p, (uint32_t)(v >> 32));
-	put_be32(p + 4, (uint32_t)v);
-}
-
-static inline uint32_t get_be32(const unsigned char *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-	       (uint32_t)p[3];
-}
-
-static inline uint64_t get_be64(const unsigned char *p)
-{
-	return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
-}
-
-static inline int ms_min(int a, int b)
-{
-	if (a < 0)
-		return b;
-	if (b < 0)
-		return a;
-	return a < b ? a : b;
-}
 
 /*
  * w->mu, checked: every lock of it goes through tw_lock()/tw_unlock() (and
@@ -697,6 +634,18 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,
 		bool may_wait);
 void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c);
+/*
+ * Whether a burst may start another frame on @c (mu held; tcp_send.c and
+ * the paths' send ops): the checks a
+ * new send makes when it claims the connection. One that is retiring or
+ * no longer its peer's tx connection takes no new frames (their order
+ * with the frames on the next connection depends on it).
+ */
+static inline bool tw_burst_goes_on(const struct tcp_conn *c)
+{
+	return !c->dead && !c->retiring && !c->tx_shut && c->peer && c->peer->tx == c;
+}
+
 static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
 {
 	atomic_fetch_add_explicit(n, k, memory_order_relaxed);
@@ -760,8 +709,15 @@ struct tcp_hello;
 int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_hello *h,
 		       char *why, size_t whylen);
 
-/* tcp_shm.c, tcp_shm_setup.c, tcp_shm_side.c: the same-host upgrade */
-#include "tcp_shm.h"
+/* tcp_shm_setup.c: the same-host upgrade (its internals: tcp_shm.h) */
+#define TCP_SHM_PENDING 16u /* side channels half set up at once, at most */
+int tw_shm_open(struct tcp_wire *w);
+void tw_shm_close(struct tcp_wire *w);
+void tw_shm_bind(struct tcp_conn *c);
+void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
+		 struct zap_ctx *ctx);
+size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
+void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
 
 /* tcp_rx.c: the leader reads @c (mu released), delivering onto *@tail;
  * 0, a negative error or one of these (c->rx_res) */
@@ -770,6 +726,23 @@ int tw_unix_hello_peer(struct tcp_wire *w, struct tcp_conn *c, const struct tcp_
 #define RX_MORE 3        /* internal to tw_conn_rx(): keep reading */
 int tw_conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
 	       uint64_t now, bool readable);
+/* The socket path's receive op; the message assembler of a path that
+ * hands over chunks (tcp_shm_rx.c), and its end mid-message. */
+int tw_rx_sock(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
+	       struct tcp_rx_msg ***tail, uint64_t now, bool readable);
+int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
+		uint64_t now, uint64_t total, uint64_t off, const void *data, size_t len,
+		bool last);
+int tw_rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c);
+
+/* The name of @c's path for zap_peers() and events: "shm" once our
+ * sends may use the ring, else the socket's ("tcp", "unix"). */
+static inline const char *tw_conn_path(const struct tcp_conn *c)
+{
+	struct tcp_path *p = atomic_load(&((struct tcp_conn *)c)->path);
+
+	return p->ops->upgraded(p) ? p->ops->name : c->local ? "unix" : "tcp";
+}
 
 /* tcp_progress.c (mu held) */
 int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx);

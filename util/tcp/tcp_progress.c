@@ -100,19 +100,18 @@ static bool leader_ready(void *arg, bool sleeping)
 
 	if (atomic_load(&w->shut) || w->host->ctx_err(st->ctx))
 		return true;
-	/* A sender leading while it waits for room in its ring. */
+	/* A sender leading while it waits for room on its path. */
 	struct tcp_waiter *me = w->lead;
-	if (me && me->room && zshm_tx_room(&me->room->tx) > me->room_had)
+	if (me && me->room && me->room->ops->room(me->room) > me->room_had)
 		return true;
 	if (!w->lead_rings)
 		return false;
 	for (size_t i = st->first; i < st->n && !ready; i++) {
 		if (w->slot[i].kind != SLOT_CONN)
 			continue;
-		struct tcp_shm *s = atomic_load(&((struct tcp_conn *)w->slot[i].p)->shm);
-		if (s && s->rx_on)
-			ready = sleeping ? zshm_rx_prepare_sleep(&s->rx)
-					 : zshm_rx_pending(&s->rx) > 0;
+		struct tcp_path *p = atomic_load(
+			&((struct tcp_conn *)w->slot[i].p)->path);
+		ready = p->ops->rx_pending(p, sleeping);
 	}
 	return ready;
 }
@@ -236,9 +235,10 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 	/* Side channels: wake-ups for our senders too, so also while the
 	 * connection is not read (its end seen, paused, the queue full). */
 	for (struct tcp_conn *c = w->hot; c; c = c->hnext) {
-		struct tcp_shm *s = atomic_load(&c->shm);
-		if (!c->dead && s && s->sock >= 0 && !s->side_gone)
-			pollset_add(w, &n, s->sock, POLLIN, SLOT_SHM, c);
+		struct tcp_path *p = atomic_load(&c->path);
+		int fd = c->dead ? -1 : p->ops->side_fd(p);
+		if (fd >= 0)
+			pollset_add(w, &n, fd, POLLIN, SLOT_SIDE, c);
 	}
 	w->lead_rings = 0;
 	if (w->q_full)
@@ -254,8 +254,8 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 			*timeout = 0;
 		c->rx_res = 0;
 		pollset_add(w, &n, c->fd, POLLIN, SLOT_CONN, c);
-		struct tcp_shm *s = atomic_load(&c->shm);
-		if (s && s->rx_on)
+		struct tcp_path *p = atomic_load(&c->path);
+		if (p->ops->rx_always(p))
 			w->lead_rings++;
 	}
 	for (struct tcp_conn *c = w->hot; c; c = c->hnext) {
@@ -390,16 +390,11 @@ static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 			}
 			w->nwoke = 0;
 			break;
-		case SLOT_SHM:
+		case SLOT_SIDE:
 			if (re) {
 				struct tcp_conn *c = s->p;
-				struct tcp_shm *sh = atomic_load(&c->shm);
-				changed |= tw_shm_side(w, c);
-				/* The peer is gone: drain its ring, then end. */
-				if (sh->side_gone && sh->rx_on) {
-					sh->rx_gone = true;
-					c->rx_ready = true;
-				}
+				struct tcp_path *p = atomic_load(&c->path);
+				changed |= p->ops->side_event(w, c, p);
 			}
 			break;
 		default:
@@ -462,9 +457,9 @@ static int leader_round(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ct
 		if (w->slot[i].kind != SLOT_CONN)
 			continue;
 		struct tcp_conn *c = w->slot[i].p;
-		struct tcp_shm *s = atomic_load(&c->shm);
+		struct tcp_path *p = atomic_load(&c->path);
 		/* A ring is read every round: a load tells it is empty. */
-		if (w->pfd[i].revents || c->rx_ready || (s && s->rx_on)) {
+		if (w->pfd[i].revents || c->rx_ready || p->ops->rx_always(p)) {
 			c->rx_res = tw_conn_rx(w, c, &mtail, now, w->pfd[i].revents != 0);
 			/* TLS may hold decrypted bytes poll() cannot see. */
 			if (!c->rx_res && c->tls && !c->rx_ready && tw_io_pending(c))

@@ -74,9 +74,9 @@ static void hot_unlink(struct tcp_wire *w, struct tcp_conn *c)
 int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now, bool *kick)
 {
 	*kick = false;
-	/* A connection that moved to shared memory before it was registered
-	 * (the dialer's) is read every round: hot for good. */
-	if (atomic_load(&c->shm)) {
+	/* A connection whose path moved before it was registered (the
+	 * dialer's, to shared memory) is read every round: hot for good. */
+	if (atomic_load(&c->path)->ops->stays_hot) {
 		hot_link(w, c);
 		*kick = true; /* a blocked leader does not poll it yet */
 	} else {
@@ -123,8 +123,8 @@ bool tw_conn_may_cool(const struct tcp_conn *c, uint64_t now)
 	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
 	return !c->dead && !c->rx_eof && !c->rx_ready && !c->alloc_wait && !c->rx_msg &&
-	       !c->rx_since_ms && c->rhead == c->rlen && !atomic_load(&c->shm) &&
-	       now - last >= TCP_HOT_IDLE_MS;
+	       !c->rx_since_ms && c->rhead == c->rlen &&
+	       !atomic_load(&c->path)->ops->stays_hot && now - last >= TCP_HOT_IDLE_MS;
 }
 
 bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c)

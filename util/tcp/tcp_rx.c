@@ -138,7 +138,7 @@ static void rx_open(struct tcp_conn *c, struct tcp_rx_msg *m, uint64_t now)
 
 /* The peer ended in the middle of c->rx_msg: everything before it was
  * delivered (WIRE.md, "Closing"); drop it, and only it. */
-static int rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
+int tw_rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
 {
 	struct tcp_rx_msg *m = c->rx_msg;
 
@@ -239,7 +239,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		/* Everything before this frame was delivered; the peer
 		 * abandoned this one (WIRE.md, "Closing"). Drop it, and only
 		 * it. */
-		return rx_drop_partial(w, c);
+		return tw_rx_drop_partial(w, c);
 	}
 	return rx_read_failed(c);
 }
@@ -251,7 +251,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
  */
 static int rx_switch(struct tcp_conn *c)
 {
-	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_path *p = atomic_load(&c->path);
 	uint64_t len;
 	int r = tcp_parse_header(c->rbuf + c->rhead, c->ver, TCP_T_SHM, 0, &len,
 				 c->rx_why, sizeof(c->rx_why));
@@ -263,7 +263,7 @@ static int rx_switch(struct tcp_conn *c)
 			 "switch to shared memory in the middle of a message");
 		return -EPROTO;
 	}
-	if (!s || s->rx_on) {
+	if (!p->ops->rx_switch(p, false)) {
 		snprintf(c->rx_why, sizeof(c->rx_why),
 			 "switch to shared memory that was never set up");
 		return -EPROTO;
@@ -275,7 +275,7 @@ static int rx_switch(struct tcp_conn *c)
 		return -EPROTO;
 	}
 	c->rhead = c->rlen = 0;
-	s->rx_on = true;
+	p->ops->rx_switch(p, true);
 	c->rx_ready = true;
 	return 0;
 }
@@ -504,49 +504,22 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
 	}
 }
 
-/* ------------------------------------------------------------------------ */
-/* Receiving from a shared-memory ring (tcp_shm_setup.c sets it up)          */
-/* ------------------------------------------------------------------------ */
-
-struct ring_rx {
-	struct tcp_wire *w;
-	struct tcp_conn *c;
-	struct tcp_rx_msg ***tail;
-	uint64_t now; /* the round's coarse clock */
-	int got;
-	int recs;       /* chunks taken in this zshm_recv() call */
-	uint64_t bytes; /* delivered this round */
-};
-
-/* Whether this round delivered enough (see TCP_SHM_BATCH_BYTES). */
-static bool ring_batch_done(const struct ring_rx *x)
-{
-	return x->got >= TCP_SHM_BATCH || x->bytes >= TCP_SHM_BATCH_BYTES;
-}
-
 /*
- * One chunk of a message from the ring (zshm_chunk_fn): the first starts
- * c->rx_msg (the ring checked the length against our limit), which grows
- * as chunks arrive and takes the partial budget as a large frame does; the
- * last delivers it. A whole message between two chunks of the open one
- * (version 3) is delivered at once, outside the budget. -EAGAIN (paused,
- * as for TCP: the same chunk comes again), -EINTR (a batch is done: come
- * back without waiting), or an error.
+ * One chunk of a message that a path other than the socket's hands over
+ * whole (the ring's records, tcp_shm_rx.c): the first starts c->rx_msg
+ * (the path checked the length against our limit), which grows as
+ * chunks arrive and takes the partial budget as a large frame does; the
+ * last delivers it onto *@tail. A whole message between two chunks of
+ * the open one (version 3) is delivered at once, outside the budget.
+ * -EAGAIN (paused, as for TCP: the same chunk comes again) or an error.
  */
-static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data,
-		      size_t len, bool last)
+int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
+		uint64_t now, uint64_t total, uint64_t off, const void *data, size_t len,
+		bool last)
 {
-	struct ring_rx *x = user;
-	struct tcp_wire *w = x->w;
-	struct tcp_conn *c = x->c;
 	struct tcp_rx_msg *m = NULL;
 	int r;
 
-	/* One chunk per zshm_recv(): ring_rx() frees its room at once. */
-	if (x->recs++)
-		return -EINTR;
-	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
-		return -EINTR;
 	if (!off && last) {
 		r = rx_new(w, c, (size_t)total, total, false, &m);
 		if (r)
@@ -559,7 +532,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		r = rx_new(w, c, first, total, true, &m);
 		if (r)
 			return r;
-		rx_open(c, m, x->now);
+		rx_open(c, m, now);
 		c->rx_len = (size_t)total;
 		c->rx_cap = first;
 	}
@@ -577,78 +550,19 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	c->rx_msg = NULL;
 	budget_put(w, c);
 whole:
-	deliver(c, m, (size_t)total, x->tail);
+	deliver(c, m, (size_t)total, tail);
 	tw_count(&w->st_rx_frames, 1);
-	x->got++;
-	x->bytes += total;
 	return 0;
 }
 
-/*
- * tw_conn_rx() for a connection whose peer switched to its ring: the
- * connection itself must stay silent until its end (@readable: poll saw
- * it), which, like the side channel's end, means the peer is gone:
- * complete messages in the ring are still delivered, a partial one is
- * dropped. Results as conn_rx_inner().
- */
-static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
-		   struct tcp_rx_msg ***tail, uint64_t now, bool readable)
+/* The socket path's receive (tcp_path.h): conn_rx_inner(). */
+int tw_rx_sock(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
+	       struct tcp_rx_msg ***tail, uint64_t now, bool readable)
 {
-	struct ring_rx x = { w, c, tail, now, 0, 0, 0 };
-
-	c->rx_ready = false;
-	if (readable && !s->rx_gone) {
-		unsigned char b;
-		ssize_t k = tw_io_read(c, &b, 1);
-		if (k > 0) {
-			snprintf(
-				c->rx_why, sizeof(c->rx_why),
-				"data on the connection after the switch to shared memory");
-			return -EPROTO;
-		}
-		if (k == 0)
-			s->rx_gone = true;
-		else if (errno != EAGAIN && errno != EINTR) {
-			int e = errno;
-			snprintf(c->rx_why, sizeof(c->rx_why), "read: %s",
-				 tw_io_err(c, e));
-			return -e;
-		}
-	}
-	/* A chunk at a time: a producer waiting for room is woken as soon
-	 * as there is some, and copies in while we copy out. */
-	int r;
-	for (;;) {
-		uint64_t before = s->rx.tail;
-		x.recs = 0;
-		r = zshm_recv(&s->rx, ring_chunk, &x);
-		c->rx_total += s->rx.tail - before;
-		if (s->rx.tail != before && zshm_rx_producer_waits(&s->rx))
-			tw_shm_wake(s);
-		if (r != -EINTR || x.recs < 2 || ring_batch_done(&x))
-			break;
-	}
-	if (r == -EPROTO && s->rx.corrupt) {
-		snprintf(
-			c->rx_why, sizeof(c->rx_why),
-			"the peer broke the shared-memory ring (a position or a record that cannot be)");
-		return -EPROTO;
-	}
-	if (r == -EINTR) {
-		c->rx_ready = true;
-		return 0;
-	}
-	if (r == -EAGAIN)
-		return 0;
-	if (r < 0)
-		return r;
-	if (!s->rx_gone)
-		return 0;
-	if (zshm_rx_pending(&s->rx)) {
-		c->rx_ready = true; /* more to deliver before the end */
-		return 0;
-	}
-	return c->rx_msg ? rx_drop_partial(w, c) : RX_EOF;
+	(void)p;
+	(void)now;
+	(void)readable;
+	return conn_rx_inner(w, c, tail);
 }
 
 /*
@@ -690,14 +604,13 @@ static void stall_clock(const struct tcp_wire *w, struct tcp_conn *c, bool moved
 	c->rx_since_ms = now;
 }
 
-/* conn_rx_inner() (or ring_rx()), and the stall clock. */
+/* The path's receive (tw_rx_sock(), or the ring's), and the stall clock. */
 int tw_conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
 	       uint64_t now, bool readable)
 {
 	uint64_t before = c->rx_total;
-	struct tcp_shm *s = atomic_load(&c->shm);
-	int r = s && s->rx_on ? ring_rx(w, c, s, tail, now, readable)
-			      : conn_rx_inner(w, c, tail);
+	struct tcp_path *p = atomic_load(&c->path);
+	int r = p->ops->rx(w, c, p, tail, now, readable);
 	bool moved = c->rx_total != before;
 
 	if (moved) {

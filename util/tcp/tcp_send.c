@@ -266,17 +266,6 @@ static int send_check(struct tcp_wire *w, const char **peer, const struct zap_io
 	return 0;
 }
 
-/*
- * Whether a burst may start another frame on @c (mu held): the checks a
- * new send makes when it claims the connection. One that is retiring or
- * no longer its peer's tx connection takes no new frames (their order
- * with the frames on the next connection depends on it).
- */
-static bool burst_goes_on(const struct tcp_conn *c)
-{
-	return !c->dead && !c->retiring && !c->tx_shut && c->peer && c->peer->tx == c;
-}
-
 /* A DATA frame for @m; its version byte is the connection's, set when
  * the frame is queued or written (tcp_txq.c). */
 static void req_set(struct tcp_txreq *r, const struct zap_iov *m)
@@ -292,7 +281,7 @@ static void big_next(struct tcp_wire *w, struct tcp_conn *c)
 {
 	TW_HELD(w);
 	c->big = c->bigq;
-	c->big_ring = false;
+	c->big_path = NULL;
 	if (c->bigq)
 		c->bigq = c->bigq->next;
 	tw_notify(w, true);
@@ -326,9 +315,10 @@ static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter
 {
 	TW_HELD(w);
 	for (;;) {
-		struct tcp_shm *s = atomic_load(&c->shm);
-		/* A ring whose side channel ended is read by nobody. */
-		if (!big_usable(c) || (c->big_ring && s->side_gone))
+		/* A path nobody reads any more (a ring whose side channel
+		 * ended) takes no more parts. */
+		if (!big_usable(c) ||
+		    (c->big_path && c->big_path->ops->tx_lost(c->big_path)))
 			return w->host->fail(-ECONNRESET, "%s: connection to %s was lost",
 					     w->dom, c->raddr);
 		if (!c->tx_busy) {
@@ -339,41 +329,6 @@ static int big_take_tx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter
 		if (err)
 			return err;
 	}
-}
-
-/*
- * The next parts of @m from *@off on the connection @c (tx side owned, mu
- * held; dropped while writing): with nobody in line for the tx side, up
- * to TCP_BIG_BATCH parts in one sendmsg() (parts the full socket did not
- * start are cut, tw_txq_send()), else one. *@off advances by the parts
- * written whole; *@partial: one was left half written. tw_txq_send()'s
- * result, or the connection's error when a later part broke.
- */
-static int big_parts_tcp(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
-			 size_t *off, struct tcp_waiter *me, struct zap_ctx *ctx,
-			 bool *partial)
-{
-	struct tcp_txreq r[TCP_BIG_BATCH];
-	size_t n = 0, at = *off, most = c->txq ? 1 : TCP_BIG_BATCH;
-
-	while (n < most && at < m->len) {
-		r[n] = (struct tcp_txreq){ .buf = (const char *)m->buf + at };
-		r[n].len = m->len - at < TCP_PART ? m->len - at : TCP_PART;
-		if (!at) {
-			r[n].ext = 8;
-			tw_hdr_put(r[n].hdr, c->ver, TCP_T_BEGIN, 8 + r[n].len);
-			put_be64(r[n].hdr + TCP_HDR, m->len);
-		} else {
-			tw_hdr_put(r[n].hdr, c->ver, TCP_T_MORE, r[n].len);
-		}
-		at += r[n++].len;
-	}
-	int err = tw_txq_send(w, c, r, n, me, ctx, partial, true);
-	for (size_t i = 0; i < n && r[i].done == tw_frame_bytes(&r[i]); i++)
-		*off += r[i].len;
-	if (!err && *partial)
-		err = r[0].err ? r[0].err : -EPIPE;
-	return err;
 }
 
 /*
@@ -458,7 +413,7 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 {
 	TW_HELD(w);
 	struct tcp_bigwait line = { 0 };
-	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_path *p = atomic_load(&c->path);
 	size_t off = 0;
 	bool open = false; /* part of it went, the rest not yet */
 	int err = 0;
@@ -470,20 +425,13 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		return err;
 	/* The path is chosen once: parts after one on the connection stay
 	 * there, so it may not switch to the ring meanwhile (send_owned()). */
-	if (s && !s->tx_ready)
-		tw_shm_side(w, c);
-	c->big_ring = s && s->tx_ready && (s->tx_on || !c->retiring);
+	struct tcp_path *tx = tw_tx_pick(w, c, p, true);
+	c->big_path = tx;
 	for (;;) {
 		bool partial = false;
 		uint64_t seen = 0;
-		if (c->big_ring) {
-			err = tw_shm_send_part(w, c, m->buf, m->len, me, ctx, &open,
-					       &seen);
-		} else {
-			err = big_parts_tcp(w, c, m, &off, me, ctx, &partial);
-			open = off && off < m->len;
-			err = err ? err : open ? -EINPROGRESS : 0;
-		}
+		err = tx->ops->send_part(w, c, tx, m, &off, me, ctx, &open, &partial,
+					 &seen);
 		if (err && err != -EINPROGRESS && err != -EAGAIN) {
 			*written = open || partial;
 			big_leave(w, c, &line);
@@ -492,10 +440,10 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		}
 		if (!err)
 			break;
-		/* Between two parts, or waiting for room in the ring: the
-		 * tx side is the other senders' meanwhile. */
+		/* Between two parts, or waiting for room on the path: the tx
+		 * side is the other senders' meanwhile. */
 		send_release(w, c, 0, 0);
-		if (err == -EAGAIN && tw_shm_consumed(c) == seen)
+		if (err == -EAGAIN && tx->ops->consumed(tx) == seen)
 			err = tw_wait_step(w, me, ctx);
 		else
 			err = 0;
@@ -530,25 +478,15 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 		      size_t *written)
 {
 	TW_HELD(w);
-	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_path *p = atomic_load(&c->path);
 	bool partial = false;
 	int err = 0, first = 0, conn_err = 0;
 	size_t done = 0;
 
-	/* The acceptor's direction waits for the dialer's confirmation,
-	 * which may be here already. */
-	if (s && !s->tx_ready)
-		tw_shm_side(w, c);
-	/* Once this direction switched, only the ring: nothing may follow
-	 * TCP_T_SHM on the connection, even on one retired since we were
-	 * handed its tx side (its FIN waits for us, and the peer delivers
-	 * what the ring holds at its end). Not while a large message goes
-	 * out in parts on the connection: its next part must follow there
-	 * (send_big()). */
-	bool ring = s && s->tx_ready &&
-		    (s->tx_on || (!c->retiring && (!c->big || c->big_ring)));
+	/* The ring or the connection, chosen once for the burst. */
+	struct tcp_path *tx = tw_tx_pick(w, c, p, false);
 	*written = 0;
-	while (done < n && (!done || burst_goes_on(c))) {
+	while (done < n && (!done || tw_burst_goes_on(c))) {
 		size_t k = done ? 0 : 1, whole = 0;
 		while (k < TCP_TXQ_BATCH + 1 && done + k < n &&
 		       msgs[done + k].len <= c->peer_max) {
@@ -557,27 +495,10 @@ static int send_owned(struct tcp_wire *w, struct tcp_conn *c,
 		}
 		if (!k)
 			break; /* too large for the peer: the next call says so */
-		if (ring) {
-			/* Only the first frame waits for room. */
-			for (; whole < k && (!(done + whole) || burst_goes_on(c));
-			     whole++) {
-				err = tw_shm_send(w, c, &req[whole], me, ctx, &partial,
-						  !done && !whole);
-				if (err)
-					break;
-			}
-			conn_err = err == -EAGAIN ? 0 : err;
-			if (err == -EAGAIN)
-				err = 0; /* the ring is full: the burst ends here */
-		} else {
-			/* Only the first batch waits for room to start. */
-			err = tw_txq_send(w, c, req, k, me, ctx, &partial, !done);
-			conn_err = err == -EAGAIN ? 0 : req[0].err;
-			if (err == -EAGAIN)
-				err = 0; /* the socket is full: the burst ends here */
-			while (whole < k && req[whole].done == TCP_HDR + req[whole].len)
-				whole++;
-		}
+		/* Only the first batch waits for room to start; a full path
+		 * ends the burst there. */
+		err = tx->ops->send(w, c, tx, req, k, !done, me, ctx, &partial, &whole,
+				    &conn_err);
 		if (!done) {
 			first = whole ? 0 : err;
 			*written = req[0].done;

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The same-host upgrade's path (WIRE.md, "Same host"), once a connection
+ * The shm path (tcp_path.h; WIRE.md, "Same host"), once a connection
  * holds its pair of rings (set up in tcp_shm_setup.c, the side channel's
- * datagrams in tcp_shm_side.c): sending into our ring (the switch frame
- * first, then every frame), the wake-ups over the side channel, and the
- * ends: a pair released, or our ring left to linger for a peer still
- * reading it.
+ * datagrams in tcp_shm_side.c, the ring's receive in tcp_shm_rx.c): its
+ * ops table, sending into our ring (the switch frame first, then every
+ * frame), the wake-ups over the side channel, and the ends: a pair
+ * released, or our ring left to linger for a peer still reading it.
  *
  * Shared state: see "Shared memory" in tcp_int.h.
  */
 #include "tcp_int.h"
+#include "tcp_shm.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -94,10 +95,10 @@ bool tw_shm_tx_finished(const struct tcp_shm *s)
  * meanwhile, so lingering rings are bounded too). At shutdown nobody is
  * left to watch it: it is left to the peer's mapping as it is.
  */
-void tw_shm_end(struct tcp_shm *s)
+static void shm_end(struct tcp_path *p)
 {
-	if (!s)
-		return;
+	struct tcp_shm *s = tw_shm_path(p);
+
 	rx_end(s);
 	struct tcp_wire *w = s->w;
 	bool done = tw_shm_tx_finished(s);
@@ -163,7 +164,7 @@ void tw_shm_linger_sweep(struct tcp_wire *w, uint64_t *next_ms)
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c)
 {
 	TW_HELD(w);
-	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_shm *s = tw_shm_of(c);
 	bool changed = false;
 
 	if (!s || s->sock < 0 || s->side_gone)
@@ -218,15 +219,15 @@ static bool peer_gone(struct tcp_shm *s)
 
 /* Where the consumer is: grows with its progress only, whatever we
  * write meanwhile. Read from the region alone, so a sender that does not
- * own the tx side may read it too (tw_shm_consumed()). */
+ * own the tx side may read it too (the consumed op). */
 static uint64_t consumer_pos(const struct tcp_shm *s)
 {
 	return zshm_tx_consumed(&s->tx);
 }
 
-uint64_t tw_shm_consumed(const struct tcp_conn *c)
+static uint64_t shm_consumed(const struct tcp_path *p)
 {
-	return consumer_pos(atomic_load(&c->shm));
+	return consumer_pos(tw_shm_path(p));
 }
 
 /*
@@ -234,11 +235,10 @@ uint64_t tw_shm_consumed(const struct tcp_conn *c)
  * connection first (mu held; tx side owned). 0, or tw_txq_send()'s error
  * with @own's result set.
  */
-static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		       struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial)
+static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
+		       struct tcp_txreq *own, struct tcp_waiter *me, struct zap_ctx *ctx,
+		       bool *partial)
 {
-	struct tcp_shm *s = atomic_load(&c->shm);
-
 	if (s->tx_on)
 		return 0;
 	struct tcp_txreq sw = { 0 };
@@ -255,7 +255,7 @@ static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq 
 
 /* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. Version 3
  * writes it as one record, which may go between the parts of a large
- * message another sender has open (tw_shm_send_part()). */
+ * message another sender has open (shm_send_part()). */
 static int ring_put(struct tcp_shm *s, const struct tcp_conn *c,
 		    const struct tcp_txreq *own)
 {
@@ -276,13 +276,13 @@ static int ring_put(struct tcp_shm *s, const struct tcp_conn *c,
  * has no room to start the frame (a burst's later frames, tcp_send.c); a
  * frame once started is finished, waiting if it must.
  */
-int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait)
+static int shm_send1(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
+		     struct tcp_txreq *own, struct tcp_waiter *me, struct zap_ctx *ctx,
+		     bool *partial, bool may_wait)
 {
 	TW_HELD(w);
-	struct tcp_shm *s = atomic_load(&c->shm);
 	bool whole = c->ver >= 3; /* one record, never partly written */
-	int err = ring_switch(w, c, own, me, ctx, partial);
+	int err = ring_switch(w, c, s, own, me, ctx, partial);
 
 	if (err)
 		return err;
@@ -330,7 +330,7 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		 */
 		tw_lock(w);
 		if (consumer_pos(s) == seen) {
-			me->room = s; /* a leading waiter also watches the ring */
+			me->room = &s->path; /* a leading waiter also watches the ring */
 			me->room_had = zshm_tx_room(&s->tx);
 			err = tw_wait_step(w, me, ctx);
 			me->room = NULL;
@@ -354,17 +354,8 @@ int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	return err;
 }
 
-const char *tw_conn_path(const struct tcp_conn *c)
-{
-	const struct tcp_shm *s = atomic_load(&((struct tcp_conn *)c)->shm);
-
-	if (s && s->tx_ready)
-		return "shm";
-	return c->local ? "unix" : "tcp";
-}
-
 /*
- * Version 3: write the next part of the large message @buf/@len into @c's
+ * Version 3: write the next part of the large message @m into @c's
  * ring (tx side owned, mu held; dropped while writing): at most TCP_PART
  * bytes, leaving TCP_SHM_KEEP bytes free for other senders' messages.
  * 0: the message is complete; -EINPROGRESS: a part went, more is to come;
@@ -372,15 +363,20 @@ const char *tw_conn_path(const struct tcp_conn *c)
  * then; give the tx side back and wait for it to move); or an error.
  * *@open: part of the message is in the ring and the rest is not.
  */
-int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
-		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
-		     uint64_t *seen)
+static int shm_send_part(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
+			 const struct zap_iov *m, size_t *off, struct tcp_waiter *me,
+			 struct zap_ctx *ctx, bool *open, bool *partial, uint64_t *seen)
 {
 	TW_HELD(w);
-	struct tcp_shm *s = atomic_load(&c->shm);
+	struct tcp_shm *s = tw_shm_path(p);
+	const void *buf = m->buf;
+	size_t len = m->len;
 	struct tcp_txreq own = { .buf = buf, .len = len };
 	bool wake;
-	int r = ring_switch(w, c, &own, me, ctx, open);
+	int r = ring_switch(w, c, s, &own, me, ctx, open);
+
+	(void)off;     /* the ring keeps its own place in the message */
+	(void)partial; /* a part is one record, never half written */
 
 	if (r)
 		return r;
@@ -418,3 +414,106 @@ int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, si
 		tw_count(&w->st_tx_frames, 1);
 	return r;
 }
+
+/* ---- the path's ops (tcp_path.h) ---------------------------------------- */
+
+static bool shm_upgraded(const struct tcp_path *p)
+{
+	return tw_shm_path(p)->tx_ready;
+}
+
+/*
+ * The path of this send (mu held, tx side owned). The acceptor's
+ * direction waits for the dialer's confirmation, which may be here
+ * already. Once this direction switched, only the ring: nothing may
+ * follow TCP_T_SHM on the connection, even on one retired since we were
+ * handed its tx side (its FIN waits for us, and the peer delivers what
+ * the ring holds at its end). Not while a large message goes out in parts
+ * on the connection: its next part must follow there; and a large one
+ * (@big) chooses once, its parts all going where the first went.
+ */
+static struct tcp_path *shm_tx_pick(struct tcp_wire *w, struct tcp_conn *c,
+				    struct tcp_path *p, bool big)
+{
+	TW_HELD(w);
+	struct tcp_shm *s = tw_shm_path(p);
+
+	if (!s->tx_ready)
+		tw_shm_side(w, c);
+	bool ring = s->tx_ready &&
+		    (s->tx_on || (!c->retiring && (big || !c->big || c->big_path == p)));
+	return ring ? p : &tw_path_sock;
+}
+
+/* A burst's frames into the ring, one record each; only the burst's
+ * first frame waits for room, and the burst ends where the ring is full
+ * (then no error: the caller's next send waits). */
+static int shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
+		    struct tcp_txreq *req, size_t k, bool first, struct tcp_waiter *me,
+		    struct zap_ctx *ctx, bool *partial, size_t *whole, int *conn_err)
+{
+	struct tcp_shm *s = tw_shm_path(p);
+	size_t n = 0;
+	int err = 0;
+
+	for (; n < k && ((first && !n) || tw_burst_goes_on(c)); n++) {
+		err = shm_send1(w, c, s, &req[n], me, ctx, partial, first && !n);
+		if (err)
+			break;
+	}
+	*whole = n;
+	*conn_err = err == -EAGAIN ? 0 : err;
+	return err == -EAGAIN ? 0 : err;
+}
+
+static uint64_t shm_room(const struct tcp_path *p)
+{
+	return zshm_tx_room(&tw_shm_path(p)->tx);
+}
+
+/* A ring whose side channel ended is read by nobody (mu held). */
+static bool shm_tx_lost(const struct tcp_path *p)
+{
+	return tw_shm_path(p)->side_gone;
+}
+
+static int shm_side_fd(const struct tcp_path *p)
+{
+	const struct tcp_shm *s = tw_shm_path(p);
+
+	return s->sock >= 0 && !s->side_gone ? s->sock : -1;
+}
+
+/* The side channel was readable (mu held, the leader): wake-ups, or its
+ * end; the peer gone, its ring is drained, then the connection ends. */
+static bool shm_side_event(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p)
+{
+	struct tcp_shm *s = tw_shm_path(p);
+	bool changed = tw_shm_side(w, c);
+
+	if (s->side_gone && s->rx_on) {
+		s->rx_gone = true;
+		c->rx_ready = true;
+	}
+	return changed;
+}
+
+const struct tcp_path_ops tw_shm_ops = {
+	.name = "shm",
+	.stays_hot = true,
+	.coalesce = false,
+	.upgraded = shm_upgraded,
+	.tx_pick = shm_tx_pick,
+	.send = shm_send,
+	.send_part = shm_send_part,
+	.consumed = shm_consumed,
+	.room = shm_room,
+	.tx_lost = shm_tx_lost,
+	.rx = tw_shm_rx,
+	.rx_always = tw_shm_rx_always,
+	.rx_pending = tw_shm_rx_pending,
+	.rx_switch = tw_shm_rx_switch,
+	.side_fd = shm_side_fd,
+	.side_event = shm_side_event,
+	.end = shm_end,
+};

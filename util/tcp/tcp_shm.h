@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The same-host upgrade's internals (WIRE.md, "Same host"), included by
- * tcp_int.h, whose "Shared memory" paragraph has the locking:
- * tcp_shm_setup.c sets a pair up (policy, regions, the dialer, the
- * acceptor), tcp_shm_side.c has the side channel's proofs and datagrams,
- * tcp_shm.c the path (sending into a ring, wake-ups, ends).
+ * The same-host upgrade's internals (WIRE.md, "Same host"): the shm path
+ * of tcp_path.h. Included by tcp_shm*.c only (and tcp_codec.c, for the
+ * ring's size in the protocol); the rest of the wire reaches a ring
+ * through the path's ops alone. tcp_int.h's "Shared memory" paragraph
+ * has the locking. tcp_shm_setup.c sets a pair up (policy, regions, the
+ * dialer, the acceptor) and installs the path, tcp_shm_side.c has the
+ * side channel's proofs and datagrams, tcp_shm.c the path's ops and its
+ * sending (into a ring, wake-ups, ends), tcp_shm_rx.c its receive.
  */
 #ifndef ZAP_TCP_SHM_H
 #define ZAP_TCP_SHM_H
+
+#include "shm_ring.h"
 
 /* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
  * ring size per direction, how many connections of a wire may hold rings,
@@ -18,7 +23,6 @@
 #define TCP_SHM_LOG2 21u /* 2 MiB */
 #define TCP_SHM_MAX 16u
 #define TCP_SHM_HS_MS 2000u
-#define TCP_SHM_PENDING 16u
 #define TCP_SHM_ACCEPT_BATCH 64u /* side channels accepted per round at most */
 #define TCP_SHM_BATCH 64
 /* A ring of ours that a peer may still be reading when its connection
@@ -39,6 +43,7 @@
 #define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 8)
 enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
 struct tcp_shm {
+	struct tcp_path path; /* first: c->path points here once installed */
 	struct tcp_wire *w;
 	int sock; /* side channel (SOCK_SEQPACKET): wake-ups, liveness */
 	void *tx_map, *rx_map;
@@ -56,25 +61,28 @@ struct tcp_shm {
 	struct tcp_shm *linger_next;
 	uint64_t linger_until;
 };
-struct tcp_shm_pend;
-int tw_shm_open(struct tcp_wire *w);
-void tw_shm_close(struct tcp_wire *w);
+/* The shm path's ops (tcp_shm.c), and the pair behind a path of them. */
+extern const struct tcp_path_ops tw_shm_ops;
+static inline struct tcp_shm *tw_shm_path(const struct tcp_path *p)
+{
+	return (struct tcp_shm *)p;
+}
+/* @c's pair, NULL while it has none. */
+static inline struct tcp_shm *tw_shm_of(const struct tcp_conn *c)
+{
+	struct tcp_path *p = atomic_load(&((struct tcp_conn *)c)->path);
+	return p->ops == &tw_shm_ops ? tw_shm_path(p) : NULL;
+}
 void tw_shm_free(struct tcp_shm *s);
-void tw_shm_end(struct tcp_shm *s);
-void tw_shm_bind(struct tcp_conn *c);
-void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
-		 struct zap_ctx *ctx);
-size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
-void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
 void tw_shm_wake(const struct tcp_shm *s);
-int tw_shm_send_part(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
-		     struct tcp_waiter *me, struct zap_ctx *ctx, bool *open,
-		     uint64_t *seen);
-uint64_t tw_shm_consumed(const struct tcp_conn *c);
-int tw_shm_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
-		struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial, bool may_wait);
-const char *tw_conn_path(const struct tcp_conn *c);
+
+/* tcp_shm_rx.c: the path's receive ops */
+int tw_shm_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
+	      struct tcp_rx_msg ***tail, uint64_t now, bool readable);
+bool tw_shm_rx_always(const struct tcp_path *p);
+bool tw_shm_rx_pending(struct tcp_path *p, bool sleeping);
+bool tw_shm_rx_switch(struct tcp_path *p, bool commit);
 
 /* Shared between the upgrade's files (mu: see each file) */
 void tw_shm_region_drop(void *map, size_t len, bool release);

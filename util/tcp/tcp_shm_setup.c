@@ -44,6 +44,7 @@
  * the accept thread.
  */
 #include "tcp_int.h"
+#include "tcp_shm.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -221,6 +222,7 @@ static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
+	s->path.ops = &tw_shm_ops;
 	s->w = w;
 	s->sock = -1;
 	s->map_len = len;
@@ -412,7 +414,7 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 	s->tx_ready = true; /* the peer mapped our ring before it confirmed */
 	/* Version 3: whole messages may come between a large one's parts. */
 	s->rx.interleave = c->ver >= 3;
-	atomic_store(&c->shm, s);
+	atomic_store(&c->path, &s->path);
 	s = NULL;
 	w->host->log(ZAP_LOG_DEBUG, w->dom, "%s: messages go through shared memory",
 		     c->src);
@@ -493,8 +495,8 @@ size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_
 /* Whether accepted @c may take rings (mu held). */
 static bool conn_open_for_rings(struct tcp_conn *c)
 {
-	return !c->dialed && !c->dead && !c->rx_eof && !c->retiring &&
-	       !atomic_load(&c->shm) && c->shm_bind_len;
+	return !c->dialed && !c->dead && !c->rx_eof && !c->retiring && !tw_shm_of(c) &&
+	       c->shm_bind_len;
 }
 
 /* A candidate for a request's proof, copied under mu. */
@@ -639,7 +641,7 @@ static int pend_ring(struct tcp_wire *w, struct tcp_shm_pend *p, char *why, size
 	if (ok) {
 		/* Version 3: whole messages may come between a large one's parts. */
 		s->rx.interleave = c->ver >= 3;
-		atomic_store(&c->shm, s);
+		atomic_store(&c->path, &s->path);
 		/* Its ring and side channel are read every round: the
 		 * leader must poll it itself from now on. */
 		tw_conn_heat(w, c);

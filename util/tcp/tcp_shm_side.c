@@ -6,6 +6,7 @@
  * side channel's datagrams with their deadline.
  */
 #include "tcp_int.h"
+#include "tcp_shm.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

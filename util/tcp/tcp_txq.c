@@ -330,9 +330,9 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		b.total += frame_bytes(&own[i]);
 	}
 	/* With rings, frames queued before they were set up wait for their
-	 * own turn (tw_txq_handoff()): none may follow TCP_T_SHM. A burst
-	 * fills its own system call. */
-	if (!atomic_load(&c->shm) && nown == 1)
+	 * own turn (tw_txq_handoff()): none may follow TCP_T_SHM (the path's
+	 * coalesce). A burst fills its own system call. */
+	if (atomic_load(&c->path)->ops->coalesce && nown == 1)
 		batch_take(c, &b);
 	tw_unlock(w);
 	int err = batch_write(w, c, &b, me, ctx);

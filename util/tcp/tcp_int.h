@@ -9,21 +9,35 @@
  *   tcp_handshake.c  the HELLO (built, read) and the accept thread
  *   tcp_dial.c       the dialer: connect, TLS, HELLO, version fallback
  *   tcp_progress.c   leader/follower progress: poll set, leader round, waiting
- *   tcp_rx.c         the leader's receive side: frames, parts and ring
- *                    records into messages, the budget, the stall clock
- *   tcp_ready.c      hot and cold connections (epoll), the idle timeout
+ *   tcp_rx.c         the leader's receive side: frames and parts (and a
+ *                    path's chunks) into messages, the budget, the stall
+ *                    clock
+ *   tcp_ready.c      hot and cold connections (epoll); waiting for one
+ *                    descriptor (the dialer's waits)
  *   tcp_api.c        open, close, address, recv, kicks
  *   tcp_send.c       the send path: route, tx side, large messages in parts
+ *   tcp_path.h       the path interface: how bytes move on a connection
+ *                    (an ops table; socket or shared memory, per peer)
+ *   tcp_path_sock.c  the socket path: its ops (a burst's batch, a large
+ *                    message's parts) over tcp_txq.c and tcp_rx.c
  *   tcp_txq.c        writing frames; coalescing the frames of senders
  *                    queued behind each other (one sendmsg() for many)
  *   tcp_unix.c       Unix-domain sockets: listen file, dial, SO_PEERCRED
  *                    identity and the checks of a local peer's claims
- *   tcp_shm.h        the same-host upgrade's internals (included below)
+ *   tcp_shm.h        the same-host upgrade's internals (tcp_shm*.c only)
  *   tcp_shm_setup.c  the same-host upgrade set up: policy, regions, the
- *                    dialer and the acceptor of the side channel
+ *                    dialer and the acceptor of the side channel; it
+ *                    installs the shm path on the connection
  *   tcp_shm_side.c   the side channel's binding, proofs and datagrams
- *   tcp_shm.c        the upgrade's path: sending into a ring, wake-ups, ends
+ *   tcp_shm.c        the shm path: its ops, sending into a ring, wake-ups,
+ *                    ends
+ *   tcp_shm_rx.c     the shm path's receive: the ring's records
  *   tcp_stats.c      what an operator sees: counters and the peer listing
+ *   tcp_util.h       clocks and byte order
+ *
+ * No two files call each other in a cycle (tests/check-file-cycles.py):
+ * tcp_ready.c is at the bottom, the path's ops are reached through
+ * c->path, never by name, from the files that use them.
  *
  * Threads and progress
  * --------------------
@@ -114,11 +128,20 @@
  * w->mu held and takes nothing inside it. Events are per connection, never
  * per message.
  *
- * Shared memory (tcp_shm*.c): c->shm is set once (an atomic pointer, so the
- * leader may load it while reading) and freed with the connection. Its
- * tx ring belongs to the tx owner, its rx ring and rx_on to the leader,
- * the flags marked "mu" to w->mu; the side channel's descriptor never
- * changes once set.
+ * Paths (tcp_path.h): c->path is tw_path_sock from the connection's
+ * allocation, and is switched at most once, to the shm path of its pair
+ * of rings (tcp_shm_setup.c: the dialer's before it registers, the
+ * acceptor's under mu), with an atomic store, so the leader and senders
+ * may load it without mu; the pair is freed with the connection (the end
+ * op). Each op says what it needs held; an op is one indirect call, and
+ * the socket path's send makes one per send (tx_pick is NULL).
+ *
+ * Shared memory (tcp_shm*.c): of the pair behind the shm path, the tx
+ * ring belongs to the tx owner, the rx ring and rx_on to the leader, the
+ * flags marked "mu" to w->mu; the side channel's descriptor never
+ * changes once set. Which direction moved to the ring (tx_on, rx_on) is
+ * the shm path's business: until then its ops hand the work to the
+ * socket path's.
  */
 #ifndef ZAP_TCP_INT_H
 #define ZAP_TCP_INT_H

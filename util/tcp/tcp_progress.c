@@ -88,9 +88,10 @@ struct spin_stop {
 /*
  * Whether the leader has work without any descriptor being ready (the
  * spin's and the sleep's check): shutdown or the ctx (tw_wait_check() in
- * the caller reports either), or a message in a ring. @sleeping: about to
- * sleep, so announce it on every ring (zshm_rx_prepare_sleep()) and its
- * producer wakes us through the side channel, which is in the poll set.
+ * the caller reports either), or a message on a path read every round (a
+ * ring: the rx_pending op). @sleeping: about to sleep, so announce it on
+ * every such path, and its producer wakes us through the side channel,
+ * which is in the poll set.
  */
 static bool leader_ready(void *arg, bool sleeping)
 {

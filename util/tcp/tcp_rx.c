@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The leader's receive side: a connection read into messages (frames off
- * the socket, version 3's parts, the records of a shared-memory ring),
- * the partial-message budget and the stall clock, and messages delivered
- * onto the round's list (tcp_progress.c queues them).
+ * the socket, version 3's parts: the socket path's rx op; and the chunks
+ * another path hands over, tw_rx_chunk(): the records of a shared-memory
+ * ring, tcp_shm_rx.c), the partial-message budget and the stall clock,
+ * and messages delivered onto the round's list (tcp_progress.c queues
+ * them). Every read goes through the connection's path (tw_conn_rx()).
  *
  * Shared state: each connection's receive state (rbuf, rx_msg, rx_res...)
  * and the partial-message budget belong to the leader, which reads

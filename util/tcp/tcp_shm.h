@@ -16,9 +16,10 @@
 
 /* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
  * ring size per direction, how many connections of a wire may hold rings,
- * how long the dialer waits for the side channel's answer, how many side
- * channels may be half set up at once, and how many messages the leader
- * takes from one ring per round (messages, bytes). */
+ * how long the dialer waits for the side channel's answer (how many side
+ * channels may be half set up at once: TCP_SHM_PENDING, tcp_int.h), and
+ * how many messages the leader takes from one ring per round (messages,
+ * bytes). */
 #define TCP_SHM_ENV "ZAP_SHM"
 #define TCP_SHM_LOG2 21u /* 2 MiB */
 #define TCP_SHM_MAX 16u
@@ -57,7 +58,7 @@ struct tcp_shm {
 	uint64_t live_ms;   /* tx owner: last look at the side channel */
 	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
 	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
-	/* Lingering (tw_shm_end()): its connection ended, our ring not */
+	/* Lingering (shm_end(), the end op): its connection ended, our ring not */
 	struct tcp_shm *linger_next;
 	uint64_t linger_until;
 };

@@ -62,7 +62,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
  * connection itself must stay silent until its end (@readable: poll saw
  * it), which, like the side channel's end, means the peer is gone:
  * complete messages in the ring are still delivered, a partial one is
- * dropped. Results as conn_rx_inner().
+ * dropped. Results as tw_conn_rx().
  */
 static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		   struct tcp_rx_msg ***tail, uint64_t now, bool readable)

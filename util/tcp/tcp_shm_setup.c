@@ -135,7 +135,7 @@ int tw_shm_open(struct tcp_wire *w)
 				      : TW_SHM_USER;
 	if (w->shm_policy == TW_SHM_OFF)
 		return 0;
-	/* Without it no ring lingers (tw_shm_end()): it is released at once. */
+	/* Without it no ring lingers (shm_end() in tcp_shm.c): it is released at once. */
 	w->shm_linger_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	/* The longest backlog the system allows: a stranger that floods the

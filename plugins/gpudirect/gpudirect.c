@@ -39,7 +39,8 @@
 
 #include "gd_hs.h"
 #include "gd_instance.h"
-#include "gd_tls.h"
+#include "zap-conn.h"
+#include "zap-tls.h"
 #include "gd_verbs.h"
 #include "zap-addr.h"
 
@@ -164,7 +165,7 @@ static int wait_fd(struct gd_tp *t, int fd, short ev, struct zap_ctx *ctx,
 	return 0;
 }
 
-/* gd_wait_fn for a dial: wait_fd() within the send's ctx and @limit. */
+/* zconn_wait_fn for a dial: wait_fd() within the send's ctx and @limit. */
 struct dial_wait {
 	struct gd_tp *t;
 	struct zap_ctx *ctx;
@@ -222,7 +223,7 @@ static int tls_dial(struct gd_tp *t, int fd, const char *key, const char *want,
 {
 	struct dial_wait w = { t, ctx, limit };
 	char why[512] = "";
-	int rc = gd_tls_dial(t->tls, fd, want, dial_wait, &w, out, why, sizeof(why));
+	int rc = zconn_tls_dial(t->tls, fd, want, dial_wait, &w, out, why, sizeof(why));
 
 	if (!rc)
 		return 0;
@@ -334,16 +335,16 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 		goto fail;
 	n = gd_boot_encode(&me, msg, sizeof(msg));
 	rc = n < 0 ? n
-		   : gd_io_all(fd, tc, msg, (size_t)n, true, dial_wait, &w, why,
+		   : zconn_all(fd, tc, msg, (size_t)n, true, dial_wait, &w, why,
 			       sizeof(why));
 	if (!rc)
-		rc = gd_io_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, &w, why,
+		rc = zconn_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, &w, why,
 			       sizeof(why));
 	if (rc)
 		goto fail;
 	rc = gd_boot_header(in, &body, why, sizeof(why));
 	if (!rc)
-		rc = gd_io_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, &w, why,
+		rc = zconn_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, &w, why,
 			       sizeof(why));
 	if (!rc)
 		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
@@ -364,7 +365,7 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 
 		snprintf(p->fp, sizeof(p->fp), "%s", ztls_conn_peer_fp(tc));
 		snprintf(p->key, sizeof(p->key), "%.*s", (int)al, dialed);
-		if (gd_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
+		if (zconn_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
 			rc = -EINVAL;
 			snprintf(why, sizeof(why), "address too long to carry a key");
 			goto fail;
@@ -378,9 +379,9 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 	if (rc)
 		goto fail;
 	/* From here the engine owns p and the pair. */
-	rc = gd_io_all(fd, tc, &ok, 1, true, dial_wait, &w, why, sizeof(why));
+	rc = zconn_all(fd, tc, &ok, 1, true, dial_wait, &w, why, sizeof(why));
 	if (!rc)
-		rc = gd_io_all(fd, tc, &ok, 1, false, dial_wait, &w, why, sizeof(why));
+		rc = zconn_all(fd, tc, &ok, 1, false, dial_wait, &w, why, sizeof(why));
 	if (rc) {
 		snprintf(why, sizeof(why), "peer gave up before the pair was ready");
 		gd_conn_put(p->conn);

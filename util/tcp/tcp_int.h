@@ -25,6 +25,11 @@
  *   tcp_shm.c        the upgrade's path: sending into a ring, wake-ups, ends
  *   tcp_stats.c      what an operator sees: counters and the peer listing
  *
+ * From the connection layer the wire shares with gpudirect's bootstrap
+ * (util/conn, zap-conn.h): the HELLO's identity rule (tcp_hello_peer()
+ * calls zconn_identity()), peer names with keys (send_check(), the
+ * accepted side's name) and nothing of the accept loop, which stays here.
+ *
  * Threads and progress
  * --------------------
  * Data moves on the callers' threads, not on a background I/O thread: a

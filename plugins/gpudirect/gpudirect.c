@@ -281,19 +281,64 @@ static int peer_engine(struct gd_tp *t, struct gd_peer *p, const struct gd_boot 
  * pair, post receives, and confirm with one byte each: no chunk is sent
  * before the peer's receives are posted.
  */
+/* Our bootstrap message out, the peer's in, whole and decoded. */
+static int boot_exchange(int fd, struct ztls_conn *tc, struct dial_wait *w,
+			 const struct gd_boot *me, struct gd_boot *peer, char *why,
+			 size_t wl)
+{
+	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX];
+	size_t body;
+	int rc, n = gd_boot_encode(me, msg, sizeof(msg));
+
+	rc = n < 0 ? n : zconn_all(fd, tc, msg, (size_t)n, true, dial_wait, w, why, wl);
+	if (!rc)
+		rc = zconn_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, w, why, wl);
+	if (!rc)
+		rc = gd_boot_header(in, &body, why, wl);
+	if (!rc)
+		rc = zconn_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, w, why,
+			       wl);
+	if (!rc)
+		rc = gd_boot_decode(in, GD_BOOT_HDR + body, peer, why, wl);
+	return rc;
+}
+
+/* Replies go to what was dialled (accepted pairs are made by gd_hs.c,
+ * which applies the identity rule), with TLS ending with the key the
+ * peer proved (the one asked for, if any: ztls_conn_new()'s want). */
+static int dialled_key(struct gd_peer *p, struct ztls_conn *tc, const char *dialed,
+		       char *why, size_t wl)
+{
+	const char *h;
+	size_t al;
+
+	if (!tc) {
+		snprintf(p->key, sizeof(p->key), "%s", dialed);
+		return 0;
+	}
+	h = strchr(dialed, '#');
+	al = h ? (size_t)(h - dialed) : strlen(dialed);
+	snprintf(p->fp, sizeof(p->fp), "%s", ztls_conn_peer_fp(tc));
+	snprintf(p->key, sizeof(p->key), "%.*s", (int)al, dialed);
+	if (zconn_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
+		snprintf(why, wl, "address too long to carry a key");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The dialling side of the bootstrap (the accepting side is gd_hs.c). */
 static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *dialed,
 		     struct zap_ctx *ctx, struct gd_peer **out)
 {
-	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
+	uint8_t ok = 1;
 	struct gd_boot me = { .instance = t->instance }, peer;
 	struct gd_peer *p = calloc(1, sizeof(*p));
 	struct timespec limit;
 	struct dial_wait w = { t, ctx, &limit };
 	char why[200] = "";
 	uint32_t stages;
-	size_t body;
-	int rc, n;
+	int rc;
 
 	if (!p)
 		return -ENOMEM;
@@ -307,48 +352,16 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 	}
 	snprintf(me.listen, sizeof(me.listen), "%s", t->bound);
 	rc = gd_qp_new(t->dev, t->slots, t->chunk, t->pool, &me, &p->qp);
-	if (rc)
-		goto fail;
-	n = gd_boot_encode(&me, msg, sizeof(msg));
-	rc = n < 0 ? n
-		   : zconn_all(fd, tc, msg, (size_t)n, true, dial_wait, &w, why,
-			       sizeof(why));
 	if (!rc)
-		rc = zconn_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, &w, why,
-			       sizeof(why));
-	if (rc)
-		goto fail;
-	rc = gd_boot_header(in, &body, why, sizeof(why));
+		rc = boot_exchange(fd, tc, &w, &me, &peer, why, sizeof(why));
 	if (!rc)
-		rc = zconn_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, &w, why,
-			       sizeof(why));
+		rc = pin_reserve(t, p, &peer, &stages, why, sizeof(why));
 	if (!rc)
-		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
+		rc = gd_qp_connect(p->qp, &peer, stages);
+	if (!rc)
+		rc = dialled_key(p, tc, dialed, why, sizeof(why));
 	if (rc)
 		goto fail;
-	rc = pin_reserve(t, p, &peer, &stages, why, sizeof(why));
-	if (rc)
-		goto fail;
-	rc = gd_qp_connect(p->qp, &peer, stages);
-	if (rc)
-		goto fail;
-	/* Replies go to what was dialled (accepted pairs are made by gd_hs.c,
-	 * which applies the identity rule), with TLS ending with the key the
-	 * peer proved (the one asked for, if any: ztls_conn_new()'s want). */
-	if (tc) {
-		const char *h = strchr(dialed, '#');
-		size_t al = h ? (size_t)(h - dialed) : strlen(dialed);
-
-		snprintf(p->fp, sizeof(p->fp), "%s", ztls_conn_peer_fp(tc));
-		snprintf(p->key, sizeof(p->key), "%.*s", (int)al, dialed);
-		if (zconn_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
-			rc = -EINVAL;
-			snprintf(why, sizeof(why), "address too long to carry a key");
-			goto fail;
-		}
-	} else {
-		snprintf(p->key, sizeof(p->key), "%s", dialed);
-	}
 	p->instance = peer.instance;
 	p->dialed = true;
 	rc = peer_engine(t, p, &peer);

@@ -177,6 +177,34 @@ static void test_peer_join_match(void **state)
 	assert_false(zconn_peer_match("127.0.0.6:7430", ka));
 }
 
+/* The host buckets room is shared by: one per host, whatever the port or
+ * the IPv6 spelling of an IPv4 address; a Unix peer by its uid and gid. */
+static void test_host_bucket(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(1) };
+	struct sockaddr_in b = a;
+	struct sockaddr_in6 m = { .sin6_family = AF_INET6, .sin6_port = htons(2) };
+	const struct sockaddr *sa = (const struct sockaddr *)&a;
+	unsigned ha;
+
+	(void)state;
+	inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+	inet_pton(AF_INET, "127.0.0.3", &b.sin_addr);
+	inet_pton(AF_INET6, "::ffff:127.0.0.2", &m.sin6_addr);
+	ha = zconn_host_bucket(sa, sizeof(a), NULL);
+	assert_true(ha < ZCONN_HOST_BUCKETS);
+	assert_int_not_equal(ha, zconn_host_bucket((struct sockaddr *)&b, sizeof(b), NULL));
+	assert_int_equal(ha, zconn_host_bucket((struct sockaddr *)&m, sizeof(m), NULL));
+	a.sin_port = htons(9);
+	assert_int_equal(ha, zconn_host_bucket(sa, sizeof(a), NULL));
+	/* Too short a length is not read as an address. */
+	assert_int_equal(zconn_host_bucket(sa, 4, NULL), zconn_host_bucket(sa, 0, NULL));
+	assert_int_equal(zconn_host_bucket(sa, 0, "uid=5 gid=6 pid=7"),
+			 zconn_host_bucket(sa, 0, "uid=5 gid=6 pid=8"));
+	assert_int_not_equal(zconn_host_bucket(sa, 0, "uid=5 gid=6 pid=7"),
+			     zconn_host_bucket(sa, 0, "uid=9 gid=6 pid=7"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -184,6 +212,7 @@ int main(void)
 		cmocka_unit_test(test_identity_dialed_and_unix),
 		cmocka_unit_test(test_peer_norm),
 		cmocka_unit_test(test_peer_join_match),
+		cmocka_unit_test(test_host_bucket),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

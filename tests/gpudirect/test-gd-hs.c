@@ -471,6 +471,44 @@ static void test_cap_evicts_idle(void **state)
 	check_evicted(s, fds);
 }
 
+/* Whether the server closed @fd (EOF or reset), waiting a little for it. */
+static bool closed_by_server(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	if (poll(&p, 1, 200) <= 0)
+		return false;
+	return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* At the cap, the room comes from the source host holding the most
+ * handshakes, not from the oldest: one idle socket from 127.0.0.3, then
+ * three from 127.0.0.2; a newcomer from 127.0.0.4 evicts one of the three
+ * (the oldest handshake was 127.0.0.3's, which the old rule evicted). */
+static void test_cap_evicts_busiest_host(void **state)
+{
+	struct srv *s = srv_start(4, 5000);
+	int lone, many[3], gone = 0;
+
+	(void)state;
+	lone = client_connect(s, "127.0.0.3");
+	sleep_ms(50);
+	for (int i = 0; i < 3; i++)
+		many[i] = client_connect(s, "127.0.0.2");
+	sleep_ms(100);
+	assert_int_equal(client_handshake(s, "127.0.0.4", "127.0.0.4:7250", 43), 0);
+	assert_int_equal(srv_get(s, &s->readies), 1);
+	for (int i = 0; i < 3; i++)
+		gone += closed_by_server(many[i]);
+	assert_int_equal(gone, 1);
+	assert_false(closed_by_server(lone));
+	close(lone);
+	for (int i = 0; i < 3; i++)
+		close(many[i]);
+	srv_stop(s);
+}
+
 /* The TCP wire's identity rule: the address a peer claims must be its
  * connection's source; a wildcard becomes the source. */
 static void test_identity_over_tcp(void **state)
@@ -729,6 +767,7 @@ int main(void)
 		cmocka_unit_test(test_nothing_before_boot),
 		cmocka_unit_test(test_idle_sockets_do_not_stall),
 		cmocka_unit_test(test_cap_evicts_idle),
+		cmocka_unit_test(test_cap_evicts_busiest_host),
 		cmocka_unit_test(test_identity_over_tcp),
 		cmocka_unit_test(test_tls_pinned_peer),
 		cmocka_unit_test(test_tls_refusals),

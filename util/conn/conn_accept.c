@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The accept engine: concurrent handshakes with deadlines, a cap in
- * flight with eviction of the oldest idle one, TLS, and a length-prefixed
+ * flight with eviction of an idle one (the busiest host's oldest), TLS,
+ * and a length-prefixed
  * first message read whole before the caller allocates anything
  * (zap-conn.h).
  *
@@ -33,6 +34,7 @@ struct hs {
 	enum hs_phase ph;
 	int fd;
 	uint64_t born, deadline;
+	unsigned host; /* zconn_host_bucket() of the source */
 	size_t got, need, outlen, sent;
 	void *pair;
 	struct ztls_conn *tc; /* TLS over fd, or NULL */
@@ -45,7 +47,8 @@ struct hs {
 struct zconn_acc {
 	struct zconn_acc_cfg cfg;
 	struct hs *v;
-	uint8_t *bufs; /* every handshake's in and out, allocated up front */
+	uint8_t *bufs;   /* every handshake's in and out, allocated up front */
+	unsigned *count; /* handshakes per host bucket, while choosing whom to evict */
 	struct zconn_acc_stats st;
 };
 
@@ -65,9 +68,11 @@ int zconn_acc_new(const struct zconn_acc_cfg *cfg, struct zconn_acc **out)
 	g->cfg = *cfg;
 	g->v = calloc(cfg->max_inflight, sizeof(*g->v));
 	g->bufs = calloc(cfg->max_inflight, per);
-	if (!g->v || !g->bufs) {
+	g->count = calloc(ZCONN_HOST_BUCKETS, sizeof(*g->count));
+	if (!g->v || !g->bufs || !g->count) {
 		free(g->v);
 		free(g->bufs);
+		free(g->count);
 		free(g);
 		return -ENOMEM;
 	}
@@ -102,11 +107,37 @@ void zconn_acc_free(struct zconn_acc *g)
 			hs_end(g, &g->v[i], NULL);
 	free(g->v);
 	free(g->bufs);
+	free(g->count);
 	free(g);
 }
 
-/* A free slot, or the oldest handshake that has not delivered a whole
- * message (it holds nothing but its socket), evicted. */
+/*
+ * Of the handshakes that have not delivered a whole message (they hold
+ * nothing but their socket), the one to evict: from the source host
+ * holding the most handshakes in flight, its oldest (zap-conn.h).
+ */
+static struct hs *hs_victim(struct zconn_acc *g)
+{
+	struct hs *old = NULL;
+
+	for (unsigned i = 0; i < g->cfg.max_inflight; i++)
+		g->count[g->v[i].host] += g->v[i].ph != HS_FREE;
+	for (unsigned i = 0; i < g->cfg.max_inflight; i++) {
+		struct hs *h = &g->v[i];
+
+		if (h->ph == HS_FREE || h->ph > HS_BODY)
+			continue;
+		if (!old || g->count[h->host] > g->count[old->host] ||
+		    (g->count[h->host] == g->count[old->host] && h->born < old->born))
+			old = h;
+	}
+	for (unsigned i = 0; i < g->cfg.max_inflight; i++)
+		g->count[g->v[i].host] = 0;
+	return old;
+}
+
+/* A free slot, or a handshake that has not delivered a whole message,
+ * evicted (hs_victim()). */
 static struct hs *hs_slot(struct zconn_acc *g, bool evict)
 {
 	struct hs *old = NULL;
@@ -117,10 +148,11 @@ static struct hs *hs_slot(struct zconn_acc *g, bool evict)
 
 		if (h->ph == HS_FREE)
 			return h;
-		if (h->ph <= HS_BODY && (!old || h->born < old->born))
+		if (h->ph <= HS_BODY)
 			old = h;
 	}
 	if (old && evict) {
+		old = hs_victim(g);
 		g->st.evicted++;
 		snprintf(why, sizeof(why),
 			 "dropped unfinished to make room for a new connection "
@@ -165,6 +197,8 @@ int zconn_acc_add(struct zconn_acc *g, int fd, uint64_t now)
 	if (getpeername(fd, (struct sockaddr *)&ss, &sl) ||
 	    zaddr_format((struct sockaddr *)&ss, sl, -1, h->src, sizeof(h->src)))
 		snprintf(h->src, sizeof(h->src), "?");
+	else
+		h->host = zconn_host_bucket((struct sockaddr *)&ss, sl, NULL);
 	g->st.inflight++;
 	return 0;
 }

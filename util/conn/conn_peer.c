@@ -14,6 +14,32 @@
 #include "zap-conn.h"
 #include "zap-tls.h"
 
+unsigned zconn_host_bucket(const struct sockaddr *sa, socklen_t sl, const char *ident)
+{
+	const unsigned char *p = (const unsigned char *)"";
+	size_t n = 0;
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	if (sl >= sizeof(struct sockaddr_in) && sa->sa_family == AF_INET) {
+		p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+		n = 4;
+	} else if (sl >= sizeof(struct sockaddr_in6) && sa->sa_family == AF_INET6) {
+		p = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		n = 16;
+		if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)p)) {
+			p += 12;
+			n = 4;
+		}
+	} else if (ident) {
+		const char *pid = strstr(ident, " pid=");
+		p = (const unsigned char *)ident;
+		n = pid ? (size_t)(pid - ident) : strlen(ident);
+	}
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h % ZCONN_HOST_BUCKETS;
+}
+
 bool zconn_literal(const char *host, uint16_t port, struct sockaddr_storage *ss,
 		   socklen_t *sl)
 {

@@ -83,6 +83,16 @@ int zconn_peer_join(const char *addr, const char *fp, char *out, size_t ol);
  */
 bool zconn_peer_match(const char *have, const char *want);
 
+/*
+ * Which of ZCONN_HOST_BUCKETS a peer's source host falls in, for sharing
+ * room fairly between hosts: its IP address from @sa (a v4-mapped IPv6 one
+ * as IPv4), else (a Unix socket) @ident's bytes up to " pid=" (the TCP
+ * wire's "uid=U gid=G pid=P"), or none. Hosts that share a bucket count as
+ * one, which only blurs the choice of whom to ask for room.
+ */
+#define ZCONN_HOST_BUCKETS 1024u
+unsigned zconn_host_bucket(const struct sockaddr *sa, socklen_t sl, const char *ident);
+
 /* @host (no brackets) as a socket address with @port, if it is an IPv4 or
  * IPv6 literal. */
 bool zconn_literal(const char *host, uint16_t port, struct sockaddr_storage *ss,
@@ -141,9 +151,12 @@ int zconn_tls_dial(struct ztls_ctx *x, int fd, const char *want, zconn_wait_fn w
  *      fails).
  * A handshake that has not finished by its deadline is dropped (on_fail()
  * if it got to 2). When max_inflight handshakes are in flight, a new
- * connection evicts the oldest one that has not yet delivered a whole
- * message (so idle sockets cannot shut peers out); if every one has, it
- * waits in the listen backlog.
+ * connection evicts one that has not yet delivered a whole message (so
+ * idle sockets cannot shut peers out): from the source host holding the
+ * most handshakes (zconn_host_bucket()), the oldest of its, so that many
+ * sockets from a few hosts make the room for a newcomer from elsewhere,
+ * as on the TCP wire; with no host holding more than another, the oldest.
+ * If every one has delivered, it waits in the listen backlog.
  */
 struct zconn_acc_cfg {
 	unsigned max_inflight; /* handshakes at once, >= 1 */

@@ -89,25 +89,25 @@ static int open_component(int dfd, const char *comp, const char *sofar, char *wh
 	return -1;
 }
 
-int zap__open_dir(const char *dir, char *why, size_t len)
+/*
+ * @dir as an absolute path to walk from "/": a relative one is joined to
+ * the working directory, whose path getcwd() gives without symbolic
+ * links. NULL with @why and errno set when there is none.
+ */
+static char *absolute_dir(const char *dir, char *why, size_t len)
 {
-	char *path, *save = NULL, sofar[4096] = "";
-	const char *bad;
-	struct stat st;
-	char buf[200];
-	int fd, e;
+	char cwd[4096];
+	char *path;
 
 	if (dir[0] == '/') {
 		path = strdup(dir);
 	} else {
-		/* Relative to the working directory, whose path getcwd()
-		 * gives without symbolic links; checked from "/" too. */
-		char cwd[4096];
-
 		if (!getcwd(cwd, sizeof(cwd))) {
-			snprintf(why, len, "relative path, and getcwd: %s",
-				 strerror(errno));
-			return -1;
+			int e = errno;
+
+			snprintf(why, len, "relative path, and getcwd: %s", strerror(e));
+			errno = e;
+			return NULL;
 		}
 		if (asprintf(&path, "%s/%s", cwd, dir) < 0)
 			path = NULL;
@@ -115,51 +115,84 @@ int zap__open_dir(const char *dir, char *why, size_t len)
 	if (!path) {
 		snprintf(why, len, "out of memory");
 		errno = ENOMEM;
+	}
+	return path;
+}
+
+/*
+ * Whether the directory open as @fd (@sofar, "" for "/") may hold or lead
+ * to plugins: an ancestor (not @last) may be sticky instead of writable
+ * by its owner only. -1 with @why and errno set when not.
+ */
+static int check_dir(int fd, bool last, const char *sofar, char *why, size_t len)
+{
+	struct stat st;
+	const char *bad;
+	char buf[200];
+
+	if (fstat(fd, &st)) {
+		snprintf(why, len, "%s: %s", sofar[0] ? sofar : "/", strerror(errno));
 		return -1;
 	}
+	bad = zap__unsafe_owner_or_mode(&st, !last, buf, sizeof(buf),
+					last ? "directory" : "parent directory");
+	if (bad) {
+		if (last)
+			snprintf(why, len, "%s", bad);
+		else
+			snprintf(why, len, "%s %s", bad, sofar[0] ? sofar : "/");
+		errno = EPERM;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * One step down from @fd into component @c, appended to @sofar (@size
+ * bytes): '..' is refused, since the walk checks each directory it enters
+ * and never goes back up. The new descriptor, or -1 with @why and errno.
+ */
+static int enter_dir(int fd, const char *c, char *sofar, size_t size, char *why,
+		     size_t len)
+{
+	if (!strcmp(c, "..")) {
+		snprintf(why, len, "'..' in the path (give the directory itself)");
+		errno = EINVAL;
+		return -1;
+	}
+	if (strlen(sofar) + strlen(c) + 2 > size) {
+		snprintf(why, len, "path too long");
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcat(sofar, "/");
+	strcat(sofar, c);
+	return open_component(fd, c, sofar, why, len);
+}
+
+int zap__open_dir(const char *dir, char *why, size_t len)
+{
+	char *path, *save = NULL, sofar[4096] = "";
+	int fd, e;
+
+	path = absolute_dir(dir, why, len);
+	if (!path)
+		return -1;
 	fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
 		snprintf(why, len, "/: %s", strerror(errno));
 		goto fail;
 	}
 	for (char *c = strtok_r(path, "/", &save);; c = strtok_r(NULL, "/", &save)) {
-		bool last;
 		int next;
 
 		while (c && !strcmp(c, "."))
 			c = strtok_r(NULL, "/", &save);
-		if (fstat(fd, &st)) {
-			snprintf(why, len, "%s: %s", sofar[0] ? sofar : "/",
-				 strerror(errno));
+		if (check_dir(fd, c == NULL, sofar, why, len))
 			goto fail;
-		}
-		last = c == NULL;
-		bad = zap__unsafe_owner_or_mode(&st, !last, buf, sizeof(buf),
-						last ? "directory" : "parent directory");
-		if (bad) {
-			if (last)
-				snprintf(why, len, "%s", bad);
-			else
-				snprintf(why, len, "%s %s", bad, sofar[0] ? sofar : "/");
-			errno = EPERM;
-			goto fail;
-		}
-		if (last)
+		if (!c)
 			break;
-		if (!strcmp(c, "..")) {
-			snprintf(why, len,
-				 "'..' in the path (give the directory itself)");
-			errno = EINVAL;
-			goto fail;
-		}
-		if (strlen(sofar) + strlen(c) + 2 > sizeof(sofar)) {
-			snprintf(why, len, "path too long");
-			errno = ENAMETOOLONG;
-			goto fail;
-		}
-		strcat(sofar, "/");
-		strcat(sofar, c);
-		next = open_component(fd, c, sofar, why, len);
+		next = enter_dir(fd, c, sofar, sizeof(sofar), why, len);
 		if (next < 0)
 			goto fail;
 		close(fd);
@@ -224,21 +257,20 @@ static bool name_taken(const char *fdpath)
 	return true;
 }
 
-const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path, const char *name,
-					    void **handle, bool *pinned,
-					    struct zap_outcome *o)
+/*
+ * The /proc/self/fd name to dlopen() *@fdp through, in @fdpath (@size
+ * bytes): a name some object still holds (one dlclose() could not unmap)
+ * moves to a descriptor number nobody used, keeping the old one open for
+ * good so that its number is not handed out again either. -1 with @o
+ * saying why when there is none.
+ */
+static int fd_name(int *fdp, const char *path, char *fdpath, size_t size,
+		   struct zap_outcome *o)
 {
-	char fdpath[64];
-	const struct zap_plugin *d;
-	const ElfW(Sym) *sym = NULL;
 	struct stat st;
-	Dl_info info;
-	void *h;
 	int fd = *fdp;
 
-	*pinned = false;
-	*handle = NULL;
-	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	snprintf(fdpath, size, "/proc/self/fd/%d", fd);
 	/* Without /proc the loader would say the plugin file is missing. */
 	if (stat(fdpath, &st)) {
 		o->state = ZAP_PLUGIN_DLOPEN_FAILED;
@@ -246,11 +278,8 @@ const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path, const ch
 			 "cannot load through %s: %s (plugins are loaded from their checked "
 			 "open file through /proc/self/fd: is /proc mounted?)",
 			 fdpath, strerror(errno));
-		return NULL;
+		return -1;
 	}
-	/* A name some object still holds (one dlclose() could not unmap):
-	 * move to a descriptor number nobody used, keeping the old one open
-	 * for good so that its number is not handed out again either. */
 	for (int tries = 0; name_taken(fdpath); tries++) {
 		int nfd = tries < 16 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1;
 
@@ -260,70 +289,113 @@ const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path, const ch
 				 "the dynamic loader already holds an object as %s, or this very "
 				 "file under another name",
 				 fdpath);
-			return NULL;
+			return -1;
 		}
 		zap__log(ZAP_LOG_DEBUG, "loader", "%s is taken; loading %s through fd %d",
 			 fdpath, path, nfd);
 		fd = *fdp = nfd; /* the old descriptor is left open on purpose */
-		snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+		snprintf(fdpath, size, "/proc/self/fd/%d", fd);
 	}
-	h = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char *e = dlerror();
-		size_t n = strlen(fdpath);
+	return 0;
+}
 
-		o->state = ZAP_PLUGIN_DLOPEN_FAILED;
-		/* Name the real file, not the descriptor path. */
-		if (e && !strncmp(e, fdpath, n))
-			snprintf(o->reason, sizeof(o->reason), "%s%s", path, e + n);
-		else
-			snprintf(o->reason, sizeof(o->reason), "%s",
-				 e ? e : "unknown error");
-		return NULL;
-	}
-	d = dlsym(h, ZAP_PLUGIN_SYMBOL);
-	if (!d) {
-		char other[32];
+/* dlopen() failed: its error, naming the real file, not the descriptor path. */
+static void dlopen_failed(const char *path, const char *fdpath, struct zap_outcome *o)
+{
+	const char *e = dlerror();
+	size_t n = strlen(fdpath);
 
-		o->state = ZAP_PLUGIN_NO_SYMBOL;
-		snprintf(o->reason, sizeof(o->reason), "no symbol %s", ZAP_PLUGIN_SYMBOL);
-		/* A plugin for another ABI names its descriptor differently. */
-		for (unsigned v = 0; v < 10; v++) {
-			if (v == ZAP_PLUGIN_ABI_MAJOR)
-				continue;
-			snprintf(other, sizeof(other), "zap_plugin_v%u", v);
-			if (dlsym(h, other)) {
-				o->state = ZAP_PLUGIN_ABI_MISMATCH;
-				snprintf(o->reason, sizeof(o->reason),
-					 "exports %s: ABI major %u (host supports %u)",
-					 other, v, ZAP_PLUGIN_ABI_MAJOR);
-				break;
-			}
+	o->state = ZAP_PLUGIN_DLOPEN_FAILED;
+	if (e && !strncmp(e, fdpath, n))
+		snprintf(o->reason, sizeof(o->reason), "%s%s", path, e + n);
+	else
+		snprintf(o->reason, sizeof(o->reason), "%s", e ? e : "unknown error");
+}
+
+/*
+ * @h has no descriptor symbol: a plugin for another ABI names its
+ * descriptor differently, and is told apart from a file that is no plugin.
+ */
+static void no_symbol(void *h, struct zap_outcome *o)
+{
+	char other[32];
+
+	o->state = ZAP_PLUGIN_NO_SYMBOL;
+	snprintf(o->reason, sizeof(o->reason), "no symbol %s", ZAP_PLUGIN_SYMBOL);
+	for (unsigned v = 0; v < 10; v++) {
+		if (v == ZAP_PLUGIN_ABI_MAJOR)
+			continue;
+		snprintf(other, sizeof(other), "zap_plugin_v%u", v);
+		if (dlsym(h, other)) {
+			o->state = ZAP_PLUGIN_ABI_MISMATCH;
+			snprintf(o->reason, sizeof(o->reason),
+				 "exports %s: ABI major %u (host supports %u)", other, v,
+				 ZAP_PLUGIN_ABI_MAJOR);
+			break;
 		}
-		goto reject;
+	}
+}
+
+/*
+ * The descriptor @d of @h, checked: a data object of the size and ABI this
+ * host expects (zap__validate()). NULL with @o saying why when not.
+ */
+static const struct zap_plugin *checked_descriptor(void *h, const char *name,
+						   struct zap_outcome *o)
+{
+	const struct zap_plugin *d = dlsym(h, ZAP_PLUGIN_SYMBOL);
+	const ElfW(Sym) *sym = NULL;
+	Dl_info info;
+
+	if (!d) {
+		no_symbol(h, o);
+		return NULL;
 	}
 	if (!dladdr1(d, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
 	    ELF64_ST_TYPE(sym->st_info) != STT_OBJECT) {
 		o->state = ZAP_PLUGIN_INVALID;
 		snprintf(o->reason, sizeof(o->reason), "%s is not a data object",
 			 ZAP_PLUGIN_SYMBOL);
-		goto reject;
+		return NULL;
 	}
 	o->state = zap__validate(d, sym->st_size, name, o->reason, sizeof(o->reason));
 	if (o->state != ZAP_PLUGIN_LOADED)
-		goto reject;
-	o->rank = d->rank;
-	snprintf(o->version, sizeof(o->version), "%s", d->version);
-	*handle = h;
-	*pinned = true; /* loaded: its name stays taken */
+		return NULL;
 	return d;
-reject:
+}
+
+const struct zap_plugin *zap__dlopen_plugin(int *fdp, const char *path, const char *name,
+					    void **handle, bool *pinned,
+					    struct zap_outcome *o)
+{
+	char fdpath[64];
+	const struct zap_plugin *d;
+	void *h;
+
+	*pinned = false;
+	*handle = NULL;
+	if (fd_name(fdp, path, fdpath, sizeof(fdpath), o))
+		return NULL;
+	h = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		dlopen_failed(path, fdpath, o);
+		return NULL;
+	}
+	d = checked_descriptor(h, name, o);
+	if (d) {
+		o->rank = d->rank;
+		snprintf(o->version, sizeof(o->version), "%s", d->version);
+		*handle = h;
+		*pinned = true; /* loaded: its name stays taken */
+		return d;
+	}
+	/* Rejected: a name dlclose() could not free keeps its descriptor. */
 	dlclose(h);
 	if (name_taken(fdpath)) {
 		*pinned = true;
 		zap__log(ZAP_LOG_DEBUG, "loader",
 			 "%s stays mapped after dlclose (-z nodelete?); fd %d kept open",
-			 path, fd);
+			 path, *fdp);
 	}
 	return NULL;
 }

@@ -327,16 +327,16 @@ static void append(char *buf, size_t len, const char *fmt, ...)
 }
 
 /*
- * Turn a preference into candidates. @warn: log WARNs for unknown names
- * (a real pick does; zap_pick_explain() does not).
+ * Names the preference gives that no plugin answers to: a shipped one that
+ * is not installed sets the fallback floor (@known, @lowest) as an
+ * installed one would; an unknown one is an error when @strict, else a
+ * WARN (@warn) and a reason.
  */
-static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct plan *pl)
+static int plan_absent(const struct zap_pref *p, bool strict, bool warn, struct plan *pl,
+		       bool *known, long *lowest)
 {
-	long lowest = 0;
 	long rank;
-	bool known = false;
 
-	memset(pl, 0, sizeof(*pl));
 	for (size_t i = 0; i < p->n; i++) {
 		const struct zap_prec *r = zap__find(p->names[i]);
 		char text[256];
@@ -351,9 +351,9 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 				continue; /* excluding what is not there: done */
 			/* Known, with the rank it ships with: fall back below
 			 * it, as for an installed one that is not present. */
-			if (!known || rank < lowest)
-				lowest = rank;
-			known = true;
+			if (!*known || rank < *lowest)
+				*lowest = rank;
+			*known = true;
 			append(pl->unavailable, sizeof(pl->unavailable), "%s%s",
 			       pl->unavailable[0] ? "; " : "", text);
 			continue;
@@ -367,18 +367,28 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 			append(pl->unavailable, sizeof(pl->unavailable), "%s%s",
 			       pl->unavailable[0] ? "; " : "", text);
 	}
-	if (!p->n || p->exclude) {
-		add_by_rank(pl, p, (long)INT32_MAX + 1);
-		snprintf(pl->how, sizeof(pl->how), "%s",
-			 p->exclude ? "auto, with exclusions"
-				    : "auto: best-ranked available");
-		if (!pl->n)
-			return zap__fail(ZAP_ENOTAVAIL,
-					 "no transport left after exclusions");
-		return 0;
-	}
+	return 0;
+}
 
-	pl->named = true;
+/* No names, or only exclusions: every loaded transport, best rank first. */
+static int plan_auto(const struct zap_pref *p, struct plan *pl)
+{
+	add_by_rank(pl, p, (long)INT32_MAX + 1);
+	snprintf(pl->how, sizeof(pl->how), "%s",
+		 p->exclude ? "auto, with exclusions" : "auto: best-ranked available");
+	if (!pl->n)
+		return zap__fail(ZAP_ENOTAVAIL, "no transport left after exclusions");
+	return 0;
+}
+
+/*
+ * The named transports that are present, in the preference's order: the
+ * loaded ones become the requested candidates, the others a reason each;
+ * any with a rank lowers the fallback floor (@known, @lowest).
+ */
+static void plan_named(const struct zap_pref *p, struct plan *pl, bool *known,
+		       long *lowest)
+{
 	for (size_t i = 0; i < p->n; i++) {
 		const struct zap_prec *r = zap__find(p->names[i]);
 
@@ -391,9 +401,9 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 		 * does.
 		 */
 		if (r->state <= ZAP_PLUGIN_ERROR) {
-			if (!known || r->rank < lowest)
-				lowest = r->rank;
-			known = true;
+			if (!*known || r->rank < *lowest)
+				*lowest = r->rank;
+			*known = true;
 		}
 		if (r->state == ZAP_PLUGIN_LOADED) {
 			if (!in_plan(pl, r))
@@ -405,6 +415,50 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 		       zap_plugin_state_name(r->state), r->reason[0] ? ": " : "",
 		       unprefixed(r->name, r->reason));
 	}
+}
+
+/*
+ * Fall back below the lowest-ranked transport named (none with a rank:
+ * anything goes, as for auto), and to default at the end: it is always
+ * there, whatever rank a failing plugin claimed.
+ */
+static void plan_fallback(const struct zap_pref *p, struct plan *pl, bool known,
+			  long lowest)
+{
+	const struct zap_prec *def;
+
+	add_by_rank(pl, p, known ? lowest : (long)INT32_MAX + 1);
+	def = zap__find("default");
+	if (def && def->state == ZAP_PLUGIN_LOADED && !in_plan(pl, def) &&
+	    pl->n < MAX_CANDS)
+		pl->cand[pl->n++] = def;
+	if (!known) {
+		/* Still a fallback (zap-info must not call it success), but the
+		 * unknown-name WARN already said so. */
+		pl->all_unknown = true;
+		snprintf(pl->how, sizeof(pl->how), "auto: no known transport was named");
+	}
+}
+
+/*
+ * Turn a preference into candidates. @warn: log WARNs for unknown names
+ * (a real pick does; zap_pick_explain() does not).
+ */
+static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct plan *pl)
+{
+	long lowest = 0;
+	bool known = false;
+	int rc;
+
+	memset(pl, 0, sizeof(*pl));
+	rc = plan_absent(p, strict, warn, pl, &known, &lowest);
+	if (rc)
+		return rc;
+	if (!p->n || p->exclude)
+		return plan_auto(p, pl);
+
+	pl->named = true;
+	plan_named(p, pl, &known, &lowest);
 	pl->requested = pl->n;
 	snprintf(pl->how, sizeof(pl->how), "requested%s", strict ? ", strict" : "");
 	if (strict) {
@@ -412,23 +466,7 @@ static int make_plan(const struct zap_pref *p, bool strict, bool warn, struct pl
 			return zap__fail(ZAP_ENOTAVAIL, "%s", pl->unavailable);
 		return 0;
 	}
-	/* Fall back below the lowest-ranked transport named (none with a
-	 * rank: anything goes, as for auto), and to default at the end:
-	 * it is always there, whatever rank a failing plugin claimed. */
-	add_by_rank(pl, p, known ? lowest : (long)INT32_MAX + 1);
-	{
-		const struct zap_prec *def = zap__find("default");
-
-		if (def && def->state == ZAP_PLUGIN_LOADED && !in_plan(pl, def) &&
-		    pl->n < MAX_CANDS)
-			pl->cand[pl->n++] = def;
-	}
-	if (!known) {
-		/* Still a fallback (zap-info must not call it success), but the
-		 * unknown-name WARN above already said so. */
-		pl->all_unknown = true;
-		snprintf(pl->how, sizeof(pl->how), "auto: no known transport was named");
-	}
+	plan_fallback(p, pl, known, lowest);
 	if (!pl->n)
 		return zap__fail(ZAP_ENOTAVAIL, "%s", pl->unavailable);
 	return 0;
@@ -569,6 +607,46 @@ static int open_blocked(const struct zap_prec *r, const struct zap_open_args *ar
 	return rc;
 }
 
+/*
+ * Candidate @i of @pl (@r) opened: say once how it was chosen, warning when
+ * it is a fallback from what was asked for or came after open failures.
+ */
+static void pick_won(const struct plan *pl, size_t i, const struct zap_prec *r)
+{
+	char why[768];
+
+	if (pl->named && i >= pl->requested) {
+		snprintf(why, sizeof(why), "fallback");
+		if (!pl->all_unknown)
+			warn_once(
+				"requested transport not available (%s); falling back to '%s'",
+				pl->unavailable, r->name);
+	} else if (i > 0) {
+		/* Auto, or a list, whose better candidate did not open: say
+		 * once why this one won. */
+		snprintf(why, sizeof(why), "%s, after open failures", pl->how);
+		warn_once("%s; using '%s'", pl->unavailable, r->name);
+	} else {
+		snprintf(why, sizeof(why), "%s", pl->how);
+	}
+	first_pick_summary(r->name, why);
+}
+
+/*
+ * -EINVAL from opening @r is a configuration error (a variable or
+ * attribute, a TLS file): the operator's to fix, the same whatever the
+ * preference, and never hidden by a fallback, which would read the same
+ * settings anyway.
+ */
+static int pick_config_error(const struct zap_prec *r)
+{
+	char reason[512];
+
+	snprintf(reason, sizeof(reason), "%s", zap_last_error());
+	first_pick_summary("none", "configuration error");
+	return zap__fail(-EINVAL, "%s: %s", r->name, unprefixed(r->name, reason));
+}
+
 ZAP_EXPORT int zap_pick(const char *pref, unsigned flags, const struct zap_attr *attr,
 			struct zap_transport **out)
 {
@@ -577,7 +655,6 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags, const struct zap_attr 
 	uint64_t send_timeout_ms = 0;
 	struct plan pl;
 	bool strict = false;
-	char why[768];
 	int rc;
 
 	zap__clear_error();
@@ -608,37 +685,11 @@ ZAP_EXPORT int zap_pick(const char *pref, unsigned flags, const struct zap_attr 
 		if (!rc)
 			rc = open_blocked(r, &args, send_timeout_ms, out);
 		if (!rc) {
-			if (pl.named && i >= pl.requested) {
-				snprintf(why, sizeof(why), "fallback");
-				if (!pl.all_unknown)
-					warn_once(
-						"requested transport not available (%s); falling back to '%s'",
-						pl.unavailable, r->name);
-			} else if (i > 0) {
-				/* Auto, or a list, whose better candidate did
-				 * not open: say once why this one won. */
-				snprintf(why, sizeof(why), "%s, after open failures",
-					 pl.how);
-				warn_once("%s; using '%s'", pl.unavailable, r->name);
-			} else {
-				snprintf(why, sizeof(why), "%s", pl.how);
-			}
-			first_pick_summary(r->name, why);
+			pick_won(&pl, i, r);
 			return 0;
 		}
-		/*
-		 * -EINVAL from open is a configuration error (a variable or
-		 * attribute, a TLS file): the operator's to fix, the same
-		 * whatever the preference, and never hidden by a fallback,
-		 * which would read the same settings anyway.
-		 */
-		if (rc == -EINVAL) {
-			char reason[512];
-			snprintf(reason, sizeof(reason), "%s", zap_last_error());
-			first_pick_summary("none", "configuration error");
-			return zap__fail(-EINVAL, "%s: %s", r->name,
-					 unprefixed(r->name, reason));
-		}
+		if (rc == -EINVAL)
+			return pick_config_error(r);
 		append(pl.unavailable, sizeof(pl.unavailable), "%s%s: open failed: %s",
 		       pl.unavailable[0] ? "; " : "", r->name,
 		       unprefixed(r->name, zap_last_error()));

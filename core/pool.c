@@ -223,28 +223,106 @@ static int wait_for_room(struct zap_pool *p, struct zap_ctx *ctx)
 	return zap_ctx_err(ctx);
 }
 
-/* @wait false: never block; a full pool answers -EAGAIN. */
-static int pool_get(struct zap_pool *p, size_t len, struct zap_ctx *ctx, bool wait,
-		    struct zap_buffer **out)
+/* The smallest class that holds @len bytes, in *@cls; -EMSGSIZE when no
+ * class does or the class is above the cap, so waiting could never help. */
+static int pool_class(const struct zap_pool *p, size_t len, unsigned *cls)
 {
-	unsigned cls = 0;
 	uint64_t size;
-	struct slab *s;
-	void *mem, *dev;
-	int rc = 0;
 
-	while (cls < p->nclasses && class_size(cls) < len)
-		cls++;
-	if (cls == p->nclasses)
+	*cls = 0;
+	while (*cls < p->nclasses && class_size(*cls) < len)
+		(*cls)++;
+	if (*cls == p->nclasses)
 		return zap__fail(-EMSGSIZE,
 				 "buffer of %zu bytes exceeds the pool's largest (%llu)",
 				 len, (unsigned long long)class_size(p->nclasses - 1));
-	size = class_size(cls);
+	size = class_size(*cls);
 	if (size > p->cap)
 		return zap__fail(
 			-EMSGSIZE,
 			"buffer of %zu bytes (class %llu) exceeds the pool cap %llu", len,
 			(unsigned long long)size, (unsigned long long)p->cap);
+	return 0;
+}
+
+/*
+ * A new slab of class @cls (@size bytes) from the backing, in *@sp, the
+ * room for it already counted in owned. Locked on entry and exit, unlocked
+ * around the backing call: it may be slow (cuMemAllocManaged, hugepages).
+ * On failure the room is given back.
+ */
+static int grow(struct zap_pool *p, unsigned cls, uint64_t size, struct slab **sp)
+{
+	struct slab *s;
+	void *mem, *dev;
+
+	pthread_mutex_unlock(&p->lock);
+	mem = p->b.alloc(p->b.user, size, &dev);
+	pthread_mutex_lock(&p->lock);
+	if (!mem || p->closed) {
+		if (mem)
+			p->b.free(p->b.user, mem, size);
+		p->owned -= size;
+		wake_waiters(p);
+		return mem ? zap__fail(-ESHUTDOWN, "pool is closed")
+			   : zap__fail(-ENOMEM,
+				       "pool: backing allocation of %llu bytes failed",
+				       (unsigned long long)size);
+	}
+	s = p->spare;
+	if (s) {
+		p->spare = s->next;
+	} else {
+		s = calloc(1, sizeof(*s));
+		if (!s) {
+			p->b.free(p->b.user, mem, size);
+			p->owned -= size;
+			return -ENOMEM;
+		}
+		s->pool = p;
+		s->all_next = p->all;
+		p->all = s;
+	}
+	s->cls = cls;
+	s->mem = mem;
+	s->dev = dev;
+	*sp = s;
+	return 0;
+}
+
+/* Count @s (@size bytes) as handed out, unlock, and make it the caller's
+ * buffer of @len bytes. The allocation's use becomes the buffer's: users
+ * stays counted. */
+static void hand_out(struct zap_pool *p, struct slab *s, uint64_t size, size_t len,
+		     struct zap_buffer **out)
+{
+	p->in_use += size;
+	if (p->in_use > p->high_water)
+		p->high_water = p->in_use;
+	p->allocs++;
+	pthread_mutex_unlock(&p->lock);
+	s->pub.size = sizeof(s->pub);
+	s->pub.bytes = s->mem;
+	s->pub.len = len;
+	s->pub.device_ptr = s->dev;
+	s->pub.release = slab_release;
+	atomic_store(&s->held, 1);
+	*out = &s->pub;
+}
+
+/* @wait false: never block; a full pool answers -EAGAIN. */
+static int pool_get(struct zap_pool *p, size_t len, struct zap_ctx *ctx, bool wait,
+		    struct zap_buffer **out)
+{
+	unsigned cls;
+	uint64_t size;
+	struct slab *s = NULL;
+	int rc;
+
+	rc = pool_class(p, len, &cls);
+	if (rc)
+		return rc;
+	size = class_size(cls);
 
 	pthread_mutex_lock(&p->lock);
 	p->users++;
@@ -260,61 +338,18 @@ static int pool_get(struct zap_pool *p, size_t len, struct zap_ctx *ctx, bool wa
 		}
 		reclaim(p, size);
 		if (p->owned + size <= p->cap) {
-			/* Reserve the room, then call the backing unlocked: it
-			 * may be slow (cuMemAllocManaged, hugepages). */
+			/* Reserve the room, then call the backing unlocked. */
 			p->owned += size;
-			pthread_mutex_unlock(&p->lock);
-			mem = p->b.alloc(p->b.user, size, &dev);
-			pthread_mutex_lock(&p->lock);
-			if (!mem || p->closed) {
-				if (mem)
-					p->b.free(p->b.user, mem, size);
-				p->owned -= size;
-				wake_waiters(p);
-				rc = mem ? zap__fail(-ESHUTDOWN, "pool is closed")
-					 : zap__fail(
-						   -ENOMEM,
-						   "pool: backing allocation of %llu bytes failed",
-						   (unsigned long long)size);
+			rc = grow(p, cls, size, &s);
+			if (rc)
 				goto fail;
-			}
-			s = p->spare;
-			if (s) {
-				p->spare = s->next;
-			} else {
-				s = calloc(1, sizeof(*s));
-				if (!s) {
-					p->b.free(p->b.user, mem, size);
-					p->owned -= size;
-					rc = -ENOMEM;
-					goto fail;
-				}
-				s->pool = p;
-				s->all_next = p->all;
-				p->all = s;
-			}
-			s->cls = cls;
-			s->mem = mem;
-			s->dev = dev;
 			break;
 		}
 		rc = wait ? wait_for_room(p, ctx) : -EAGAIN;
 		if (rc)
 			goto fail;
 	}
-	p->in_use += size;
-	if (p->in_use > p->high_water)
-		p->high_water = p->in_use;
-	p->allocs++;
-	/* The allocation's use becomes the buffer's: users stays counted. */
-	pthread_mutex_unlock(&p->lock);
-	s->pub.size = sizeof(s->pub);
-	s->pub.bytes = s->mem;
-	s->pub.len = len;
-	s->pub.device_ptr = s->dev;
-	s->pub.release = slab_release;
-	atomic_store(&s->held, 1);
-	*out = &s->pub;
+	hand_out(p, s, size, len, out);
 	return 0;
 fail:
 	unuse(p);

@@ -159,6 +159,92 @@ static int high_fd(int fd, int floor, int *tmp)
 	return *tmp;
 }
 
+/* The helper's arguments: protocol, log level, whether the caller is
+ * privileged, then a name and a path per candidate. */
+static void helper_argv(char **argv, const struct batch *b, const char *helper,
+			bool secure, char *proto, char *level)
+{
+	argv[0] = (char *)helper;
+	argv[1] = proto;
+	argv[2] = level;
+	argv[3] = secure ? "secure" : "-";
+	for (size_t i = 0; i < b->n; i++) {
+		argv[4 + 2 * i] = (char *)b->jobs[i].pj->name;
+		argv[5 + 2 * i] = (char *)b->jobs[i].pj->path;
+	}
+	argv[4 + 2 * b->n] = NULL;
+}
+
+/* Every descriptor the helper gets (report pipe @wfd, helper file @xfd,
+ * candidates @src) at or above @floor, copies in @tmp; 0 or -errno. */
+static int lift_fds(const struct batch *b, int wend, int hfd, int floor, int *tmp,
+		    int *src, int *wfd, int *xfd)
+{
+	int rc = 0;
+
+	*wfd = high_fd(wend, floor, &tmp[0]);
+	*xfd = high_fd(hfd, floor, &tmp[1]);
+	if (*wfd < 0 || *xfd < 0)
+		rc = -errno;
+	for (size_t i = 0; !rc && i < b->n; i++) {
+		src[i] = high_fd(b->jobs[i].pj->fd, floor, &tmp[2 + i]);
+		if (src[i] < 0)
+			rc = -errno;
+	}
+	return rc;
+}
+
+/* The helper's descriptors: stdin from /dev/null, stdout and stderr (see
+ * below), the report pipe, its own file, the candidates; nothing else.
+ * @ours2: descriptor 2 is one of ours, not the application's stderr. */
+static void helper_files(posix_spawn_file_actions_t *fa, const struct batch *b,
+			 bool ours2, int wfd, int xfd, const int *src, int floor)
+{
+	posix_spawn_file_actions_init(fa);
+	posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
+	/* A plugin that prints must not corrupt the application's output
+	 * (zap-info --json): its stdout goes where its stderr goes, or
+	 * nowhere when the application closed its stderr. */
+	if (fcntl(2, F_GETFD) >= 0 && !ours2) {
+		posix_spawn_file_actions_adddup2(fa, 2, 1);
+	} else {
+		posix_spawn_file_actions_addopen(fa, 2, "/dev/null", O_WRONLY, 0);
+		posix_spawn_file_actions_addopen(fa, 1, "/dev/null", O_WRONLY, 0);
+	}
+	posix_spawn_file_actions_adddup2(fa, wfd, ZAP_PROBE_REPORT_FD);
+	/* The checked file, open across the exec: the name is not looked up
+	 * again, and a script's interpreter can still open it. */
+	posix_spawn_file_actions_adddup2(fa, xfd, ZAP_PROBE_EXEC_FD);
+	for (size_t i = 0; i < b->n; i++)
+		posix_spawn_file_actions_adddup2(fa, src[i],
+						 ZAP_PROBE_FIRST_FILE_FD + (int)i);
+#ifdef HAVE_POSIX_SPAWN_FILE_ACTIONS_ADDCLOSEFROM_NP
+	/* The application's sockets and files are no business of plugin code
+	 * (the helper closes them itself too, where this is missing). */
+	posix_spawn_file_actions_addclosefrom_np(fa, floor);
+#endif
+}
+
+/* The helper's signals and process group, whatever the application set. */
+static void helper_attrs(posix_spawnattr_t *at)
+{
+	sigset_t none, all;
+
+	posix_spawnattr_init(at);
+	/* Default dispositions and an empty mask, whatever the application
+	 * set: a crash must kill the child so that its signal is named. */
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(at, &none);
+	posix_spawnattr_setsigdefault(at, &all);
+	/* A process group of its own, so that a timeout kills the helper, its
+	 * children and what their probes started; PR_SET_PDEATHSIG in the
+	 * helper ends it with us. */
+	posix_spawnattr_setpgroup(at, 0);
+	posix_spawnattr_setflags(at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+					     POSIX_SPAWN_SETPGROUP);
+}
+
 /* Start @b's helper: the checked file @hfd, named @helper in messages. */
 static int start(struct batch *b, const char *helper, int hfd)
 {
@@ -170,76 +256,25 @@ static int start(struct batch *b, const char *helper, int hfd)
 	char *empty[] = { NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
-	sigset_t none, all;
-	int p[2], wfd, xfd, rc = 0;
-	bool ours2 = false;
+	int p[2], wfd, xfd, rc;
+	bool ours2;
 
 	snprintf(exe, sizeof(exe), "/proc/self/fd/%d", ZAP_PROBE_EXEC_FD);
 	snprintf(level, sizeof(level), "%d", log_level());
 	snprintf(proto, sizeof(proto), "%d", ZAP_PROBE_PROTO);
-	argv[0] = (char *)helper;
-	argv[1] = proto;
-	argv[2] = level;
-	argv[3] = secure ? "secure" : "-";
-	for (size_t i = 0; i < b->n; i++) {
-		argv[4 + 2 * i] = (char *)b->jobs[i].pj->name;
-		argv[5 + 2 * i] = (char *)b->jobs[i].pj->path;
-	}
-	argv[4 + 2 * b->n] = NULL;
+	helper_argv(argv, b, helper, secure, proto, level);
 	for (size_t i = 0; i < b->n + 2; i++)
 		tmp[i] = -1;
 	if (pipe2(p, O_CLOEXEC))
 		return -errno;
-	wfd = high_fd(p[1], floor, &tmp[0]);
-	xfd = high_fd(hfd, floor, &tmp[1]);
-	if (wfd < 0 || xfd < 0)
-		rc = -errno;
-	for (size_t i = 0; !rc && i < b->n; i++) {
-		src[i] = high_fd(b->jobs[i].pj->fd, floor, &tmp[2 + i]);
-		if (src[i] < 0)
-			rc = -errno;
-	}
+	rc = lift_fds(b, p[1], hfd, floor, tmp, src, &wfd, &xfd);
 	if (rc)
 		goto out;
 	ours2 = p[0] == 2 || p[1] == 2 || hfd == 2;
 	for (size_t i = 0; i < b->n; i++)
 		ours2 = ours2 || b->jobs[i].pj->fd == 2;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	/* A plugin that prints must not corrupt the application's output
-	 * (zap-info --json): its stdout goes where its stderr goes, or
-	 * nowhere when the application closed its stderr. */
-	if (fcntl(2, F_GETFD) >= 0 && !ours2) {
-		posix_spawn_file_actions_adddup2(&fa, 2, 1);
-	} else {
-		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-		posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	}
-	posix_spawn_file_actions_adddup2(&fa, wfd, ZAP_PROBE_REPORT_FD);
-	/* The checked file, open across the exec: the name is not looked up
-	 * again, and a script's interpreter can still open it. */
-	posix_spawn_file_actions_adddup2(&fa, xfd, ZAP_PROBE_EXEC_FD);
-	for (size_t i = 0; i < b->n; i++)
-		posix_spawn_file_actions_adddup2(&fa, src[i],
-						 ZAP_PROBE_FIRST_FILE_FD + (int)i);
-#ifdef HAVE_POSIX_SPAWN_FILE_ACTIONS_ADDCLOSEFROM_NP
-	/* The application's sockets and files are no business of plugin code
-	 * (the helper closes them itself too, where this is missing). */
-	posix_spawn_file_actions_addclosefrom_np(&fa, floor);
-#endif
-	posix_spawnattr_init(&at);
-	/* Default dispositions and an empty mask, whatever the application
-	 * set: a crash must kill the child so that its signal is named. */
-	sigemptyset(&none);
-	sigfillset(&all);
-	posix_spawnattr_setsigmask(&at, &none);
-	posix_spawnattr_setsigdefault(&at, &all);
-	/* A process group of its own, so that a timeout kills the helper, its
-	 * children and what their probes started; PR_SET_PDEATHSIG in the
-	 * helper ends it with us. */
-	posix_spawnattr_setpgroup(&at, 0);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-					      POSIX_SPAWN_SETPGROUP);
+	helper_files(&fa, b, ours2, wfd, xfd, src, floor);
+	helper_attrs(&at);
 	/* In a privileged program the helper (which has no privileges: it is
 	 * exec'd) must not be configured by the caller's environment either. */
 	rc = -posix_spawn(&b->pid, exe, &fa, &at, argv, secure ? empty : environ);

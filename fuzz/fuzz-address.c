@@ -180,6 +180,15 @@ static void check_format(const struct zaddr *z)
 		FUZZ_CHECK(inet_pton(AF_INET6, z->host, &s6->sin6_addr) == 1);
 		sl = sizeof(*s6);
 	}
+	/* zaddr_ipv4() (dpdk's parser) reads exactly the IPv4 hosts, as
+	 * inet_pton does. */
+	if (z->kind == ZADDR_IPV4) {
+		uint32_t ip;
+		FUZZ_CHECK(zaddr_ipv4(z->host, &ip) == 0);
+		FUZZ_CHECK(htonl(ip) == ((struct sockaddr_in *)&ss)->sin_addr.s_addr);
+	} else {
+		FUZZ_CHECK(zaddr_ipv4(z->host, &(uint32_t){ 0 }) == -EINVAL);
+	}
 	FUZZ_CHECK(zaddr_format((struct sockaddr *)&ss, sl, -1, buf, sizeof(buf)) == 0);
 	FUZZ_CHECK(zaddr_parse(buf, &back) == 0);
 	FUZZ_CHECK(back.port_num == z->port_num);

@@ -682,7 +682,28 @@ static int gather(struct info *in, const struct opts *o)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* --timeout's value: whole milliseconds, 1 to an hour. */
+static int parse_timeout(const char *arg, struct opts *o)
+{
+	char *end;
+	unsigned long ms;
+
+	errno = 0;
+	ms = strtoul(arg, &end, 10);
+	if (errno || end == arg || *end || ms == 0 ||
+	    ms > 3600000 || arg[0] == '-') {
+		fprintf(stderr, "zap-info: --timeout wants "
+			"milliseconds in 1..3600000, not '%s'\n",
+			arg);
+		return -1;
+	}
+	o->timeout_ms = (unsigned)ms;
+	return 0;
+}
+
+/* The command line into @o: -1 to go on, else the exit status now (after
+ * --help, --version or a usage error). */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
 		{ "transport", required_argument, NULL, 't' },
@@ -695,40 +716,28 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct opts o = { 0 };
-	struct info in = { 0 };
-	char *end;
-	unsigned long ms;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "t:vjeihV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
-			o.transport = optarg;
+			o->transport = optarg;
 			break;
 		case 'v':
-			o.verbose = 1;
+			o->verbose = 1;
 			break;
 		case 'j':
-			o.json = 1;
+			o->json = 1;
 			break;
 		case 'e':
-			o.env = 1;
+			o->env = 1;
 			break;
 		case 'i':
-			o.isolate = 1;
+			o->isolate = 1;
 			break;
 		case 'T':
-			errno = 0;
-			ms = strtoul(optarg, &end, 10);
-			if (errno || end == optarg || *end || ms == 0 ||
-			    ms > 3600000 || optarg[0] == '-') {
-				fprintf(stderr, "zap-info: --timeout wants "
-					"milliseconds in 1..3600000, not '%s'\n",
-					optarg);
+			if (parse_timeout(optarg, o))
 				return EXIT_USAGE;
-			}
-			o.timeout_ms = (unsigned)ms;
 			break;
 		case 'h':
 			usage(stdout);
@@ -746,7 +755,18 @@ int main(int argc, char **argv)
 			"Try 'zap-info --help'.\n", argv[optind]);
 		return EXIT_USAGE;
 	}
+	return -1;
+}
 
+int main(int argc, char **argv)
+{
+	struct opts o = { 0 };
+	struct info in = { 0 };
+	int rc;
+
+	rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
 	if (o.env)
 		return zi_print_env(o.json, o.verbose);
 	if (gather(&in, &o) != 0)

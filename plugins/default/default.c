@@ -34,15 +34,12 @@ struct tcp_tp {
  *
  * Large blocks: a fresh block of a megabyte comes from the kernel a page
  * at a time (a fault every 4 KiB), and glibc hands such blocks back on
- * free(): measured here, streaming 1 MiB messages through shared memory
- * ran at 1.1 GB/s with the faults costing more than the copies, and at
- * 3-3.8 GB/s without them. So a few released blocks of at least CACHE_MIN
- * bytes stay cached, at most CACHE_SLOTS of them and CACHE_BYTES in all
- * (two messages of the default largest size: glibc maps blocks above 32
- * MiB afresh every time, and with 16 MiB here, streaming 64 MiB messages
- * faulted in every page of every one, 279,425 faults for 16 messages, and
- * ran at 130 MB/s; 33,647 faults with this bound); the smallest one that
- * fits is reused.
+ * free(), so the faults cost more than the copies. So a few released
+ * blocks of at least CACHE_MIN bytes stay cached, at most CACHE_SLOTS of
+ * them and CACHE_BYTES in all (two messages of the default largest size:
+ * glibc maps blocks above 32 MiB afresh every time, and a smaller bound
+ * faulted in every page of every 64 MiB message); the smallest one that
+ * fits is reused (bench/MEASUREMENTS.md, "rx-block-cache").
  *
  * Mid-sized blocks (MID_MIN up to CACHE_MIN) come from the heap, and a
  * stream of them cycles it: a poll round delivers up to a few hundred KiB
@@ -50,8 +47,8 @@ struct tcp_tp {
  * releases any, and once it released them, glibc finds more than its trim
  * threshold (128 KiB) free at the heap's top and gives it back to the
  * kernel (brk), so the next round faults every page in again. Both cost a
- * lot (the shrink flushes the TLB), and streaming 4-64 KiB messages
- * through shared memory ran at 0.3-0.6 GB/s. So released mid-sized blocks
+ * lot (the shrink flushes the TLB; bench/MEASUREMENTS.md,
+ * "rx-block-cache"). So released mid-sized blocks
  * stay on a list per quarter-octave class (linked through the blocks
  * themselves), at most MID_BYTES in all: more than a round, so the heap
  * no longer shrinks and grows between rounds. A block is allocated at its

@@ -9,7 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include "dp_wire.h"
+#include "zap-addr.h"
 
 #define ETHERTYPE_IPV4 0x0800
 #define ETHERTYPE_ARP 0x0806
@@ -248,33 +252,20 @@ static int parse_fields(const char *s, int n, char sep, int base, int width, uns
 	return 0;
 }
 
+/* Addresses follow util/addr's grammar (zap-addr.h), the one every
+ * transport shares, restricted to IPv4: this wire has no IPv6 or names. */
 int dp_parse_ip(const char *s, uint32_t *ip)
 {
-	unsigned a[4];
-
-	if (parse_fields(s, 4, '.', 10, 3, 255, a))
-		return -EINVAL;
-	*ip = a[0] << 24 | a[1] << 16 | a[2] << 8 | a[3];
-	return 0;
+	return zaddr_ipv4(s, ip);
 }
 
 int dp_parse_ip_port(const char *s, uint32_t *ip, uint16_t *port)
 {
-	const char *colon = s ? strrchr(s, ':') : NULL;
-	char host[16], *end;
-	unsigned long p;
+	struct zaddr a;
 
-	if (!colon || colon == s || (size_t)(colon - s) >= sizeof(host) || !colon[1])
+	if (zaddr_parse(s, &a) || a.kind != ZADDR_IPV4 || zaddr_ipv4(a.host, ip))
 		return -EINVAL;
-	memcpy(host, s, (size_t)(colon - s));
-	host[colon - s] = 0;
-	if (dp_parse_ip(host, ip))
-		return -EINVAL;
-	errno = 0;
-	p = strtoul(colon + 1, &end, 10);
-	if (errno || *end || p > 65535 || colon[1] < '0' || colon[1] > '9')
-		return -EINVAL;
-	*port = (uint16_t)p;
+	*port = a.port_num;
 	return 0;
 }
 
@@ -291,6 +282,9 @@ int dp_parse_mac(const char *s, uint8_t mac[6])
 
 void dp_format_peer(char *buf, size_t len, uint32_t ip, uint16_t port)
 {
-	snprintf(buf, len, "%u.%u.%u.%u:%u", ip >> 24, (ip >> 16) & 0xff,
-		 (ip >> 8) & 0xff, ip & 0xff, port);
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+
+	sin.sin_addr.s_addr = htonl(ip);
+	if (zaddr_format((struct sockaddr *)&sin, sizeof(sin), port, buf, len) && len)
+		buf[0] = 0;
 }

@@ -83,12 +83,15 @@ size_t dp_wire_arp(uint8_t *f, uint16_t op, const uint8_t sha[6], uint32_t spa,
 uint32_t dp_csum_add(uint32_t sum, const void *p, size_t len);
 uint16_t dp_csum_fold(uint32_t sum);
 
-/* "a.b.c.d" -> host order; "a.b.c.d:port" -> both. 0 or -EINVAL. */
+/* "a.b.c.d" -> host order; "a.b.c.d:port" -> both, by util/addr's
+ * grammar (zap-addr.h: no leading zeros, no other spelling), IPv4 only.
+ * 0 or -EINVAL. */
 int dp_parse_ip(const char *s, uint32_t *ip);
 int dp_parse_ip_port(const char *s, uint32_t *ip, uint16_t *port);
 /* "aa:bb:cc:dd:ee:ff" -> bytes. 0 or -EINVAL. */
 int dp_parse_mac(const char *s, uint8_t mac[6]);
-/* "a.b.c.d:port" into @buf (at least 22 bytes). */
+/* "a.b.c.d:port" into @buf (at least 22 bytes; "" if shorter):
+ * zaddr_format(). */
 void dp_format_peer(char *buf, size_t len, uint32_t ip, uint16_t port);
 
 #endif

@@ -329,7 +329,7 @@ static int gd_send(void *tp, const char *peer, const void *buf, size_t len,
 	if (__atomic_load_n(&t->shut, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
 	/* "host:port#sha256:<hex>": only a pair with that key serves it. */
-	rc = gd_peer_norm(peer, t->tls != NULL, norm, sizeof(norm), why, sizeof(why));
+	rc = zconn_peer_norm(peer, t->tls != NULL, norm, sizeof(norm), why, sizeof(why));
 	if (rc)
 		return t->host->fail(rc, "gpudirect: %s", why);
 	peer = norm;

@@ -40,7 +40,8 @@
 #include <zap/zap-plugin.h>
 
 #include "gd_proto.h"
-#include "gd_tls.h"
+#include "zap-conn.h"
+#include "zap-tls.h"
 
 struct gd_dev;
 struct gd_qp;

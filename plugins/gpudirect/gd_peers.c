@@ -69,7 +69,8 @@ struct gd_conn *gd_find_live(struct gd_tp *t, const char *key)
 			dead = p;
 			continue;
 		}
-		if (gd_peer_match(p->key, key) && (!best || (p->dialed && !best->dialed)))
+		if (zconn_peer_match(p->key, key) &&
+		    (!best || (p->dialed && !best->dialed)))
 			best = p;
 		pp = &p->next;
 	}

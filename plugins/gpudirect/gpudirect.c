@@ -39,72 +39,46 @@
 
 #include "gd_hs.h"
 #include "gd_instance.h"
-#include "gd_tls.h"
+#include "zap-conn.h"
+#include "zap-tls.h"
 #include "gd_verbs.h"
 #include "zap-addr.h"
 
 /* ---- addresses ---------------------------------------------------------- */
 
-/* "host:port" or "[v6]:port" into getaddrinfo's parts, by the grammar
- * the core and the TCP wire use (zap-addr.h). @host and @port are ""
- * when @s is refused. */
-static int gd_split(const char *s, char *host, size_t hl, char *port, size_t pl)
+/* A TCP address by the grammar the core and the TCP wire use (zap-addr.h):
+ * 0 and @a, or -EINVAL. Unix-domain addresses are the TCP wire's; the
+ * bootstrap is TCP. */
+static int gd_parse(const char *s, struct zaddr *a)
 {
-	struct zaddr a;
-
-	host[0] = port[0] = '\0';
-	/* Unix-domain addresses are the TCP wire's; the bootstrap is TCP. */
-	if (zaddr_parse(s, &a) || a.kind == ZADDR_UNIX || strlen(a.host) >= hl ||
-	    strlen(a.port) >= pl)
-		return -EINVAL;
-	strcpy(host, a.host);
-	strcpy(port, a.port);
-	return 0;
-}
-
-static bool wildcard(const char *h)
-{
-	return !*h || !strcmp(h, "0.0.0.0") || !strcmp(h, "::");
-}
-
-static void fmt_addr(const struct sockaddr *sa, socklen_t sl, const char *port, char *buf,
-		     size_t len)
-{
-	char h[NI_MAXHOST], p[NI_MAXSERV];
-
-	if (getnameinfo(sa, sl, h, sizeof(h), p, sizeof(p),
-			NI_NUMERICHOST | NI_NUMERICSERV)) {
-		snprintf(buf, len, "?");
-		return;
-	}
-	if (!strncmp(h, "::ffff:", 7) && strchr(h, '.'))
-		memmove(h, h + 7, strlen(h + 7) + 1);
-	snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, port ? port : p);
+	return zaddr_parse(s, a) || a->kind == ZADDR_UNIX ? -EINVAL : 0;
 }
 
 int gd_listen(struct gd_tp *t, const char *listen_addr)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	char host[ZAP_PEER_MAX], port[8], h2[ZAP_PEER_MAX], p2[8];
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	struct addrinfo *res = NULL;
+	struct zaddr a, b = { 0 };
 	int r, fd = -1, one = 1;
+	bool any4;
 
-	if (gd_split(listen_addr, host, sizeof(host), port, sizeof(port)))
+	if (gd_parse(listen_addr, &a))
 		return t->host->fail(-EINVAL,
 				     "gpudirect: malformed listen address "
 				     "\"%s\" (ZAP_LISTEN; want host:port)",
 				     listen_addr);
-	r = getaddrinfo(wildcard(host) && strcmp(host, "::") ? NULL : host, port, &hints,
-			&res);
+	/* 0.0.0.0: every IPv4 address (getaddrinfo's passive NULL host). */
+	any4 = a.wildcard && a.kind == ZADDR_IPV4;
+	r = getaddrinfo(any4 ? NULL : a.host, a.port, &hints, &res);
 	if (r)
 		return t->host->fail(-EINVAL, "gpudirect: cannot resolve %s: %s",
 				     listen_addr, gai_strerror(r));
 	r = -EADDRNOTAVAIL;
 	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-		if (wildcard(host) && strcmp(host, "::") && ai->ai_family != AF_INET)
+		if (any4 && ai->ai_family != AF_INET)
 			continue;
 		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0) {
@@ -122,12 +96,15 @@ int gd_listen(struct gd_tp *t, const char *listen_addr)
 	if (fd < 0)
 		return t->host->fail(r, "gpudirect: cannot listen on %s: %s", listen_addr,
 				     strerror(-r));
-	getsockname(fd, (struct sockaddr *)&ss, &sl);
-	fmt_addr((struct sockaddr *)&ss, sl, NULL, t->bound, sizeof(t->bound));
-	gd_split(t->bound, h2, sizeof(h2), p2, sizeof(p2));
-	if (wildcard(h2))
+	/* What we bound, as the address grammar spells it; a wildcard is
+	 * reachable on loopback. */
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) ||
+	    zaddr_format((struct sockaddr *)&ss, sl, -1, t->bound, sizeof(t->bound)) ||
+	    gd_parse(t->bound, &b))
+		snprintf(t->bound, sizeof(t->bound), "?");
+	if (strcmp(t->bound, "?") && b.wildcard)
 		snprintf(t->addr, sizeof(t->addr),
-			 ss.ss_family == AF_INET6 ? "[::1]:%s" : "127.0.0.1:%s", p2);
+			 b.kind == ZADDR_IPV6 ? "[::1]:%s" : "127.0.0.1:%s", b.port);
 	else
 		snprintf(t->addr, sizeof(t->addr), "%s", t->bound);
 	t->lfd = fd;
@@ -164,7 +141,7 @@ static int wait_fd(struct gd_tp *t, int fd, short ev, struct zap_ctx *ctx,
 	return 0;
 }
 
-/* gd_wait_fn for a dial: wait_fd() within the send's ctx and @limit. */
+/* zconn_wait_fn for a dial: wait_fd() within the send's ctx and @limit. */
 struct dial_wait {
 	struct gd_tp *t;
 	struct zap_ctx *ctx;
@@ -222,7 +199,7 @@ static int tls_dial(struct gd_tp *t, int fd, const char *key, const char *want,
 {
 	struct dial_wait w = { t, ctx, limit };
 	char why[512] = "";
-	int rc = gd_tls_dial(t->tls, fd, want, dial_wait, &w, out, why, sizeof(why));
+	int rc = zconn_tls_dial(t->tls, fd, want, dial_wait, &w, out, why, sizeof(why));
 
 	if (!rc)
 		return 0;
@@ -304,19 +281,64 @@ static int peer_engine(struct gd_tp *t, struct gd_peer *p, const struct gd_boot 
  * pair, post receives, and confirm with one byte each: no chunk is sent
  * before the peer's receives are posted.
  */
+/* Our bootstrap message out, the peer's in, whole and decoded. */
+static int boot_exchange(int fd, struct ztls_conn *tc, struct dial_wait *w,
+			 const struct gd_boot *me, struct gd_boot *peer, char *why,
+			 size_t wl)
+{
+	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX];
+	size_t body;
+	int rc, n = gd_boot_encode(me, msg, sizeof(msg));
+
+	rc = n < 0 ? n : zconn_all(fd, tc, msg, (size_t)n, true, dial_wait, w, why, wl);
+	if (!rc)
+		rc = zconn_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, w, why, wl);
+	if (!rc)
+		rc = gd_boot_header(in, &body, why, wl);
+	if (!rc)
+		rc = zconn_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, w, why,
+			       wl);
+	if (!rc)
+		rc = gd_boot_decode(in, GD_BOOT_HDR + body, peer, why, wl);
+	return rc;
+}
+
+/* Replies go to what was dialled (accepted pairs are made by gd_hs.c,
+ * which applies the identity rule), with TLS ending with the key the
+ * peer proved (the one asked for, if any: ztls_conn_new()'s want). */
+static int dialled_key(struct gd_peer *p, struct ztls_conn *tc, const char *dialed,
+		       char *why, size_t wl)
+{
+	const char *h;
+	size_t al;
+
+	if (!tc) {
+		snprintf(p->key, sizeof(p->key), "%s", dialed);
+		return 0;
+	}
+	h = strchr(dialed, '#');
+	al = h ? (size_t)(h - dialed) : strlen(dialed);
+	snprintf(p->fp, sizeof(p->fp), "%s", ztls_conn_peer_fp(tc));
+	snprintf(p->key, sizeof(p->key), "%.*s", (int)al, dialed);
+	if (zconn_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
+		snprintf(why, wl, "address too long to carry a key");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The dialling side of the bootstrap (the accepting side is gd_hs.c). */
 static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *dialed,
 		     struct zap_ctx *ctx, struct gd_peer **out)
 {
-	uint8_t msg[GD_BOOT_MAX], in[GD_BOOT_MAX], ok = 1;
+	uint8_t ok = 1;
 	struct gd_boot me = { .instance = t->instance }, peer;
 	struct gd_peer *p = calloc(1, sizeof(*p));
 	struct timespec limit;
 	struct dial_wait w = { t, ctx, &limit };
 	char why[200] = "";
 	uint32_t stages;
-	size_t body;
-	int rc, n;
+	int rc;
 
 	if (!p)
 		return -ENOMEM;
@@ -330,57 +352,25 @@ static int handshake(struct gd_tp *t, int fd, struct ztls_conn *tc, const char *
 	}
 	snprintf(me.listen, sizeof(me.listen), "%s", t->bound);
 	rc = gd_qp_new(t->dev, t->slots, t->chunk, t->pool, &me, &p->qp);
-	if (rc)
-		goto fail;
-	n = gd_boot_encode(&me, msg, sizeof(msg));
-	rc = n < 0 ? n
-		   : gd_io_all(fd, tc, msg, (size_t)n, true, dial_wait, &w, why,
-			       sizeof(why));
 	if (!rc)
-		rc = gd_io_all(fd, tc, in, GD_BOOT_HDR, false, dial_wait, &w, why,
-			       sizeof(why));
-	if (rc)
-		goto fail;
-	rc = gd_boot_header(in, &body, why, sizeof(why));
+		rc = boot_exchange(fd, tc, &w, &me, &peer, why, sizeof(why));
 	if (!rc)
-		rc = gd_io_all(fd, tc, in + GD_BOOT_HDR, body, false, dial_wait, &w, why,
-			       sizeof(why));
+		rc = pin_reserve(t, p, &peer, &stages, why, sizeof(why));
 	if (!rc)
-		rc = gd_boot_decode(in, GD_BOOT_HDR + body, &peer, why, sizeof(why));
+		rc = gd_qp_connect(p->qp, &peer, stages);
+	if (!rc)
+		rc = dialled_key(p, tc, dialed, why, sizeof(why));
 	if (rc)
 		goto fail;
-	rc = pin_reserve(t, p, &peer, &stages, why, sizeof(why));
-	if (rc)
-		goto fail;
-	rc = gd_qp_connect(p->qp, &peer, stages);
-	if (rc)
-		goto fail;
-	/* Replies go to what was dialled (accepted pairs are made by gd_hs.c,
-	 * which applies the identity rule), with TLS ending with the key the
-	 * peer proved (the one asked for, if any: ztls_conn_new()'s want). */
-	if (tc) {
-		const char *h = strchr(dialed, '#');
-		size_t al = h ? (size_t)(h - dialed) : strlen(dialed);
-
-		snprintf(p->fp, sizeof(p->fp), "%s", ztls_conn_peer_fp(tc));
-		snprintf(p->key, sizeof(p->key), "%.*s", (int)al, dialed);
-		if (gd_peer_join(p->key, p->fp, p->key, sizeof(p->key))) {
-			rc = -EINVAL;
-			snprintf(why, sizeof(why), "address too long to carry a key");
-			goto fail;
-		}
-	} else {
-		snprintf(p->key, sizeof(p->key), "%s", dialed);
-	}
 	p->instance = peer.instance;
 	p->dialed = true;
 	rc = peer_engine(t, p, &peer);
 	if (rc)
 		goto fail;
 	/* From here the engine owns p and the pair. */
-	rc = gd_io_all(fd, tc, &ok, 1, true, dial_wait, &w, why, sizeof(why));
+	rc = zconn_all(fd, tc, &ok, 1, true, dial_wait, &w, why, sizeof(why));
 	if (!rc)
-		rc = gd_io_all(fd, tc, &ok, 1, false, dial_wait, &w, why, sizeof(why));
+		rc = zconn_all(fd, tc, &ok, 1, false, dial_wait, &w, why, sizeof(why));
 	if (rc) {
 		snprintf(why, sizeof(why), "peer gave up before the pair was ready");
 		gd_conn_put(p->conn);
@@ -403,8 +393,9 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx, struct gd_con
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV };
-	char host[ZAP_PEER_MAX], port[8], addr[ZAP_PEER_MAX];
 	const char *want = strchr(key, '#');
+	char addr[ZAP_PEER_MAX];
+	struct zaddr a;
 	struct ztls_conn *tc = NULL;
 	struct addrinfo *res = NULL;
 	struct gd_peer *p = NULL;
@@ -416,11 +407,10 @@ int gd_dial(struct gd_tp *t, const char *key, struct zap_ctx *ctx, struct gd_con
 		 key);
 	if (want)
 		want++;
-	if (gd_split(addr, host, sizeof(host), port, sizeof(port)) || wildcard(host) ||
-	    !atoi(port))
+	if (gd_parse(addr, &a) || a.wildcard || !a.port_num)
 		return t->host->fail(-EINVAL, "gpudirect: malformed peer address \"%s\"",
 				     key);
-	rc = getaddrinfo(host, port, &hints, &res);
+	rc = getaddrinfo(a.host, a.port, &hints, &res);
 	if (rc)
 		return t->host->fail(-EHOSTUNREACH, "gpudirect: cannot resolve %s: %s",
 				     key, gai_strerror(rc));

@@ -1306,6 +1306,16 @@ static void t_wire_arp_and_addresses(void **state)
 	assert_int_equal(dp_parse_ip_port("1.+2.3.4:80", &ip, &port), -EINVAL);
 	assert_int_equal(dp_parse_ip_port("1.-0.3.4:80", &ip, &port), -EINVAL);
 	assert_int_equal(dp_parse_ip_port("1.2.3.4.5:80", &ip, &port), -EINVAL);
+	/* util/addr's grammar, which every transport shares: one spelling of
+	 * each address and port, IPv4 only on this wire. */
+	assert_int_equal(dp_parse_ip_port("010.1.2.3:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("10.1.2.3:080", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("[::1]:80", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip_port("unix:/tmp/x", &ip, &port), -EINVAL);
+	assert_int_equal(dp_parse_ip("10.0.0.1", &ip), 0);
+	assert_int_equal(ip, 0x0a000001u);
+	assert_int_equal(dp_parse_ip("10.0.0.1:80", &ip), -EINVAL);
+	assert_int_equal(dp_parse_ip("10.0.0", &ip), -EINVAL);
 	assert_int_equal(dp_parse_mac(" a:b:c:d:e:f", mac), -EINVAL);
 	assert_int_equal(dp_parse_mac("aaa:b:c:d:e:f", mac), -EINVAL);
 	assert_int_equal(dp_parse_mac("a:b:c:d:e:f", mac), 0);

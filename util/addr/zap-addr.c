@@ -53,10 +53,11 @@ static bool parse_dec(const char *s, size_t n, unsigned max, unsigned *out)
 	return true;
 }
 
-/* Four decimal octets. */
-static bool parse_ipv4(const char *s, size_t n)
+/* Four decimal octets; their value (host order) in *@ip if not NULL. */
+static bool parse_ipv4(const char *s, size_t n, uint32_t *ip)
 {
 	size_t i = 0;
+	uint32_t all = 0;
 
 	for (int part = 0; part < 4; part++) {
 		size_t start = i;
@@ -66,13 +67,23 @@ static bool parse_ipv4(const char *s, size_t n)
 			i++;
 		if (!parse_dec(s + start, i - start, 255, &v))
 			return false;
+		all = all << 8 | v;
 		if (part < 3) {
 			if (i == n)
 				return false;
 			i++; /* the dot */
 		}
 	}
-	return i == n;
+	if (i != n)
+		return false;
+	if (ip)
+		*ip = all;
+	return true;
+}
+
+int zaddr_ipv4(const char *s, uint32_t *ip)
+{
+	return s && parse_ipv4(s, strlen(s), ip) ? 0 : -EINVAL;
 }
 
 /* A label inet_aton(3) could read as a number: digits, or 0x and hex. */
@@ -279,7 +290,7 @@ int zaddr_parse(const char *s, struct zaddr *out)
 			return -EINVAL;
 		host = s;
 		hl = (size_t)(colon - s);
-		if (parse_ipv4(host, hl))
+		if (parse_ipv4(host, hl, NULL))
 			a.kind = ZADDR_IPV4;
 		else if (parse_name(host, hl))
 			a.kind = ZADDR_NAME;

@@ -101,6 +101,13 @@ int zaddr_format(const struct sockaddr *sa, socklen_t sl, int port, char *buf,
 		 size_t len);
 
 /*
+ * A bare IPv4 address @s ("a.b.c.d", the grammar's ipv4, no port), for
+ * transports that speak IPv4 only (dpdk): its value in host byte order.
+ * Return: 0 and *@ip, or -EINVAL.
+ */
+int zaddr_ipv4(const char *s, uint32_t *ip);
+
+/*
  * Join a parsed host and a port back into an address ("[v6]:p" for IPv6).
  * Return: 0, -ENOSPC (@buf then holds "").
  */

@@ -125,9 +125,8 @@ static int64_t tx_room(const struct zshm_tx *tx, uint64_t *tail_out)
  * suffices, else from its position now. Reading its position is a cache
  * miss on a line it writes after every record, and the read pulls that
  * line away from it, so its next store there (and the fence after it,
- * zshm_rx_producer_waits()) waits for the line too: 64 B one-way latency
- * between two processes went from 0.51 to 0.48 us here when the producer
- * stopped reading it while the ring has room.
+ * zshm_rx_producer_waits()) waits for the line too (bench/MEASUREMENTS.md,
+ * "ring-tail-seen").
  */
 static int64_t tx_room_for(struct zshm_tx *tx, uint64_t need)
 {
@@ -291,11 +290,10 @@ uint64_t zshm_rx_pending(const struct zshm_rx *rx)
 	 * in alongside head. A consumer polling only head learns of a
 	 * record, then misses on its lines: transfers from the producer's
 	 * cache one after the other. With the lines asked for every poll,
-	 * they come with head: 64 B one-way latency between two processes
-	 * went from 0.45 to 0.39 us here with the first line, and to
-	 * 0.35-0.37 with the second too (a 64 B message's record is 80
-	 * bytes). A hint: it cannot fault, reads nothing we use, and is
-	 * inside the data area whatever the position.
+	 * they come with head; two lines, for a 64 B message's record is 80
+	 * bytes (bench/MEASUREMENTS.md, "ring-prefetch"). A hint: it cannot
+	 * fault, reads nothing we use, and is inside the data area whatever
+	 * the position.
 	 */
 	if (!a) {
 		uint64_t at = rx->tail & (rx->size - 1);

@@ -8,6 +8,7 @@
 #include "tcp_int.h"
 #include "tcp_shm.h"
 #include "zap-addr.h"
+#include "zap-conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -108,84 +109,14 @@ int tcp_parse_hello(const unsigned char *p, size_t len, struct tcp_hello *h, cha
 	return 0;
 }
 
-/* @host (no brackets) as a socket address with @port, if it is an IPv4 or
- * IPv6 literal. */
-static bool literal_sockaddr(const char *host, uint16_t port, struct sockaddr_storage *ss,
-			     socklen_t *sl)
-{
-	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-
-	memset(ss, 0, sizeof(*ss));
-	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons(port);
-		*sl = sizeof(*s4);
-		return true;
-	}
-	if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons(port);
-		*sl = sizeof(*s6);
-		return true;
-	}
-	return false;
-}
-
+/* The identity rule is the connection layer's (zap-conn.h), which
+ * gpudirect's bootstrap shares; the HELLO has been parsed already, so its
+ * address is well-formed. */
 int tcp_hello_peer(const struct tcp_hello *h, const struct sockaddr *src, socklen_t sl,
 		   int dialed_port, char *out, size_t len, char *why, size_t whylen)
 {
-	char real[ZAP_PEER_MAX], claim[ZAP_PEER_MAX];
-	struct sockaddr_storage cs;
-	socklen_t cl;
-
-	/* The source host with the announced port: what the connection
-	 * proves, plus the one claim plaintext cannot check (the port). */
-	if (zaddr_format(src, sl, h->port_num, out, len)) {
-		snprintf(why, whylen, "unusable source address (family %d)",
-			 src->sa_family);
-		return -EPROTO;
-	}
-	if (zaddr_format(src, sl, -1, real, sizeof(real)))
-		snprintf(real, sizeof(real), "?");
-	if (h->unix_addr && dialed_port < 0) {
-		/* A Unix socket cannot be proven over TCP: the peer is what
-		 * the connection shows, its source address and port, which
-		 * replies reach while this connection is open (WIRE.md). */
-		if (strlen(real) >= len || real[0] == '?') {
-			snprintf(why, whylen, "unusable source address for %s", h->addr);
-			goto refuse;
-		}
-		memcpy(out, real, strlen(real) + 1);
-		return 0;
-	}
-	if (h->unix_addr) {
-		snprintf(why, whylen, "HELLO from %s claims %s, but we dialed TCP", real,
-			 h->addr);
-		goto refuse;
-	}
-	if (dialed_port >= 0 && h->port_num != (unsigned)dialed_port) {
-		snprintf(why, whylen,
-			 "HELLO from %s claims %s, another port than the one dialed",
-			 real, h->addr);
-		goto refuse;
-	}
-	if (h->wildcard)
-		return 0;
-	/* A name is never looked up, and a literal must be the source. */
-	if (!literal_sockaddr(h->host, h->port_num, &cs, &cl) ||
-	    zaddr_format((struct sockaddr *)&cs, cl, -1, claim, sizeof(claim)) ||
-	    strcmp(claim, out)) {
-		snprintf(why, whylen,
-			 "HELLO from %s claims %s, which is not its source address", real,
-			 h->addr);
-		goto refuse;
-	}
-	return 0;
-refuse:
-	if (len)
-		out[0] = '\0';
-	return -EPROTO;
+	return zconn_identity(h->addr, src, sl, dialed_port, "HELLO", out, len, why,
+			      whylen);
 }
 
 bool tw_ip_loopback(int family, const void *addr)
@@ -236,8 +167,7 @@ int tcp_hello_peer_local(const struct tcp_hello *h, const char *who, char *out,
 	/* Over a Unix socket a TCP address proves no more than TCP from
 	 * loopback would: a loopback host with any port. Another host (even
 	 * one of ours) or a name is refused. */
-	if (!literal_sockaddr(h->host, h->port_num, &cs, &cl) ||
-	    !host_loopback(h->host) ||
+	if (!zconn_literal(h->host, h->port_num, &cs, &cl) || !host_loopback(h->host) ||
 	    zaddr_format((struct sockaddr *)&cs, cl, -1, out, len)) {
 		if (len)
 			out[0] = '\0';

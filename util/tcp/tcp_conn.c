@@ -51,10 +51,9 @@ void tw_tune_socket(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	/*
 	 * Socket buffers stay the kernel's, autotuned: fixed SO_SNDBUF and
-	 * SO_RCVBUF of 1, 4 and 16 MiB gave 1 MiB streaming of 8.6-9.3,
-	 * 9.0-9.3 and 7.7-9.3 GB/s against 3.7-9.2 autotuned here (zap-perf
-	 * -T bw, loopback, 3 runs each): no gain beyond the noise, and a
-	 * fixed size turns autotuning off. MSG_ZEROCOPY is not used: looped
+	 * SO_RCVBUF sizes gained nothing beyond the noise
+	 * (bench/MEASUREMENTS.md, "socket-buffers"), and a fixed size turns
+	 * autotuning off. MSG_ZEROCOPY is not used: looped
 	 * back to a local socket its pages are copied anyway (the kernel's
 	 * msg_zerocopy.rst, "Loopback"), and zap_send() would have to wait
 	 * for the completion on the error queue before the caller may reuse
@@ -86,12 +85,10 @@ bool tw_same_host(const struct sockaddr *local, const struct sockaddr *peer)
 /*
  * A connection between two ends of this host crosses no network, so a
  * congestion control that paces its sends (BBR: a timer releases each
- * burst) protects no queue there and only costs the sending core. Over
- * loopback here (zap-perf -T bw, 1 MiB, 16 GiB a run, 3 runs each, host
- * default bbr) streaming ran at 7.4-7.7 GB/s with the sender's core busy
- * 137-142 us per MiB, and at 10.5-10.8 GB/s, 98-100 us per MiB, after
- * switching to reno; 64 B latency did not move (3.11 against 3.16-3.18 us
- * median). So such a connection trades a bbr* algorithm for reno, which
+ * burst) protects no queue there and only costs the sending core: over
+ * loopback reno streams faster and costs the sender less per byte than
+ * bbr, and latency does not move (bench/MEASUREMENTS.md, "same-host-cc").
+ * So such a connection trades a bbr* algorithm for reno, which
  * every Linux has and lets any process choose. Every other algorithm,
  * every connection that leaves the host, and every connection when
  * ZAP_TCP_SAME_HOST_CC=keep, keeps the host's choice. Best effort: a

@@ -11,6 +11,7 @@
  */
 #include "tcp_int.h"
 #include "zap-addr.h"
+#include "zap-conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -192,15 +193,9 @@ static int hello_claims(struct tcp_wire *w, struct tcp_conn *c, uint64_t id, cha
 	/* TLS: the peer is its key as much as its address, so the key is
 	 * part of the peer string, of the peer's identity in the table and
 	 * of its routes (WIRE.md, "TLS"). */
-	if (c->tls) {
-		size_t al = strlen(c->raddr);
-		if (al + 1 + strlen(c->fp) >= sizeof(c->raddr)) {
-			snprintf(why, whylen, "address %.64s too long to carry a key",
-				 c->raddr);
-			return -EPROTO;
-		}
-		c->raddr[al] = '#';
-		memcpy(c->raddr + al + 1, c->fp, strlen(c->fp) + 1);
+	if (c->tls && zconn_peer_join(c->raddr, c->fp, c->raddr, sizeof(c->raddr))) {
+		snprintf(why, whylen, "address %.64s too long to carry a key", c->raddr);
+		return -EPROTO;
 	}
 	return 1;
 }

@@ -39,6 +39,11 @@
  * tcp_ready.c is at the bottom, the path's ops are reached through
  * c->path, never by name, from the files that use them.
  *
+ * From the connection layer the wire shares with gpudirect's bootstrap
+ * (util/conn, zap-conn.h): the HELLO's identity rule (tcp_hello_peer()
+ * calls zconn_identity()), peer names with keys (send_check(), the
+ * accepted side's name) and nothing of the accept loop, which stays here.
+ *
  * Threads and progress
  * --------------------
  * Data moves on the callers' threads, not on a background I/O thread: a

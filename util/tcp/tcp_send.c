@@ -10,6 +10,7 @@
  * wait through tw_wait_step().
  */
 #include "tcp_int.h"
+#include "zap-conn.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -238,31 +239,14 @@ static int send_check(struct tcp_wire *w, const char **peer, const struct zap_io
 			       "%s: message of %zu bytes exceeds the maximum %" PRIu64
 			       " (ZAP_MAX_MSG_BYTES)",
 			       w->dom, msgs[0].len, w->max_msg);
-	if (strlen(*peer) >= ZAP_PEER_MAX)
-		return w->host->fail(-EINVAL, "%s: peer address too long", w->dom);
-	const char *key = strchr(*peer, '#');
-	if (key) {
-		/* "host:port#sha256:<hex>": TLS only, the key in lower case so
-		 * that it finds the route a received message's peer string
-		 * names. */
-		unsigned char fp[32];
-		if (!w->tls)
-			return w->host->fail(
-				-EINVAL,
-				"%s: peer \"%s\" requires a key, but TLS is off (ZAP_TLS_CERT)",
-				w->dom, *peer);
-		if (ztls_fp_parse(key + 1, strlen(key + 1), fp))
-			return w->host->fail(
-				-EINVAL,
-				"%s: peer \"%s\": want host:port#sha256:<64 hex digits>",
-				w->dom, *peer);
-		size_t al = (size_t)(key - *peer);
-		memcpy(norm, *peer, al);
-		norm[al] = '#';
-		/* Fits: the text after '#' had exactly ZTLS_FP_LEN - 1 bytes. */
-		ztls_fp_format(fp, norm + al + 1);
-		*peer = norm;
-	}
+	/* "host:port#sha256:<hex>" normalised (zap-conn.h) so that it finds
+	 * the route a received message's peer string names. */
+	char why[ZAP_PEER_MAX + 96];
+	int r = zconn_peer_norm(*peer, w->tls != NULL, norm, ZAP_PEER_MAX, why,
+				sizeof(why));
+	if (r)
+		return w->host->fail(r, "%s: %s", w->dom, why);
+	*peer = norm;
 	return 0;
 }
 

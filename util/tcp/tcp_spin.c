@@ -12,26 +12,24 @@
  * feeds an exponentially weighted mean of how long waits last. While that
  * mean is short (a peer answering within tens of microseconds), spinning
  * for a few times the mean catches the next message before the kernel's
- * sleep and wake-up would (about 25 us on loopback here). Once waits grow
+ * sleep and wake-up would (bench/MEASUREMENTS.md, "spin-learned"). Once waits grow
  * long (traffic stopped, or a slow peer), one long wait pushes the mean
  * past the limit and the budget drops to zero at once: an idle endpoint
  * sleeps from its next wait on and burns nothing.
  *
  * A stream's receiver waits mostly a few microseconds and now and then
- * 50-250 us while the sender refills its socket; three times the mean
- * slept through those (255 sleeps in 2,048 messages of 1 MiB here), so the
- * budget also covers the longest recent wait up to SPIN_MAX_NS (peak_ns,
+ * much longer while the sender refills its socket; three times the mean
+ * slept through those, so the budget also covers the longest recent wait up to SPIN_MAX_NS (peak_ns,
  * decaying by 1/8 a wait).
  *
  * Oversubscription: a spinning thread may be holding the core its peer
  * needs. A learned spin does not start while the host's runnable threads
  * outnumber its CPUs (host_oversubscribed()); the thread yields once and
  * looks again before it sleeps instead. Spinning processes cannot see
- * each other's spins, and yielding (below) was not enough: four zap-perf
- * ping-pong pairs on two cores made 158,703 round trips/s learning against
- * 265,613 never spinning here; with the check and the one yield, medians
- * of 8 interleaved runs: 233k learned, 184k never spinning (the check
- * alone: 182k). Nor does a leader start spinning while as many
+ * each other's spins, and yielding (below) was not enough: several
+ * ping-pong pairs on two cores made fewer round trips learning than never
+ * spinning until the check and the one yield came (bench/MEASUREMENTS.md,
+ * "spin-oversubscribed"). Nor does a leader start spinning while as many
  * leaders of this process spin as it has CPUs to run on, and a spin yields
  * the CPU every SPIN_YIELD_NS, so a peer process sharing the core runs
  * instead of waiting out our time slice. A yield that took
@@ -39,9 +37,8 @@
  * for the next SPIN_COOL_WAITS waits the spin yields every round (with
  * rings, every SPIN_RING_ROUNDS rounds), handing the core to the peer as
  * soon as we have nothing to do. Alone on a core, a yield costs a trip
- * through the scheduler (0.5-1 us here) for nothing: yielding every round
- * made TCP one-way latency 0.6-0.9 us longer at 64 B (7.5-11 us against
- * 6.6-7.5 here).
+ * through the scheduler for nothing, which a 64 B round trip shows, so
+ * only a shared core yields every round.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -79,12 +76,12 @@ static unsigned cpus_usable(void)
  * Whether the host's runnable threads outnumber its online CPUs by more
  * than one: the kernel's count of running threads is the fourth field of
  * /proc/loadavg ("running/total", the reader included). One spare, for a
- * spinning ping-pong pair alone on two cores read 3 in about 1% of
- * readings here (a kernel worker, or a process waking for a moment), and
- * four pairs not spinning read 6 to 19. One thread of the process reads it
- * at most every SPIN_HOST_NS, the others use that reading: the read (open,
- * read, close: 1.4 us here) costs a spinning thread about 0.1%. Without
- * /proc: never oversubscribed.
+ * spinning pair alone on two cores now and then reads one more (a kernel
+ * worker, or a process waking for a moment). One thread of the process
+ * reads it at most every SPIN_HOST_NS, the others use that reading, so the
+ * read (open, read, close) costs a spinning thread little
+ * (bench/MEASUREMENTS.md, "spin-oversubscribed"). Without /proc: never
+ * oversubscribed.
  */
 #define SPIN_HOST_NS 1000000u
 static atomic_uint_fast64_t host_read_ns;
@@ -172,8 +169,9 @@ void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns)
  * the clock when the spin starts (the caller's reading) and, on return,
  * when last read. With @rings, @ready reads shared memory
  * (tcp_shm.c), a few loads: it is asked every round, before the clock, and
- * the descriptors only every SPIN_FDS_NS, for a poll() round costs about
- * 0.4 us, which a message arriving meanwhile waits out.
+ * the descriptors only every SPIN_FDS_NS, for a poll() round costs more
+ * than that, which a message arriving meanwhile waits out
+ * (bench/MEASUREMENTS.md, "spin-poll").
  */
 #define SPIN_FDS_NS 4000u
 #define SPIN_RING_ROUNDS 32u

@@ -295,20 +295,13 @@ static bool kernel_has_tls_ulp(void)
 	return yes;
 }
 
-static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *why,
-		     size_t whylen)
+/* TLS 1.3 only, no resumption, peer verification through our callback and
+ * our ALPN: the settings every connection of this context shares. */
+static int ctx_protocol(struct ztls_ctx *x, SSL_CTX *s, const struct ztls_config *cfg,
+			char *why, size_t whylen)
 {
 	static const unsigned char alpn[] = "\x05" ZTLS_ALPN;
-	SSL_CTX *s = SSL_CTX_new(TLS_method());
-	EVP_PKEY *key = NULL;
-	unsigned char fp[32];
-	int r;
 
-	if (!s) {
-		ztls_ssl_err(why, whylen, "SSL_CTX_new");
-		return -ENOMEM;
-	}
-	x->ssl = s;
 	SSL_CTX_set_min_proto_version(s, TLS1_3_VERSION);
 	SSL_CTX_set_max_proto_version(s, TLS1_3_VERSION);
 	if (SSL_CTX_set_ciphersuites(s, cfg->suites ? cfg->suites : ZTLS_SUITES) != 1) {
@@ -338,6 +331,17 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 		ztls_ssl_err(why, whylen, "ALPN");
 		return -ENOMEM;
 	}
+	return 0;
+}
+
+/* This endpoint's certificate (in date, its key fingerprint kept for the
+ * peer's pins and the logs) and the private key that must match it. */
+static int ctx_identity(struct ztls_ctx *x, SSL_CTX *s, const struct ztls_config *cfg,
+			char *why, size_t whylen)
+{
+	EVP_PKEY *key = NULL;
+	unsigned char fp[32];
+	int r;
 
 	r = load_cert(s, cfg->cert, why, whylen);
 	if (r)
@@ -368,6 +372,15 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 		return -EINVAL;
 	}
 	EVP_PKEY_free(key);
+	return 0;
+}
+
+/* Whom this endpoint trusts: a CA bundle, pinned keys or both; refused
+ * when neither gives a peer a way in. */
+static int ctx_trust(struct ztls_ctx *x, SSL_CTX *s, const struct ztls_config *cfg,
+		     char *why, size_t whylen)
+{
+	int r;
 
 	if (cfg->ca) {
 		size_t roots;
@@ -398,6 +411,27 @@ static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *wh
 	snprintf(x->trust, sizeof(x->trust), "%zu pinned key%s%s", x->pins.n,
 		 x->pins.n == 1 ? "" : "s", x->has_ca ? ", CA bundle" : "");
 	return 0;
+}
+
+/* The SSL_CTX is x's as soon as it exists, so the caller's ztls_ctx_free()
+ * releases it whichever step fails. */
+static int ctx_setup(struct ztls_ctx *x, const struct ztls_config *cfg, char *why,
+		     size_t whylen)
+{
+	SSL_CTX *s = SSL_CTX_new(TLS_method());
+	int r;
+
+	if (!s) {
+		ztls_ssl_err(why, whylen, "SSL_CTX_new");
+		return -ENOMEM;
+	}
+	x->ssl = s;
+	r = ctx_protocol(x, s, cfg, why, whylen);
+	if (!r)
+		r = ctx_identity(x, s, cfg, why, whylen);
+	if (!r)
+		r = ctx_trust(x, s, cfg, why, whylen);
+	return r;
 }
 
 int ztls_ctx_new(const struct ztls_config *cfg, struct ztls_ctx **out, char *why,

@@ -8,6 +8,7 @@
  * leader is polling, so the leader's snapshot of the table stays valid.
  */
 #include "tcp_int.h"
+#include "zap-conn.h"
 #include "zap-addr.h"
 
 #include <errno.h>
@@ -689,35 +690,13 @@ bool tw_evict_idle(struct tcp_wire *w, const char *why)
 }
 
 /*
- * Which of TCP_HOST_BUCKETS a connection's source host falls in: its IP
- * address (a v4-mapped IPv6 one as IPv4), or on a Unix socket the peer's
- * uid and gid. Hosts that share a bucket count as one, which only blurs
- * tw_conn_host()'s users' choice of whom to ask for room.
+ * Which of ZCONN_HOST_BUCKETS a connection's source host falls in: the
+ * connection layer's buckets (zconn_host_bucket()), by IP address, or on a
+ * Unix socket by the peer's uid and gid (c->ident up to " pid=").
  */
 unsigned tw_conn_host(const struct tcp_conn *c)
 {
-	const unsigned char *p = (const unsigned char *)"";
-	size_t n = 0;
-	uint32_t h = 2166136261u; /* FNV-1a */
-
-	if (c->salen && c->sa.ss_family == AF_INET) {
-		p = (const unsigned char *)&((const struct sockaddr_in *)&c->sa)->sin_addr;
-		n = 4;
-	} else if (c->salen && c->sa.ss_family == AF_INET6) {
-		p = ((const struct sockaddr_in6 *)&c->sa)->sin6_addr.s6_addr;
-		n = 16;
-		if (IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)p)) {
-			p += 12;
-			n = 4;
-		}
-	} else {
-		p = (const unsigned char *)c->ident;
-		const char *pid = strstr(c->ident, " pid=");
-		n = pid ? (size_t)(pid - c->ident) : strlen(c->ident);
-	}
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ p[i]) * 16777619u;
-	return h % TCP_HOST_BUCKETS;
+	return zconn_host_bucket((const struct sockaddr *)&c->sa, c->salen, c->ident);
 }
 
 /*

@@ -57,9 +57,6 @@
 #define TCP_IDLE_ENV "ZAP_TCP_IDLE_MS"
 #define TCP_FD_HEADROOM 64 /* descriptors left to the application */
 #define TCP_EVICT_MIN_IDLE_MS 250
-/* Source hosts are counted in this many buckets when the accept thread
- * picks whom to ask for room at the descriptor cap (tw_conn_host()). */
-#define TCP_HOST_BUCKETS 1024u
 /* Who listens at a route's address is proven again by a dial (send_claim())
  * at most this often: see struct tcp_route. */
 #define TCP_VERIFY_MS 1000

@@ -391,7 +391,7 @@ static bool in_bucket(const struct tcp_conn *c, const void *arg)
  * Make room for one more connection (accept thread): the descriptor cap is
  * reached, accept() ran out of descriptors, or (@pending_only) too many
  * handshakes are under way. The source host holding the most connections
- * (established and in handshake, counted in TCP_HOST_BUCKETS) gives one
+ * (established and in handshake, counted in ZCONN_HOST_BUCKETS) gives one
  * up: its oldest handshake (not proven yet), else its connection idle the
  * longest, however recently used. So many connections from a few hosts
  * cannot keep a newcomer from elsewhere out: they make the room. When no
@@ -400,7 +400,7 @@ static bool in_bucket(const struct tcp_conn *c, const void *arg)
  */
 static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
 {
-	unsigned *count = calloc(TCP_HOST_BUCKETS, sizeof(*count));
+	unsigned *count = calloc(ZCONN_HOST_BUCKETS, sizeof(*count));
 	unsigned best = 0;
 	bool made = false;
 
@@ -413,7 +413,7 @@ static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
 		for (struct tcp_conn *c = w->conns; c; c = c->next)
 			if (!c->dead)
 				count[tw_conn_host(c)]++;
-	for (unsigned b = 1; b < TCP_HOST_BUCKETS; b++)
+	for (unsigned b = 1; b < ZCONN_HOST_BUCKETS; b++)
 		if (count[b] > count[best])
 			best = b;
 	struct tcp_conn *victim = NULL;

@@ -518,9 +518,9 @@ struct tcp_wire {
  * the condition waits below). In builds configured with -Dlock_checks=true
  * (scripts/test's) they note the holder, and a function documented "mu
  * held" asserts it with TW_HELD(w). Other builds compile both away: the
- * bookkeeping and the checks cost about 0.2 us per shared-memory message
- * (docs/metrics.md, "Cost"), more than a shipped hot path should pay for a
- * check that only tests read.
+ * bookkeeping and the checks cost more per shared-memory message than a
+ * shipped hot path should pay for a check that only tests read
+ * (bench/MEASUREMENTS.md, "lock-checks").
  */
 #if ZAP_LOCK_CHECKS
 static inline void tw_note_holder(struct tcp_wire *w, bool held)

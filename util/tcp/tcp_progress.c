@@ -69,15 +69,13 @@ static int pollset_reserve(struct tcp_wire *w, size_t n)
  * @spin false: block at once. A leader that is a sender waiting for room
  * on a full socket does not spin: its wait is bandwidth-bound, and when it
  * spun, it refilled the socket in small slivers as soon as any room
- * appeared: 1 MiB streaming between two spinning endpoints fell to
- * 2.3-2.9 GB/s here, against 5.4-6.3 with only receives spinning and
- * 3.0-4.1 blocking.
+ * appeared, and streaming between two spinning endpoints fell below
+ * never spinning at all (bench/MEASUREMENTS.md, "spin-poll").
  *
- * Measured here (bench/spin_methods.c, 64 B ping-pong on two cores), a
- * poll(…, 0) round costs about 0.4 us and picks a message up as fast as a
- * non-blocking read() loop on the connection, and faster than
- * epoll_wait(…, 0) followed by the read; it needs no second fd set and
- * covers every fd each round, so it is what spinning uses.
+ * A poll(…, 0) round picks a message up as fast as a non-blocking read()
+ * loop on the connection, and faster than epoll_wait(…, 0) followed by
+ * the read (bench/spin_methods.c); it needs no second fd set and covers
+ * every fd each round, so it is what spinning uses.
  */
 struct spin_stop {
 	struct tcp_wire *w;

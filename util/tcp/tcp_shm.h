@@ -33,14 +33,14 @@
 /* ... or this many bytes: a round that delivers dozens of large messages
  * before the application takes one outgrows the default allocator's cache
  * of released blocks (plugins/default/default.c), and every block then
- * comes from the kernel a page fault at a time: 1 MiB streaming ran at
- * 3.2-5.0 GB/s with 64 a round, 22-26 GB/s with this bound. */
+ * comes from the kernel a page fault at a time (bench/MEASUREMENTS.md,
+ * "shm-batch-bytes"). */
 #define TCP_SHM_BATCH_BYTES (256u << 10)
 /* Version 3: a large message's parts leave this much of a ring free, room
  * for the small messages of other senders meanwhile (3,000 of 64 B): an
- * eighth of the ring, 256 KiB. The 64 B round trip behind 16 and 64 MiB messages
- * was the same with 64 KiB, 256 KiB and 1 MiB kept free (median 70-85 us
- * here), and 1 MiB streaming fastest with this. */
+ * eighth of the ring, 256 KiB: small messages waited no longer behind
+ * large ones with more kept free, and streaming was fastest with this
+ * (bench/MEASUREMENTS.md, "shm-keep"). */
 #define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 8)
 enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
 struct tcp_shm {

@@ -22,7 +22,7 @@ static inline uint64_t now_ms(void)
  * behind the exact time, which is all idle and stall limits of seconds
  * need. It is read on every send and every leader round, where the exact
  * clock's cost showed in small messages' latency through shared memory
- * (the figures are in the commit that made the change). Compare its
+ * (bench/MEASUREMENTS.md, "coarse-clock"). Compare its
  * readings only with each other.
  */
 static inline uint64_t now_coarse_ms(void)

@@ -255,11 +255,8 @@ struct tcp_conn {
 	bool tx_used;
 	bool retiring; /* superseded: SHUT_WR once tx is free */
 	bool tx_shut;
-	bool dead;       /* close at the next reap */
-	bool rx_eof;     /* no more data will be read */
-	bool alloc_wait; /* leader: -EAGAIN, paused until a kick */
-	bool rx_ready;   /* leader: may have buffered data, read without waiting */
-	bool rx_big;     /* leader: last message was large */
+	bool dead;                         /* close at the next reap */
+	bool rx_eof;                       /* no more data will be read */
 	struct tcp_txreq *txq, **txq_tail; /* frames queued behind tx_busy */
 	uint64_t tx_msgs, tx_bytes;        /* whole messages written, payload */
 	unsigned txq_n;
@@ -291,7 +288,14 @@ struct tcp_conn {
 	 * for (rx_opened then) and rx_off when it (re)started. */
 	uint64_t rx_win_opened;
 	size_t rx_win_off;
-	bool budget_paused;       /* leader: alloc_wait for the partial budget */
+	/* Leader flags, kept apart from the "mu" ones above: a compiler may
+	 * test several neighbouring bools with one wide load, and a word
+	 * shared with fields the leader writes unlocked would make that load
+	 * race (ThreadSanitizer saw it in tw_evict_from()). */
+	bool alloc_wait;          /* -EAGAIN, paused until a kick */
+	bool rx_ready;            /* may have buffered data, read without waiting */
+	bool rx_big;              /* last message was large */
+	bool budget_paused;       /* alloc_wait for the partial budget */
 	_Atomic uint64_t last_ms; /* last frame byte in or out (relaxed) */
 	_Atomic uint64_t rx_ms;   /* last frame byte in (relaxed) */
 	_Atomic uint64_t rx_msgs, rx_bytes; /* delivered; leader writes (tw_add1()) */

@@ -162,8 +162,14 @@ static void reuse_case(const char *shm)
 	assert_int_equal(ra.err, 0);
 	print_message("ZAP_SHM=%s: %ld page faults for %u x 1 MiB one at a time, %ld for a "
 		      "burst of %u\n", shm, lockstep, REUSE_N, burst, REUSE_N);
+#ifndef __SANITIZE_THREAD__
 	assert_true(lockstep < (long)(REUSE_N * (REUSE_MSG / 4096) / 4));
 	assert_true(burst < (long)(REUSE_N * (REUSE_MSG / 4096) / 4));
+#else
+	/* ThreadSanitizer's allocator maps and unmaps large blocks itself,
+	 * so faults say nothing of ours there; the messages are still checked. */
+	print_message("page faults not checked under ThreadSanitizer\n");
+#endif
 	free(buf);
 	zap_close(a);
 	zap_close(b);

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The connection layer's pure parts (util/conn, zap-conn.h): the identity
- * rule that the TCP wire's HELLO and gpudirect's bootstrap share, and peer
- * names with keys. The accept engine runs under gpudirect's bootstrap in
- * tests/gpudirect/test-gd-hs.c (hostile clients over loopback, plain and
- * TLS), and the identity rule under the TCP wire in tests/tcp.
+ * rule that the TCP wire's HELLO and gpudirect's bootstrap share, peer
+ * names with keys, and the handshakes-under-way set both accept paths
+ * keep (deadlines, cap, whom to drop for room). The accept engine runs
+ * under gpudirect's bootstrap in tests/gpudirect/test-gd-hs.c (hostile
+ * clients over loopback, plain and TLS), and the identity rule under the
+ * TCP wire in tests/tcp.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -205,6 +207,123 @@ static void test_host_bucket(void **state)
 			     zconn_host_bucket(sa, 0, "uid=9 gid=6 pid=7"));
 }
 
+/* @n handshakes of hosts @host (oldest first), deadlines 10, 20, ... */
+static void pend_fill(struct zconn_pend_set *s, struct zconn_pend *p,
+		      const unsigned *host, unsigned n)
+{
+	zconn_pend_init(s, n);
+	for (unsigned i = 0; i < n; i++) {
+		p[i] = (struct zconn_pend){ .born = i,
+					    .deadline = 10 * (i + 1),
+					    .host = host[i],
+					    .evictable = true };
+		zconn_pend_add(s, &p[i]);
+	}
+}
+
+/* Deadlines come oldest first; the cap counts what is in. */
+static void test_pend_deadlines(void **state)
+{
+	static const unsigned host[] = { 1, 2, 3 };
+	struct zconn_pend_set s;
+	struct zconn_pend p[3];
+
+	(void)state;
+	zconn_pend_init(&s, 3);
+	assert_int_equal(zconn_pend_next_deadline(&s), UINT64_MAX);
+	assert_null(zconn_pend_expired(&s, UINT64_MAX));
+	assert_null(zconn_pend_oldest(&s));
+	pend_fill(&s, p, host, 3);
+	assert_true(zconn_pend_full(&s));
+	assert_ptr_equal(s.newest, &p[2]);
+	assert_ptr_equal(zconn_pend_oldest(&s), &p[0]);
+	assert_int_equal(zconn_pend_next_deadline(&s), 10);
+	assert_null(zconn_pend_expired(&s, 9));
+	assert_ptr_equal(zconn_pend_expired(&s, 10), &p[0]);
+	/* Taken out from the middle, then the oldest: the order holds. */
+	zconn_pend_del(&s, &p[1]);
+	assert_false(zconn_pend_full(&s));
+	assert_int_equal(s.count, 2);
+	assert_ptr_equal(zconn_pend_expired(&s, 25), &p[0]);
+	zconn_pend_del(&s, &p[0]);
+	assert_null(zconn_pend_expired(&s, 25));
+	assert_int_equal(zconn_pend_next_deadline(&s), 30);
+	assert_ptr_equal(zconn_pend_expired(&s, 30), &p[2]);
+	zconn_pend_del(&s, &p[2]);
+	assert_int_equal(s.count, 0);
+	assert_null(s.newest);
+	assert_null(zconn_pend_oldest(&s));
+}
+
+/* The busiest host gives up its oldest; what the caller counts per host
+ * (the TCP wire's established connections) makes a host busier; a
+ * handshake that is not evictable is passed over. */
+static void test_pend_victim(void **state)
+{
+	static const unsigned host[] = { 5, 7, 5, 7, 5 };
+	static unsigned count[ZCONN_HOST_BUCKETS];
+	struct zconn_pend_set s;
+	struct zconn_pend p[5];
+	unsigned best = 0;
+
+	(void)state;
+	pend_fill(&s, p, host, 5);
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[0]);
+	assert_int_equal(best, 5);
+	assert_int_equal(count[5], 3);
+	memset(count, 0, sizeof(count));
+	count[7] = 5;
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[1]);
+	assert_int_equal(best, 7);
+	assert_int_equal(count[7], 7);
+	memset(count, 0, sizeof(count));
+	p[0].evictable = false;
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[2]);
+	/* The busiest host holds only what the caller counted: no handshake
+	 * of it to drop (the caller makes room there itself). */
+	memset(count, 0, sizeof(count));
+	count[9] = 10;
+	assert_null(zconn_pend_victim(&s, count, &best));
+	assert_int_equal(best, 9);
+	/* None evictable at all. */
+	memset(count, 0, sizeof(count));
+	for (unsigned i = 0; i < 5; i++)
+		p[i].evictable = false;
+	assert_null(zconn_pend_victim(&s, count, &best));
+	assert_null(zconn_pend_oldest_evictable(&s));
+	p[3].evictable = true;
+	assert_ptr_equal(zconn_pend_oldest_evictable(&s), &p[3]);
+}
+
+/* Ties: with no host holding two, the oldest evictable handshake goes,
+ * whatever its bucket; between hosts holding as many, the lowest bucket's
+ * oldest (the TCP wire's rule). */
+static void test_pend_ties(void **state)
+{
+	static const unsigned one[] = { 3, 1, 2 }, two[] = { 8, 4, 8, 4 };
+	static unsigned count[ZCONN_HOST_BUCKETS];
+	struct zconn_pend_set s;
+	struct zconn_pend p[4];
+	unsigned best = 0;
+
+	(void)state;
+	pend_fill(&s, p, one, 3);
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[0]);
+	assert_int_equal(best, 1);
+	memset(count, 0, sizeof(count));
+	p[0].evictable = false;
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[1]);
+	memset(count, 0, sizeof(count));
+	/* Extra counts below two change nothing. */
+	count[6] = 1;
+	p[0].evictable = true;
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[0]);
+	memset(count, 0, sizeof(count));
+	pend_fill(&s, p, two, 4);
+	assert_ptr_equal(zconn_pend_victim(&s, count, &best), &p[1]);
+	assert_int_equal(best, 4);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -213,6 +332,9 @@ int main(void)
 		cmocka_unit_test(test_peer_norm),
 		cmocka_unit_test(test_peer_join_match),
 		cmocka_unit_test(test_host_bucket),
+		cmocka_unit_test(test_pend_deadlines),
+		cmocka_unit_test(test_pend_victim),
+		cmocka_unit_test(test_pend_ties),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

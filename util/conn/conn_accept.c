@@ -10,6 +10,7 @@
  * every call on an instance; the callbacks run on it.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +34,7 @@ enum hs_phase {
 struct hs {
 	enum hs_phase ph;
 	int fd;
-	uint64_t born, deadline;
-	unsigned host; /* zconn_host_bucket() of the source */
+	struct zconn_pend pend; /* in g->set: deadline, host, age (zap-conn.h) */
 	size_t got, need, outlen, sent;
 	void *pair;
 	struct ztls_conn *tc; /* TLS over fd, or NULL */
@@ -47,7 +47,8 @@ struct hs {
 struct zconn_acc {
 	struct zconn_acc_cfg cfg;
 	struct hs *v;
-	uint8_t *bufs;   /* every handshake's in and out, allocated up front */
+	struct zconn_pend_set set; /* the handshakes in flight, cap max_inflight */
+	uint8_t *bufs;             /* every handshake's in and out, allocated up front */
 	unsigned *count; /* handshakes per host bucket, while choosing whom to evict */
 	struct zconn_acc_stats st;
 };
@@ -66,6 +67,7 @@ int zconn_acc_new(const struct zconn_acc_cfg *cfg, struct zconn_acc **out)
 	if (!g)
 		return -ENOMEM;
 	g->cfg = *cfg;
+	zconn_pend_init(&g->set, cfg->max_inflight);
 	g->v = calloc(cfg->max_inflight, sizeof(*g->v));
 	g->bufs = calloc(cfg->max_inflight, per);
 	g->count = calloc(ZCONN_HOST_BUCKETS, sizeof(*g->count));
@@ -90,6 +92,7 @@ static void hs_end(struct zconn_acc *g, struct hs *h, const char *why)
 		g->cfg.on_fail(g->cfg.user, h->pair);
 	if (why && g->cfg.on_drop)
 		g->cfg.on_drop(g->cfg.user, h->src, why);
+	zconn_pend_del(&g->set, &h->pend);
 	ztls_conn_free(h->tc);
 	close(h->fd);
 	h->tc = NULL;
@@ -111,48 +114,42 @@ void zconn_acc_free(struct zconn_acc *g)
 	free(g);
 }
 
+static struct hs *hs_of(struct zconn_pend *p)
+{
+	return (struct hs *)((char *)p - offsetof(struct hs, pend));
+}
+
 /*
  * Of the handshakes that have not delivered a whole message (they hold
  * nothing but their socket), the one to evict: from the source host
- * holding the most handshakes in flight, its oldest (zap-conn.h).
+ * holding the most handshakes in flight, its oldest; else the oldest
+ * (zconn_pend_victim()).
  */
 static struct hs *hs_victim(struct zconn_acc *g)
 {
-	struct hs *old = NULL;
+	unsigned busiest;
+	struct zconn_pend *p = zconn_pend_victim(&g->set, g->count, &busiest);
 
-	for (unsigned i = 0; i < g->cfg.max_inflight; i++)
-		g->count[g->v[i].host] += g->v[i].ph != HS_FREE;
-	for (unsigned i = 0; i < g->cfg.max_inflight; i++) {
-		struct hs *h = &g->v[i];
-
-		if (h->ph == HS_FREE || h->ph > HS_BODY)
-			continue;
-		if (!old || g->count[h->host] > g->count[old->host] ||
-		    (g->count[h->host] == g->count[old->host] && h->born < old->born))
-			old = h;
-	}
-	for (unsigned i = 0; i < g->cfg.max_inflight; i++)
-		g->count[g->v[i].host] = 0;
-	return old;
+	memset(g->count, 0, ZCONN_HOST_BUCKETS * sizeof(*g->count));
+	if (!p) /* the busiest host's handshakes have all delivered */
+		p = zconn_pend_oldest_evictable(&g->set);
+	return p ? hs_of(p) : NULL;
 }
 
 /* A free slot, or a handshake that has not delivered a whole message,
  * evicted (hs_victim()). */
-static struct hs *hs_slot(struct zconn_acc *g, bool evict)
+static struct hs *hs_slot(struct zconn_acc *g)
 {
-	struct hs *old = NULL;
+	struct hs *old;
 	char why[160];
 
-	for (unsigned i = 0; i < g->cfg.max_inflight; i++) {
-		struct hs *h = &g->v[i];
-
-		if (h->ph == HS_FREE)
-			return h;
-		if (h->ph <= HS_BODY)
-			old = h;
+	if (!zconn_pend_full(&g->set)) {
+		for (unsigned i = 0; i < g->cfg.max_inflight; i++)
+			if (g->v[i].ph == HS_FREE)
+				return &g->v[i];
 	}
-	if (old && evict) {
-		old = hs_victim(g);
+	old = hs_victim(g);
+	if (old) {
 		g->st.evicted++;
 		snprintf(why, sizeof(why),
 			 "dropped unfinished to make room for a new connection "
@@ -165,12 +162,12 @@ static struct hs *hs_slot(struct zconn_acc *g, bool evict)
 
 bool zconn_acc_room(const struct zconn_acc *g)
 {
-	return hs_slot((struct zconn_acc *)g, false) != NULL;
+	return !zconn_pend_full(&g->set) || zconn_pend_oldest_evictable(&g->set);
 }
 
 int zconn_acc_add(struct zconn_acc *g, int fd, uint64_t now)
 {
-	struct hs *h = hs_slot(g, true);
+	struct hs *h = hs_slot(g);
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	struct ztls_conn *tc = NULL;
@@ -188,8 +185,9 @@ int zconn_acc_add(struct zconn_acc *g, int fd, uint64_t now)
 			  .fd = fd,
 			  .tc = tc,
 			  .ev = POLLIN,
-			  .born = now,
-			  .deadline = now + g->cfg.timeout_ns,
+			  .pend = { .born = now,
+				    .deadline = now + g->cfg.timeout_ns,
+				    .evictable = true },
 			  .need = g->cfg.hdr_len,
 			  .in = in,
 			  .out = out };
@@ -198,7 +196,8 @@ int zconn_acc_add(struct zconn_acc *g, int fd, uint64_t now)
 	    zaddr_format((struct sockaddr *)&ss, sl, -1, h->src, sizeof(h->src)))
 		snprintf(h->src, sizeof(h->src), "?");
 	else
-		h->host = zconn_host_bucket((struct sockaddr *)&ss, sl, NULL);
+		h->pend.host = zconn_host_bucket((struct sockaddr *)&ss, sl, NULL);
+	zconn_pend_add(&g->set, &h->pend);
 	g->st.inflight++;
 	return 0;
 }
@@ -219,11 +218,8 @@ unsigned zconn_acc_pollfds(const struct zconn_acc *g, struct pollfd *pfd, unsign
 
 int zconn_acc_timeout_ms(const struct zconn_acc *g, uint64_t now)
 {
-	uint64_t next = UINT64_MAX;
+	uint64_t next = zconn_pend_next_deadline(&g->set);
 
-	for (unsigned i = 0; i < g->cfg.max_inflight; i++)
-		if (g->v[i].ph != HS_FREE && g->v[i].deadline < next)
-			next = g->v[i].deadline;
 	if (next == UINT64_MAX)
 		return -1;
 	if (next <= now)
@@ -250,6 +246,7 @@ static int hs_message(struct zconn_acc *g, struct hs *h, char *why, size_t wl)
 	h->outlen = (size_t)rc;
 	h->sent = 0;
 	h->ph = HS_OUT;
+	h->pend.evictable = false; /* it holds a pair now */
 	h->ev = POLLOUT;
 	return 0;
 }
@@ -405,19 +402,18 @@ static void hs_late(const struct zconn_acc *g, enum hs_phase ph, char *why, size
 
 void zconn_acc_step(struct zconn_acc *g, uint64_t now)
 {
+	struct zconn_pend *p;
 	char why[160];
 
-	for (unsigned i = 0; i < g->cfg.max_inflight; i++) {
-		struct hs *h = &g->v[i];
+	for (unsigned i = 0; i < g->cfg.max_inflight; i++)
+		if (g->v[i].ph != HS_FREE)
+			hs_run(g, &g->v[i]);
+	while ((p = zconn_pend_expired(&g->set, now))) {
+		struct hs *h = hs_of(p);
 
-		if (h->ph == HS_FREE)
-			continue;
-		hs_run(g, h);
-		if (h->ph != HS_FREE && now >= h->deadline) {
-			g->st.timed_out++;
-			hs_late(g, h->ph, why, sizeof(why));
-			hs_end(g, h, why);
-		}
+		g->st.timed_out++;
+		hs_late(g, h->ph, why, sizeof(why));
+		hs_end(g, h, why);
 	}
 }
 

@@ -12,6 +12,9 @@
  *   - peer names a send gives: checked and normalised, keyed or keyless;
  *   - non-blocking byte I/O on a socket, plain or through util/tls, and
  *     the dialling side's TLS handshake;
+ *   - the handshakes under way (struct zconn_pend_set): newest first, with
+ *     deadlines, a cap and the choice of whom to drop to make room (the
+ *     busiest source host's oldest), kept by both accept paths;
  *   - an accept engine: many handshakes at once, each with a deadline, a
  *     cap in flight with eviction of the oldest that has not delivered its
  *     message, TLS, and a length-prefixed message read whole into a fixed
@@ -20,8 +23,9 @@
  * The rules and the error messages are the TCP wire's
  * (plugins/default/WIRE.md, "HELLO" and "TLS"). What is not here: the
  * wire's own accept thread (util/tcp/tcp_handshake.c) keeps its epoll
- * loop, per-source buckets and descriptor-cap eviction, and uses only the
- * identity rule and peer names from this layer (docs/architecture.md).
+ * loop, its HELLO and the descriptor-cap eviction of established
+ * connections; its handshakes under way are a struct zconn_pend_set
+ * (docs/architecture.md).
  *
  * Shared state: none. A struct zconn_acc is used by one thread (its
  * accept thread, or a test); a struct ztls_conn by one thread at a time.
@@ -98,6 +102,68 @@ unsigned zconn_host_bucket(const struct sockaddr *sa, socklen_t sl, const char *
 bool zconn_literal(const char *host, uint16_t port, struct sockaddr_storage *ss,
 		   socklen_t *sl);
 
+/* ---- handshakes under way (conn_pend.c) ---------------------------------- */
+
+/*
+ * The bookkeeping both accept paths share (the TCP wire's accept thread,
+ * util/tcp/tcp_handshake.c, and the accept engine below): the handshakes
+ * under way, newest first, each with a deadline and a host bucket, a cap,
+ * and whom to drop to make room. A struct zconn_pend is embedded in the
+ * caller's handshake; the caller fills born, deadline, host and evictable
+ * before zconn_pend_add() and may clear evictable later (a handshake that
+ * holds more than its socket). Deadlines must not decrease in the order of
+ * adding (each is its add time plus one timeout), so the oldest's comes
+ * first.
+ */
+struct zconn_pend {
+	struct zconn_pend *newer, *older;
+	uint64_t born, deadline; /* the caller's clock and unit */
+	unsigned host;           /* zconn_host_bucket() of the source */
+	bool evictable;          /* zconn_pend_victim() may choose it */
+};
+
+struct zconn_pend_set {
+	struct zconn_pend *newest, *oldest;
+	unsigned count, cap;
+};
+
+/* An empty set holding at most @cap (zconn_pend_full()). */
+void zconn_pend_init(struct zconn_pend_set *s, unsigned cap);
+/* @p joins as the newest; zconn_pend_del() takes it out. */
+void zconn_pend_add(struct zconn_pend_set *s, struct zconn_pend *p);
+void zconn_pend_del(struct zconn_pend_set *s, struct zconn_pend *p);
+
+static inline bool zconn_pend_full(const struct zconn_pend_set *s)
+{
+	return s->count >= s->cap;
+}
+
+static inline struct zconn_pend *zconn_pend_oldest(const struct zconn_pend_set *s)
+{
+	return s->oldest;
+}
+
+/* The first deadline (the oldest's), or UINT64_MAX with none under way. */
+uint64_t zconn_pend_next_deadline(const struct zconn_pend_set *s);
+/* The oldest if its deadline is at or before @now, else NULL: drop it
+ * (zconn_pend_del()) and ask again until NULL. */
+struct zconn_pend *zconn_pend_expired(const struct zconn_pend_set *s, uint64_t now);
+struct zconn_pend *zconn_pend_oldest_evictable(const struct zconn_pend_set *s);
+
+/*
+ * Whom to drop to make room. @count is ZCONN_HOST_BUCKETS counters, zero
+ * or holding what else the caller counts per host (the TCP wire: its
+ * established connections); every entry of @s is added to them. The
+ * busiest host (ties: the lowest bucket) is *@busiest, holding
+ * count[*busiest]: so many connections from a few hosts make the room
+ * for a newcomer from elsewhere. Returned: the oldest evictable entry of
+ * the busiest host, or with no host holding two the oldest evictable
+ * entry; NULL when there is none (the busiest host may hold only what the
+ * caller counted: the caller may make room there instead).
+ */
+struct zconn_pend *zconn_pend_victim(const struct zconn_pend_set *s, unsigned *count,
+				     unsigned *busiest);
+
 /* ---- byte I/O, plain or TLS (conn_io.c) ---------------------------------- */
 
 /*
@@ -153,10 +219,11 @@ int zconn_tls_dial(struct ztls_ctx *x, int fd, const char *want, zconn_wait_fn w
  * if it got to 2). When max_inflight handshakes are in flight, a new
  * connection evicts one that has not yet delivered a whole message (so
  * idle sockets cannot shut peers out): from the source host holding the
- * most handshakes (zconn_host_bucket()), the oldest of its, so that many
- * sockets from a few hosts make the room for a newcomer from elsewhere,
- * as on the TCP wire; with no host holding more than another, the oldest.
- * If every one has delivered, it waits in the listen backlog.
+ * most handshakes (zconn_host_bucket(), zconn_pend_victim()), the oldest
+ * of its, so that many sockets from a few hosts make the room for a
+ * newcomer from elsewhere, as on the TCP wire; with no host holding two,
+ * or the busiest host's all delivered, the oldest that has not. If every
+ * one has delivered, it waits in the listen backlog.
  */
 struct zconn_acc_cfg {
 	unsigned max_inflight; /* handshakes at once, >= 1 */
@@ -203,7 +270,8 @@ void zconn_acc_free(struct zconn_acc *a);
 /* Whether a new connection may be accepted now (room, or one to evict). */
 bool zconn_acc_room(const struct zconn_acc *a);
 /* Take an accepted, non-blocking socket (closed by the engine). 0, or
- * -EAGAIN (no room: the caller closes it) / -ENOMEM. */
+ * -EAGAIN (no room: the caller closes it) / -ENOMEM. @now (nanoseconds,
+ * any origin) must not go backwards from one call to the next. */
 int zconn_acc_add(struct zconn_acc *a, int fd, uint64_t now);
 /* pollfds for the handshakes in flight, at most @max: their count. */
 unsigned zconn_acc_pollfds(const struct zconn_acc *a, struct pollfd *pfd, unsigned max);

@@ -400,9 +400,9 @@ void tcp_wire_destroy(struct tcp_wire *w)
 	}
 	/* Counted for completeness: every connection ends once (tcp_int.h,
 	 * "Counters"), though no handle is left to read these. */
-	while (w->pending) {
-		struct tcp_conn *c = w->pending;
-		w->pending = c->next;
+	while (w->pending.newest) {
+		struct tcp_conn *c = tw_pend_conn(w->pending.newest);
+		zconn_pend_del(&w->pending, &c->pend);
 		tw_count_close(w, ZAP_CLOSE_SHUTDOWN);
 		tw_conn_free(c);
 	}

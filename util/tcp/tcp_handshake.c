@@ -4,10 +4,11 @@
  * reads HELLOs with a deadline, registers, answers). The dialer's side is
  * tcp_dial.c.
  *
- * Shared state: w->pending and w->npending belong to the accept thread
- * alone; a connection joins the shared table only through
- * tw_conn_register() under w->mu. A connection's hs buffer belongs to
- * whoever runs its handshake (the accept thread, or the dialing sender).
+ * Shared state: w->pending (a struct zconn_pend_set, zap-conn.h) belongs
+ * to the accept thread alone; a connection joins the shared table only
+ * through tw_conn_register() under w->mu. A connection's hs buffer belongs
+ * to whoever runs its handshake (the accept thread, or the dialing
+ * sender).
  */
 #include "tcp_int.h"
 #include "zap-addr.h"
@@ -289,31 +290,17 @@ static void pending_arm(struct tcp_wire *w, struct tcp_conn *c)
 		c->hs_armed = ev;
 }
 
+/* @c joins the handshakes under way as the newest, with the deadline
+ * and host bucket accept_ready() gave it. */
 static void pending_add(struct tcp_wire *w, struct tcp_conn *c)
 {
-	c->pprev = NULL;
-	c->next = w->pending;
-	if (w->pending)
-		w->pending->pprev = c;
-	else
-		w->pending_tail = c;
-	w->pending = c;
-	w->npending++;
+	zconn_pend_add(&w->pending, &c->pend);
 	pending_arm(w, c);
 }
 
 static void pending_unlink(struct tcp_wire *w, struct tcp_conn *c)
 {
-	if (c->pprev)
-		c->pprev->next = c->next;
-	else
-		w->pending = c->next;
-	if (c->next)
-		c->next->pprev = c->pprev;
-	else
-		w->pending_tail = c->pprev;
-	c->next = c->pprev = NULL;
-	w->npending--;
+	zconn_pend_del(&w->pending, &c->pend);
 	if (c->hs_armed)
 		epoll_ctl(w->hs_epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	c->hs_armed = 0;
@@ -396,30 +383,26 @@ static bool in_bucket(const struct tcp_conn *c, const void *arg)
  * longest, however recently used. So many connections from a few hosts
  * cannot keep a newcomer from elsewhere out: they make the room. When no
  * host holds two, the oldest handshake goes, else the connection idle the
- * longest. Whether one was closed.
+ * longest. The handshake's choice is the connection layer's
+ * (zconn_pend_victim()), shared with gpudirect's bootstrap. Whether one
+ * was closed.
  */
 static bool make_room(struct tcp_wire *w, bool pending_only, const char *why)
 {
 	unsigned *count = calloc(ZCONN_HOST_BUCKETS, sizeof(*count));
-	unsigned best = 0;
+	unsigned best;
 	bool made = false;
 
 	if (!count)
 		return false;
-	for (struct tcp_conn *c = w->pending; c; c = c->next)
-		count[tw_conn_host(c)]++;
 	tw_lock(w);
 	if (!pending_only)
 		for (struct tcp_conn *c = w->conns; c; c = c->next)
 			if (!c->dead)
 				count[tw_conn_host(c)]++;
-	for (unsigned b = 1; b < ZCONN_HOST_BUCKETS; b++)
-		if (count[b] > count[best])
-			best = b;
-	struct tcp_conn *victim = NULL;
-	for (struct tcp_conn *c = w->pending_tail; c && !victim; c = c->pprev)
-		if (count[best] < 2 || tw_conn_host(c) == best)
-			victim = c;
+	/* Every handshake is evictable: none holds more than its socket. */
+	struct zconn_pend *p = zconn_pend_victim(&w->pending, count, &best);
+	struct tcp_conn *victim = p ? tw_pend_conn(p) : NULL;
 	if (!victim && !pending_only)
 		made = tw_evict_from(w, why, count[best] < 2 ? NULL : in_bucket, &best,
 				     0);
@@ -489,7 +472,10 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			tw_tune_socket(fd);
 			tw_tune_same_host(w, fd);
 		}
-		c->hs_deadline_ms = now_ms() + w->hs_timeout_ms;
+		c->pend.born = now_ms();
+		c->pend.deadline = c->pend.born + w->hs_timeout_ms;
+		c->pend.host = tw_conn_host(c); /* fixed at accept: source, credentials */
+		c->pend.evictable = true;
 		char why[200];
 		if (w->tls && tw_tls_conn_new(w, c, true, NULL, why, sizeof(why))) {
 			w->host->log(ZAP_LOG_WARN, w->dom,
@@ -504,10 +490,9 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 		 * holds either way, and a flood from a few hosts evicts its
 		 * own connections, not the newcomer. */
 		tw_lock(w);
-		bool full = w->nconns + w->npending >= w->conn_max;
+		bool full = w->nconns + w->pending.count >= w->conn_max;
 		tw_unlock(w);
-		bool shed = w->npending >= w->pending_max ||
-			    (w->tls && w->npending >= TCP_TLS_PENDING_MAX);
+		bool shed = zconn_pend_full(&w->pending);
 		if ((shed || full) &&
 		    !make_room(w, shed && !full,
 			       shed && !full ? "too many connections in handshake"
@@ -563,9 +548,9 @@ static void name_thread(void)
  */
 static void give_back(struct tcp_wire *w)
 {
-	if (w->tls && w->npending >= TCP_TLS_PENDING_MAX / 4)
+	if (w->tls && w->pending.count >= TCP_TLS_PENDING_MAX / 4)
 		w->hs_burst = true;
-	if (!w->hs_burst || w->npending)
+	if (!w->hs_burst || w->pending.count)
 		return;
 	w->hs_burst = false;
 #ifdef __GLIBC__
@@ -587,6 +572,11 @@ void *tw_accept_main(void *arg)
 	bool backoff = false;
 
 	name_thread();
+	/* The handshake cap, and under TLS the cap on those in flight (each
+	 * holds a TLS session). */
+	zconn_pend_init(&w->pending, w->tls && w->pending_max > TCP_TLS_PENDING_MAX
+					     ? TCP_TLS_PENDING_MAX
+					     : w->pending_max);
 
 	while (!atomic_load(&w->shut)) {
 		size_t n = 0;
@@ -596,8 +586,8 @@ void *tw_accept_main(void *arg)
 					    .events = POLLIN };
 		pfd[n++] = (struct pollfd){ .fd = w->hs_epfd, .events = POLLIN };
 		/* The oldest handshake's deadline comes first. */
-		if (w->pending_tail && w->pending_tail->hs_deadline_ms < next)
-			next = w->pending_tail->hs_deadline_ms;
+		if (zconn_pend_next_deadline(&w->pending) < next)
+			next = zconn_pend_next_deadline(&w->pending);
 		size_t shm_first = n;
 		n += tw_shm_accept_fds(w, pfd + n, &next);
 		int timeout = next > now ? (int)(next - now) : 0;
@@ -618,8 +608,8 @@ void *tw_accept_main(void *arg)
 				pending_ready(w, ev[i].data.ptr);
 		}
 		now = now_ms();
-		while (w->pending_tail && w->pending_tail->hs_deadline_ms <= now) {
-			struct tcp_conn *c = w->pending_tail;
+		for (struct zconn_pend *p; (p = zconn_pend_expired(&w->pending, now));) {
+			struct tcp_conn *c = tw_pend_conn(p);
 			pending_drop(
 				w, c, ZAP_LOG_INFO, ZAP_CLOSE_HANDSHAKE,
 				c->tls && !c->tls_ok

@@ -156,6 +156,7 @@
 #include "tcp_path.h"
 #include "tcp_util.h"
 #include "tcp_wire.h"
+#include "zap-conn.h"
 #include "zap-tls.h"
 
 #include <assert.h>
@@ -163,6 +164,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -312,11 +314,10 @@ struct tcp_conn {
 	char tls_why[160];      /* the last TLS error on this connection */
 
 	/* handshake (accept thread or dialer) */
-	struct tcp_conn *pprev; /* accept thread: the newer one in w->pending */
+	struct zconn_pend pend; /* accept thread: in w->pending, its deadline */
 	short hs_armed;         /* accept thread: the events hs_epfd watches */
 	unsigned char hs[TCP_HDR + TCP_HELLO_MAX];
 	size_t hslen;
-	uint64_t hs_deadline_ms;
 };
 
 /*
@@ -480,12 +481,13 @@ struct tcp_wire {
 
 	pthread_t acc;
 	bool acc_started;
-	/* accept thread private: connections in the handshake, newest first
-	 * (so the oldest, whose deadline comes first, is pending_tail), in
-	 * the epoll set hs_epfd, which the accept thread polls (one
-	 * descriptor, however many handshakes are under way) */
-	struct tcp_conn *pending, *pending_tail;
-	size_t npending;
+	/* accept thread private: connections in the handshake (the
+	 * connection layer's set, zap-conn.h: newest first, so the oldest's
+	 * deadline, in ms, comes first; capped by pending_max and under TLS
+	 * TCP_TLS_PENDING_MAX), in the epoll set hs_epfd, which the accept
+	 * thread polls (one descriptor, however many handshakes are under
+	 * way) */
+	struct zconn_pend_set pending;
 	int hs_epfd;
 	bool hs_burst; /* many TLS handshakes were under way (give_back()) */
 
@@ -634,6 +636,11 @@ bool tw_evict_from(struct tcp_wire *w, const char *why,
 		   bool (*pick)(const struct tcp_conn *c, const void *arg),
 		   const void *arg, uint64_t min_idle_ms);
 unsigned tw_conn_host(const struct tcp_conn *c);
+/* The connection a handshake in w->pending is. */
+static inline struct tcp_conn *tw_pend_conn(struct zconn_pend *p)
+{
+	return (struct tcp_conn *)((char *)p - offsetof(struct tcp_conn, pend));
+}
 enum { TW_CONN_OK, TW_CONN_SHUT, TW_CONN_STALLED };
 int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c);
 static inline void tw_touch(struct tcp_conn *c, uint64_t now)

@@ -6,7 +6,9 @@
  *   tcp_const.h      the protocol's constants and the endpoint's limits
  *   tcp_codec.c      frame header and HELLO codec: the pure, fuzzed parsers
  *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
- *   tcp_handshake.c  the HELLO (built, read) and the accept thread
+ *   tcp_handshake.c  the HELLO (built, read) and the accept thread (its
+ *                    handshakes under way: util/conn's struct
+ *                    zconn_pend_set, deadlines, caps, whom to drop)
  *   tcp_dial.c       the dialer: connect, TLS, HELLO, version fallback
  *   tcp_progress.c   leader/follower progress: poll set, leader round, waiting
  *   tcp_rx.c         the leader's receive side: frames and parts (and a

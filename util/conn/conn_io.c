@@ -18,6 +18,7 @@ ssize_t zconn_recv(int fd, struct ztls_conn *tc, void *buf, size_t len, short *e
 		   char *why, size_t whylen)
 {
 	ssize_t k;
+	int e;
 
 	if (tc)
 		return ztls_read(tc, buf, len, ev, why, whylen);
@@ -27,14 +28,16 @@ ssize_t zconn_recv(int fd, struct ztls_conn *tc, void *buf, size_t len, short *e
 	*ev = POLLIN;
 	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 		return -EAGAIN;
-	snprintf(why, whylen, "recv: %s", strerror(errno));
-	return -errno;
+	e = errno; /* snprintf() and strerror() may change it */
+	snprintf(why, whylen, "recv: %s", strerror(e));
+	return -e;
 }
 
 ssize_t zconn_send(int fd, struct ztls_conn *tc, const void *buf, size_t len, short *ev,
 		   char *why, size_t whylen)
 {
 	ssize_t k;
+	int e;
 
 	if (tc)
 		return ztls_write(tc, buf, len, ev, why, whylen);
@@ -44,8 +47,9 @@ ssize_t zconn_send(int fd, struct ztls_conn *tc, const void *buf, size_t len, sh
 	*ev = POLLOUT;
 	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 		return -EAGAIN;
-	snprintf(why, whylen, "send: %s", strerror(errno));
-	return -errno;
+	e = errno; /* snprintf() and strerror() may change it */
+	snprintf(why, whylen, "send: %s", strerror(e));
+	return -e;
 }
 
 int zconn_all(int fd, struct ztls_conn *tc, void *buf, size_t len, bool wr,

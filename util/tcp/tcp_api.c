@@ -425,6 +425,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		free(r);
 	}
 	free(w->rtab);
+	free(w->ptab);
 	/* The last word on them: no handle is left to ask zap_stats(). */
 	if (w->qmsgs)
 		w->host->log(ZAP_LOG_DEBUG, w->dom,

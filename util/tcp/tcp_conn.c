@@ -167,106 +167,6 @@ void tw_retire(struct tcp_conn *c)
 	}
 }
 
-/*
- * Routes are found by address on every send, so by hash (w->rtab), not by
- * walking a list as long as the number of peers; w->routes links them all
- * for the walks that need every one (a peer's end, close).
- */
-static size_t route_bucket(const struct tcp_wire *w, const char *addr)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-	for (const unsigned char *c = (const unsigned char *)addr; *c; c++)
-		h = (h ^ *c) * 1099511628211ull;
-	return (size_t)(h & (w->rtab_n - 1));
-}
-
-/* Grow the table to keep about one route a bucket; on failure keep the
- * one there is (slower, still right). */
-static void route_rehash(struct tcp_wire *w)
-{
-	size_t n = w->rtab_n ? 2 * w->rtab_n : 64;
-	struct tcp_route **t = calloc(n, sizeof(*t));
-
-	if (!t)
-		return;
-	free(w->rtab);
-	w->rtab = t;
-	w->rtab_n = n;
-	for (struct tcp_route *r = w->routes; r; r = r->next) {
-		size_t b = route_bucket(w, r->addr);
-		r->hnext = t[b];
-		t[b] = r;
-	}
-}
-
-void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
-{
-	size_t had = w->rtab_n;
-
-	r->next = w->routes;
-	w->routes = r;
-	r->hnext = NULL;
-	if (++w->nroutes > w->rtab_n)
-		route_rehash(w);
-	if (!w->rtab_n || w->rtab_n != had)
-		return; /* no table (found by the list), or rebuilt with @r */
-	size_t b = route_bucket(w, r->addr);
-	r->hnext = w->rtab[b];
-	w->rtab[b] = r;
-}
-
-struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
-{
-	TW_HELD(w);
-	if (!w->rtab_n) {
-		for (struct tcp_route *r = w->routes; r; r = r->next)
-			if (!strcmp(r->addr, addr))
-				return r;
-		return NULL;
-	}
-	for (struct tcp_route *r = w->rtab[route_bucket(w, addr)]; r; r = r->hnext)
-		if (!strcmp(r->addr, addr))
-			return r;
-	return NULL;
-}
-
-struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p)
-{
-	struct tcp_route *r = tw_route_find(w, addr);
-	if (!r) {
-		r = calloc(1, sizeof(*r));
-		if (!r)
-			return NULL;
-		snprintf(r->addr, sizeof(r->addr), "%s", addr);
-		tw_route_add(w, r);
-	}
-	/* The newest registration wins: an address now names this instance
-	 * (a restarted peer on the same port is a new instance). */
-	r->peer = p;
-	r->contested = false;
-	return r;
-}
-
-void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
-{
-	TW_HELD(w);
-	if (w->rtab_n)
-		for (struct tcp_route **pp = &w->rtab[route_bucket(w, dead->addr)]; *pp;
-		     pp = &(*pp)->hnext)
-			if (*pp == dead) {
-				*pp = dead->hnext;
-				break;
-			}
-	for (struct tcp_route **pp = &w->routes; *pp; pp = &(*pp)->next)
-		if (*pp == dead) {
-			*pp = dead->next;
-			w->nroutes--;
-			free(dead);
-			return;
-		}
-}
-
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
 {
 	TW_HELD(w);
@@ -415,11 +315,7 @@ void tw_reap(struct tcp_wire *w)
 				if (r->peer == p)
 					tw_route_del(w, r);
 			}
-			for (struct tcp_peer **qp = &w->peers; *qp; qp = &(*qp)->next)
-				if (*qp == p) {
-					*qp = p->next;
-					break;
-				}
+			tw_peer_del(w, p);
 			free(p);
 		}
 	}
@@ -516,9 +412,7 @@ static bool register_lookup(struct tcp_wire *w, struct tcp_conn *c, bool self,
 	bool keep_route = false;
 
 	if (!self || c->dialed) {
-		for (p = w->peers; p; p = p->next)
-			if (p->rid == c->rid && !strcmp(p->addr, c->raddr))
-				break;
+		p = tw_peer_find(w, c->rid, c->raddr);
 		struct tcp_route *r = tw_route_find(w, c->raddr);
 		/* Another instance at a live peer's address: a restart whose
 		 * old connections we have not seen close yet (data may sit
@@ -616,8 +510,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 		}
 		p->rid = c->rid;
 		snprintf(p->addr, sizeof(p->addr), "%s", c->raddr);
-		p->next = w->peers;
-		w->peers = p;
+		tw_peer_add(w, p);
 	}
 	c->peer = p;
 	p->nconns++;

@@ -83,6 +83,9 @@
  * connections from epoll per round (the rest stay ready for the next). */
 #define TCP_HOT_IDLE_MS 200u
 #define TCP_EPOLL_BATCH 64u
+/* Hot connections past which those idle for less go cold as well: each is
+ * one more socket in every round's poll() (tcp_int.h, "Readiness"). */
+#define TCP_HOT_MAX 32u
 /* TLS handshakes under way at once (below ZAP_TCP_MAX_PENDING): each holds
  * a TLS session, tens of KiB once its ClientHello is read, so a flood of
  * half-open ones is bounded by this, not by the descriptor limit. */

@@ -6,6 +6,7 @@
  *   tcp_const.h      the protocol's constants and the endpoint's limits
  *   tcp_codec.c      frame header and HELLO codec: the pure, fuzzed parsers
  *   tcp_conn.c       connections, peers and routes (the tie-break), wake-ups
+ *   tcp_route.c      routes and peers found by address (hash tables)
  *   tcp_handshake.c  the HELLO (built, read) and the accept thread (its
  *                    handshakes under way: util/conn's struct
  *                    zconn_pend_set, deadlines, caps, whom to drop)
@@ -67,7 +68,10 @@
  * epoll set and onto w->hot) and reads it from the next round on, polling
  * it directly as before: a poll() over a few hot sockets picks a message
  * up faster than epoll_wait() followed by the read. A hot connection
- * with nothing to do for TCP_HOT_IDLE_MS goes cold again; one with state
+ * with nothing to do for TCP_HOT_IDLE_MS goes cold again, and with more
+ * than TCP_HOT_MAX hot, one with nothing to do now: many peers that each
+ * send now and then (a connect burst, votes from every validator) would
+ * otherwise all be hot, and every round would poll each; one with state
  * the leader must look at every round (a partial frame, a paused
  * allocation, data held back, a ring, its end read) stays hot. Timers:
  * the stall clock only runs on hot connections (a partial frame keeps
@@ -329,7 +333,8 @@ struct tcp_conn {
  * it is another peer and never touches this one's connections.
  */
 struct tcp_peer {
-	struct tcp_peer *next;
+	struct tcp_peer *next, *prev; /* w->peers */
+	struct tcp_peer *hnext;       /* the next in its w->ptab bucket */
 	uint64_t rid;
 	char addr[ZAP_PEER_MAX];
 	struct tcp_conn *tx; /* the connection our sends use, NULL if none */
@@ -500,6 +505,8 @@ struct tcp_wire {
 	struct tcp_route *routes;
 	struct tcp_route **rtab; /* mu: routes by address, rtab_n buckets */
 	size_t rtab_n, nroutes;
+	struct tcp_peer **ptab; /* mu: peers by address, ptab_n buckets */
+	size_t ptab_n, npeers;
 	/* Readiness (mu, but epfd itself never changes): the hot connections,
 	 * and when the idle scan is next due. */
 	int epfd;
@@ -611,7 +618,7 @@ void tw_conn_heat(struct tcp_wire *w, struct tcp_conn *c);
 /* Hot to cold: whether @c has had nothing to do for TCP_HOT_IDLE_MS
  * (the caller then checks tw_conn_held()), and the move; false if the
  * move failed (it stays hot). */
-bool tw_conn_may_cool(const struct tcp_conn *c, uint64_t now);
+bool tw_conn_may_cool(const struct tcp_wire *w, const struct tcp_conn *c, uint64_t now);
 bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c);
 /* Wait for @events on @fd, the ctx or shutdown (the dialer's waits). */
 int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
@@ -622,6 +629,9 @@ void tw_route_add(struct tcp_wire *w, struct tcp_route *r);
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr);
 struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p);
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);
+struct tcp_peer *tw_peer_find(struct tcp_wire *w, uint64_t rid, const char *addr);
+void tw_peer_add(struct tcp_wire *w, struct tcp_peer *p);
+void tw_peer_del(struct tcp_wire *w, struct tcp_peer *p);
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p);
 bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
 /* Close @c at the next reap, counted under @why (enum zap_close_reason). */

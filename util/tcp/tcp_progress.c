@@ -169,7 +169,7 @@ static void pollset_clocks(struct tcp_wire *w, uint64_t now, int *timeout)
 	 * partial frame, a paused allocation, a ring keep one hot. */
 	for (struct tcp_conn *c = w->hot, *next; c; c = next) {
 		next = c->hnext;
-		if (c->dead || (tw_conn_may_cool(c, now) && !tw_conn_held(w, c) &&
+		if (c->dead || (tw_conn_may_cool(w, c, now) && !tw_conn_held(w, c) &&
 				tw_conn_cool(w, c)))
 			continue;
 		if (c->rx_eof || !c->rx_since_ms)

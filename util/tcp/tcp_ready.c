@@ -112,19 +112,24 @@ void tw_conn_heat(struct tcp_wire *w, struct tcp_conn *c)
 
 /*
  * Whether hot @c may go cold: nothing happened on it for
- * TCP_HOT_IDLE_MS and it has no state the leader must look at every
+ * TCP_HOT_IDLE_MS (with more than TCP_HOT_MAX hot: nothing is happening
+ * now) and it has no state the leader must look at every
  * round (tcp_int.h, "Readiness"). A connection whose end was read stays
  * hot until it is freed: epoll would report its end every round. Whether
  * its data must wait for another connection (tw_conn_held()) is the
  * caller's last check: the connection table's, not readiness's.
  */
-bool tw_conn_may_cool(const struct tcp_conn *c, uint64_t now)
+bool tw_conn_may_cool(const struct tcp_wire *w, const struct tcp_conn *c, uint64_t now)
 {
 	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+	/* Past TCP_HOT_MAX, idle now is idle enough: many peers each sending
+	 * now and then (a burst of newcomers, votes from every validator)
+	 * would otherwise all stay hot, and each round would poll them all. */
+	uint64_t idle = w->nhot > TCP_HOT_MAX ? 0 : TCP_HOT_IDLE_MS;
 
 	return !c->dead && !c->rx_eof && !c->rx_ready && !c->alloc_wait && !c->rx_msg &&
 	       !c->rx_since_ms && c->rhead == c->rlen &&
-	       !atomic_load(&c->path)->ops->stays_hot && now - last >= TCP_HOT_IDLE_MS;
+	       !atomic_load(&c->path)->ops->stays_hot && now - last >= idle;
 }
 
 bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c)

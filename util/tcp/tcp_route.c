@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Routes and peers by address (mu held throughout, tcp_int.h, "Locking").
+ *
+ * Routes are found by address on every send, and peers by address on
+ * every registration (a connect burst registers thousands while senders
+ * and the leader wait for mu), so both by hash, not by walking a list as
+ * long as the number of peers; w->routes and w->peers link them all for
+ * the walks that need every one (a peer's end, statistics, close). The
+ * bottom of the wire's call graph with tcp_ready.c: it calls nothing in
+ * the other files.
+ */
+#include "tcp_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* @addr's bucket in a table of @n (a power of two) buckets. */
+static size_t addr_bucket(const char *addr, size_t n)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+
+	for (const unsigned char *c = (const unsigned char *)addr; *c; c++)
+		h = (h ^ *c) * 1099511628211ull;
+	return (size_t)(h & (n - 1));
+}
+
+static size_t route_bucket(const struct tcp_wire *w, const char *addr)
+{
+	return addr_bucket(addr, w->rtab_n);
+}
+
+/* Grow the table to keep about one route a bucket; on failure keep the
+ * one there is (slower, still right). */
+static void route_rehash(struct tcp_wire *w)
+{
+	size_t n = w->rtab_n ? 2 * w->rtab_n : 64;
+	struct tcp_route **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return;
+	free(w->rtab);
+	w->rtab = t;
+	w->rtab_n = n;
+	for (struct tcp_route *r = w->routes; r; r = r->next) {
+		size_t b = route_bucket(w, r->addr);
+		r->hnext = t[b];
+		t[b] = r;
+	}
+}
+
+void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
+{
+	size_t had = w->rtab_n;
+
+	r->next = w->routes;
+	w->routes = r;
+	r->hnext = NULL;
+	if (++w->nroutes > w->rtab_n)
+		route_rehash(w);
+	if (!w->rtab_n || w->rtab_n != had)
+		return; /* no table (found by the list), or rebuilt with @r */
+	size_t b = route_bucket(w, r->addr);
+	r->hnext = w->rtab[b];
+	w->rtab[b] = r;
+}
+
+struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
+{
+	TW_HELD(w);
+	if (!w->rtab_n) {
+		for (struct tcp_route *r = w->routes; r; r = r->next)
+			if (!strcmp(r->addr, addr))
+				return r;
+		return NULL;
+	}
+	for (struct tcp_route *r = w->rtab[route_bucket(w, addr)]; r; r = r->hnext)
+		if (!strcmp(r->addr, addr))
+			return r;
+	return NULL;
+}
+
+struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p)
+{
+	struct tcp_route *r = tw_route_find(w, addr);
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return NULL;
+		snprintf(r->addr, sizeof(r->addr), "%s", addr);
+		tw_route_add(w, r);
+	}
+	/* The newest registration wins: an address now names this instance
+	 * (a restarted peer on the same port is a new instance). */
+	r->peer = p;
+	r->contested = false;
+	return r;
+}
+
+void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
+{
+	TW_HELD(w);
+	if (w->rtab_n)
+		for (struct tcp_route **pp = &w->rtab[route_bucket(w, dead->addr)]; *pp;
+		     pp = &(*pp)->hnext)
+			if (*pp == dead) {
+				*pp = dead->hnext;
+				break;
+			}
+	for (struct tcp_route **pp = &w->routes; *pp; pp = &(*pp)->next)
+		if (*pp == dead) {
+			*pp = dead->next;
+			w->nroutes--;
+			free(dead);
+			return;
+		}
+}
+
+/* Grow the peers' table to keep about one a bucket; on failure keep the
+ * one there is (slower, still right). */
+static void peer_rehash(struct tcp_wire *w)
+{
+	size_t n = w->ptab_n ? 2 * w->ptab_n : 64;
+	struct tcp_peer **t = calloc(n, sizeof(*t));
+
+	if (!t)
+		return;
+	free(w->ptab);
+	w->ptab = t;
+	w->ptab_n = n;
+	for (struct tcp_peer *p = w->peers; p; p = p->next) {
+		size_t b = addr_bucket(p->addr, n);
+		p->hnext = t[b];
+		t[b] = p;
+	}
+}
+
+/* The peer @rid at @addr, or NULL. */
+struct tcp_peer *tw_peer_find(struct tcp_wire *w, uint64_t rid, const char *addr)
+{
+	TW_HELD(w);
+	struct tcp_peer *p = w->ptab_n ? w->ptab[addr_bucket(addr, w->ptab_n)] : w->peers;
+
+	for (; p; p = w->ptab_n ? p->hnext : p->next)
+		if (p->rid == rid && !strcmp(p->addr, addr))
+			return p;
+	return NULL;
+}
+
+void tw_peer_add(struct tcp_wire *w, struct tcp_peer *p)
+{
+	TW_HELD(w);
+	size_t had = w->ptab_n;
+
+	p->prev = NULL;
+	p->next = w->peers;
+	if (w->peers)
+		w->peers->prev = p;
+	w->peers = p;
+	p->hnext = NULL;
+	if (++w->npeers > w->ptab_n)
+		peer_rehash(w);
+	if (!w->ptab_n || w->ptab_n != had)
+		return; /* no table (found by the list), or rebuilt with @p */
+	size_t b = addr_bucket(p->addr, w->ptab_n);
+	p->hnext = w->ptab[b];
+	w->ptab[b] = p;
+}
+
+/* Unlink @p from the list and the table (the caller frees it). */
+void tw_peer_del(struct tcp_wire *w, struct tcp_peer *p)
+{
+	TW_HELD(w);
+	if (w->ptab_n)
+		for (struct tcp_peer **pp = &w->ptab[addr_bucket(p->addr, w->ptab_n)]; *pp;
+		     pp = &(*pp)->hnext)
+			if (*pp == p) {
+				*pp = p->hnext;
+				break;
+			}
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		w->peers = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	w->npeers--;
+}

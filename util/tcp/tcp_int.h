@@ -507,6 +507,7 @@ struct tcp_wire {
 	size_t rtab_n, nroutes;
 	struct tcp_peer **ptab; /* mu: peers by address, ptab_n buckets */
 	size_t ptab_n, npeers;
+	uint64_t hash_seed; /* addresses' hash (tcp_route.c), secret */
 	/* Readiness (mu, but epfd itself never changes): the hot connections,
 	 * and when the idle scan is next due. */
 	int epfd;

@@ -16,10 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* @addr's bucket in a table of @n (a power of two) buckets. */
-static size_t addr_bucket(const char *addr, size_t n)
+/*
+ * @addr's bucket in a table of @n (a power of two) buckets. FNV-1a from a
+ * secret start (w->hash_seed, drawn at open), so that a peer choosing the
+ * ports it claims cannot aim them all at one bucket.
+ */
+static size_t addr_bucket(const struct tcp_wire *w, const char *addr, size_t n)
 {
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	uint64_t h = 1469598103934665603ull ^ w->hash_seed;
 
 	for (const unsigned char *c = (const unsigned char *)addr; *c; c++)
 		h = (h ^ *c) * 1099511628211ull;
@@ -28,7 +32,7 @@ static size_t addr_bucket(const char *addr, size_t n)
 
 static size_t route_bucket(const struct tcp_wire *w, const char *addr)
 {
-	return addr_bucket(addr, w->rtab_n);
+	return addr_bucket(w, addr, w->rtab_n);
 }
 
 /* Grow the table to keep about one route a bucket; on failure keep the
@@ -130,7 +134,7 @@ static void peer_rehash(struct tcp_wire *w)
 	w->ptab = t;
 	w->ptab_n = n;
 	for (struct tcp_peer *p = w->peers; p; p = p->next) {
-		size_t b = addr_bucket(p->addr, n);
+		size_t b = addr_bucket(w, p->addr, n);
 		p->hnext = t[b];
 		t[b] = p;
 	}
@@ -140,7 +144,8 @@ static void peer_rehash(struct tcp_wire *w)
 struct tcp_peer *tw_peer_find(struct tcp_wire *w, uint64_t rid, const char *addr)
 {
 	TW_HELD(w);
-	struct tcp_peer *p = w->ptab_n ? w->ptab[addr_bucket(addr, w->ptab_n)] : w->peers;
+	struct tcp_peer *p = w->ptab_n ? w->ptab[addr_bucket(w, addr, w->ptab_n)]
+				       : w->peers;
 
 	for (; p; p = w->ptab_n ? p->hnext : p->next)
 		if (p->rid == rid && !strcmp(p->addr, addr))
@@ -163,7 +168,7 @@ void tw_peer_add(struct tcp_wire *w, struct tcp_peer *p)
 		peer_rehash(w);
 	if (!w->ptab_n || w->ptab_n != had)
 		return; /* no table (found by the list), or rebuilt with @p */
-	size_t b = addr_bucket(p->addr, w->ptab_n);
+	size_t b = addr_bucket(w, p->addr, w->ptab_n);
 	p->hnext = w->ptab[b];
 	w->ptab[b] = p;
 }
@@ -173,8 +178,8 @@ void tw_peer_del(struct tcp_wire *w, struct tcp_peer *p)
 {
 	TW_HELD(w);
 	if (w->ptab_n)
-		for (struct tcp_peer **pp = &w->ptab[addr_bucket(p->addr, w->ptab_n)]; *pp;
-		     pp = &(*pp)->hnext)
+		for (struct tcp_peer **pp = &w->ptab[addr_bucket(w, p->addr, w->ptab_n)];
+		     *pp; pp = &(*pp)->hnext)
 			if (*pp == p) {
 				*pp = p->hnext;
 				break;

@@ -266,13 +266,6 @@ static void tcp_msg_release(struct zap_msg *m)
 		free(m);
 }
 
-/* A message the wire dropped unfinished: freed, not cached (tcp_wire.h). */
-static void tcp_msg_discard(void *user, struct tcp_rx_msg *m)
-{
-	(void)user;
-	free(m);
-}
-
 static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 {
 	struct tcp_rx_msg *m;
@@ -353,10 +346,7 @@ static int tcp_open(const struct zap_host *host, const struct zap_open_args *arg
 		.domain = TCP_DOMAIN,
 		.listen = args->listen,
 		.max_msg_size = args->max_msg_size,
-		.alloc = { .alloc = tcp_msg_alloc,
-			   .user = NULL,
-			   .grow = tcp_msg_grow,
-			   .discard = tcp_msg_discard },
+		.alloc = { .alloc = tcp_msg_alloc, .user = NULL, .grow = tcp_msg_grow },
 	};
 	int r;
 

@@ -405,7 +405,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		struct tcp_conn *c = tw_pend_conn(w->pending.newest);
 		zconn_pend_del(&w->pending, &c->pend);
 		tw_count_close(w, ZAP_CLOSE_SHUTDOWN);
-		tw_conn_free(w, c);
+		tw_conn_free(c);
 	}
 	while (w->conns) {
 		struct tcp_conn *c = w->conns;
@@ -413,7 +413,7 @@ void tcp_wire_destroy(struct tcp_wire *w)
 		if (!c->dead)
 			c->why = ZAP_CLOSE_SHUTDOWN;
 		tw_conn_count_gone(w, c);
-		tw_conn_free(w, c);
+		tw_conn_free(c);
 	}
 	while (w->peers) {
 		struct tcp_peer *p = w->peers;

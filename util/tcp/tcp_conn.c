@@ -260,7 +260,7 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 		tw_conn_kill(w, c, ZAP_CLOSE_PEER_EOF);
 }
 
-void tw_conn_free(struct tcp_wire *w, struct tcp_conn *c)
+void tw_conn_free(struct tcp_conn *c)
 {
 	tw_tls_conn_free(c);
 	struct tcp_path *p = atomic_load(&c->path);
@@ -268,7 +268,7 @@ void tw_conn_free(struct tcp_wire *w, struct tcp_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->rx_msg)
-		tw_rx_discard(w, c->rx_msg);
+		c->rx_msg->msg.release(&c->rx_msg->msg);
 	free(c->rbuf);
 	free(c);
 }
@@ -308,7 +308,7 @@ void tw_reap(struct tcp_wire *w)
 			w->oldest = NULL;
 		w->nconns--;
 		tw_conn_count_gone(w, c);
-		tw_conn_free(w, c);
+		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
 			for (struct tcp_route *r = w->routes, *next; r; r = next) {
 				next = r->next;

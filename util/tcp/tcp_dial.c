@@ -361,7 +361,7 @@ fail_freed:;
 	tw_count_close(w, why);
 	tw_event(w, ZAP_EVENT_REFUSED, why, c, peer,
 		 ZAP_HOST_HAS(w->host, last_error) ? w->host->last_error() : NULL);
-	tw_conn_free(w, c);
+	tw_conn_free(c);
 	return r;
 }
 

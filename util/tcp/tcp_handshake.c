@@ -314,7 +314,7 @@ static void pending_drop(struct tcp_wire *w, struct tcp_conn *c, enum zap_log_le
 	tw_count_close(w, reason);
 	tw_event(w, ZAP_EVENT_REFUSED, reason, c, c->src, why);
 	pending_unlink(w, c);
-	tw_conn_free(w, c);
+	tw_conn_free(c);
 }
 
 /* The accepted side: register, then answer with our HELLO. */
@@ -342,7 +342,7 @@ static void pending_finish(struct tcp_wire *w, struct tcp_conn *c)
 		tw_count_close(w, ZAP_CLOSE_OTHER);
 		tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_OTHER, c, c->src,
 			 "out of memory");
-		tw_conn_free(w, c);
+		tw_conn_free(c);
 		return;
 	}
 
@@ -499,7 +499,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 				     "dropping connection from %s: %s", c->src, why);
 			tw_count_close(w, ZAP_CLOSE_TLS);
 			tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_TLS, c, c->src, why);
-			tw_conn_free(w, c);
+			tw_conn_free(c);
 			continue;
 		}
 		/* Too many handshakes, or the descriptor cap: someone makes
@@ -522,7 +522,7 @@ static void accept_ready(struct tcp_wire *w, bool *backoff)
 			tw_count_close(w, ZAP_CLOSE_EVICTED);
 			tw_event(w, ZAP_EVENT_REFUSED, ZAP_CLOSE_EVICTED, c, c->src,
 				 "descriptor limit reached");
-			tw_conn_free(w, c);
+			tw_conn_free(c);
 			continue;
 		}
 		pending_add(w, c);

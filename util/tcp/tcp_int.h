@@ -639,7 +639,7 @@ bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
 void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why);
 void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c);
 void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c);
-void tw_conn_free(struct tcp_wire *w, struct tcp_conn *c);
+void tw_conn_free(struct tcp_conn *c);
 void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr);
 bool tw_self_proven(const struct tcp_wire *w, const struct tcp_conn *c);
@@ -786,15 +786,6 @@ int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tai
 		uint64_t now, uint64_t total, uint64_t off, const void *data, size_t len,
 		bool last);
 int tw_rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c);
-
-/* Free @m, which the wire drops unfinished (struct tcp_rx_alloc). */
-static inline void tw_rx_discard(struct tcp_wire *w, struct tcp_rx_msg *m)
-{
-	if (w->alloc.discard)
-		w->alloc.discard(w->alloc.user, m);
-	else
-		m->msg.release(&m->msg);
-}
 
 /* The name of @c's path for zap_peers() and events: "shm" once our
  * sends may use the ring, else the socket's ("tcp", "unix"). */

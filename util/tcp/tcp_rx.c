@@ -149,7 +149,7 @@ int tw_rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c)
 	c->rx_msg = NULL;
 	c->rx_part = 0;
 	budget_put(w, c);
-	tw_rx_discard(w, m);
+	m->msg.release(&m->msg);
 	tw_count(&w->st_drop_partial, 1);
 	return RX_EOF_PARTIAL;
 }

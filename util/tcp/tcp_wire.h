@@ -63,13 +63,6 @@ struct tcp_rx_alloc {
 	 * partly received messages allows it.
 	 */
 	int (*grow)(void *user, size_t len, struct tcp_rx_msg **m);
-	/*
-	 * Optional: free *@m, a message the wire drops unfinished (its peer
-	 * stalled, ended or was closed mid-message), keeping none of it for
-	 * reuse: a peer that opens large messages and abandons them must not
-	 * fill a cache of released blocks. Without it, msg.release.
-	 */
-	void (*discard)(void *user, struct tcp_rx_msg *m);
 };
 
 struct tcp_wire_args {

@@ -260,8 +260,15 @@ static void *stall_main(void *p)
  * Eight peers (127.0.0.2-9) each announce a 64 MiB message, send 16 MiB of
  * it and stall. The endpoint's partial-message budget (4 MiB here) bounds
  * what it holds, one message past it at a time; the stalled frames are
- * dropped after ZAP_TCP_STALL_MS (0.4 s here); a well-behaved peer is served
+ * dropped after ZAP_TCP_STALL_MS (1 s here); a well-behaved peer is served
  * throughout. It used to hold all 128 MiB until the peers went away.
+ *
+ * RSS is read after half a second of reading, before a stall can have
+ * dropped anything: a dropped message's block may stay in the default
+ * transport's cache of released blocks (plugins/default/default.c, bounded
+ * by that cache), which is not what the budget bounds. Where a drop came
+ * first all the same (a machine too busy to run the test for a second),
+ * each allows its message's 16 MiB more.
  */
 static void test_partial_budget_and_stall(void **state)
 {
@@ -276,7 +283,7 @@ static void test_partial_budget_and_stall(void **state)
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	bool counted = rss_follows_malloc();
 	setenv("ZAP_TCP_PARTIAL_BYTES", "4194304", 1);
-	setenv("ZAP_TCP_STALL_MS", "400", 1);
+	setenv("ZAP_TCP_STALL_MS", "1000", 1);
 	struct zap_transport *b = ep_open();
 	unsetenv("ZAP_TCP_PARTIAL_BYTES");
 	unsetenv("ZAP_TCP_STALL_MS");
@@ -290,23 +297,27 @@ static void test_partial_budget_and_stall(void **state)
 		snprintf(st[i].from, sizeof(st[i].from), "127.0.0.%d", i + 2);
 		pthread_create(&th[i], NULL, stall_main, &st[i]);
 	}
-	pump(b, 1000);
-	for (int i = 0; i < NS; i++)
-		pthread_join(th[i], NULL);
+	pump(b, 500);
 	long grew = vm_rss_kib() - rss0;
-	fprintf(stderr, "# RSS grew by %ld KiB under %d stalled 16 MiB partials\n",
-		grew, NS);
-	/* Budget 4 MiB + the one message allowed past it (16 MiB) + slack;
-	 * checked where RSS follows what is held. */
+	struct zap_stats zs = {.size = sizeof(zs)};
+	assert_int_equal(zap_stats(b, &zs), 0);
+	fprintf(stderr,
+		"# RSS grew by %ld KiB under %d stalled 16 MiB partials (%llu dropped)\n",
+		grew, NS, (unsigned long long)zs.drops_partial);
+	/* Budget 4 MiB + the one message allowed past it (16 MiB) + slack,
+	 * and 16 MiB for each message dropped before (see above); checked
+	 * where RSS follows what is held. */
 	if (counted)
-		assert_true(grew < 40 * 1024);
+		assert_true(grew < (long)(28 + 16 * zs.drops_partial) * 1024);
 	else
 		fprintf(stderr, "# RSS not checked: a sanitizer's allocator\n");
+	for (int i = 0; i < NS; i++)
+		pthread_join(th[i], NULL);
 	served(b, ab);
-	/* No progress for 0.4 s: each stalled connection is dropped (those
+	/* No progress for 1 s: each stalled connection is dropped (those
 	 * held back by the budget once they had their turn). */
 	int left = NS;
-	for (int round = 0; left && round < 50; round++) {
+	for (int round = 0; left && round < 100; round++) {
 		pump(b, 300);
 		for (int i = 0; i < NS; i++) {
 			char c[4096];

@@ -32,6 +32,9 @@
  * parts. The ring keeps TCP_SHM_KEEP bytes free for them. */
 #define TCP_SOLO_MAX (32u << 10)
 #define TCP_PART (256u << 10)
+/* A large message's sender lets a waiting thread run after this long of
+ * sending parts without a break (tcp_send.c, big_yield()). */
+#define TCP_BIG_RUN_NS 200000u
 /* ... of which a sender with nobody in line behind it writes this many
  * with one sendmsg(): a system call and a lock round per part cost 1 MiB
  * streaming 15% here. */

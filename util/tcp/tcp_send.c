@@ -13,6 +13,7 @@
 #include "zap-conn.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -382,6 +383,29 @@ static int big_interrupted(struct tcp_wire *w, struct tcp_conn *c,
 }
 
 /*
+ * Between two parts of a large message (mu held, dropped around it): after
+ * TCP_BIG_RUN_NS of copying parts without a break, let a thread waiting
+ * for this core run first. The thread that sends a vote beside a block,
+ * or waits for its answer, shares a core with this one on a small host,
+ * and the scheduler lets a running thread finish its slice (up to a tick,
+ * 4 ms at HZ=250) before the thread it woke: that was the 64 B round
+ * trip's p99 behind 64 MiB messages (bench/MEASUREMENTS.md, "big-yield").
+ * One system call per TCP_BIG_RUN_NS when nobody waits. Returns 0.
+ */
+static int big_yield(struct tcp_wire *w, uint64_t *ran_from)
+{
+	uint64_t now = now_ns();
+
+	if (now - *ran_from < TCP_BIG_RUN_NS)
+		return 0;
+	tw_unlock(w);
+	sched_yield();
+	tw_lock(w);
+	*ran_from = now_ns();
+	return 0;
+}
+
+/*
  * Send @m, above TCP_SOLO_MAX, on the version-3 connection @c, whose tx
  * side we own (mu held; dropped while writing and waiting), in parts of
  * TCP_PART bytes, giving the tx side back between two parts so that other
@@ -401,6 +425,7 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 	size_t off = 0;
 	bool open = false; /* part of it went, the rest not yet */
 	int err = 0;
+	uint64_t ran_from = now_ns();
 
 	*written = 0;
 	*again = false;
@@ -430,7 +455,7 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		if (err == -EAGAIN && tx->ops->consumed(tx) == seen)
 			err = tw_wait_step(w, me, ctx);
 		else
-			err = 0;
+			err = big_yield(w, &ran_from);
 		if (!err)
 			err = big_take_tx(w, c, me, ctx);
 		if (err) {

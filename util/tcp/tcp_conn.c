@@ -310,11 +310,7 @@ void tw_reap(struct tcp_wire *w)
 		tw_conn_count_gone(w, c);
 		tw_conn_free(c);
 		if (p && --p->nconns == 0) {
-			for (struct tcp_route *r = w->routes, *next; r; r = next) {
-				next = r->next;
-				if (r->peer == p)
-					tw_route_del(w, r);
-			}
+			tw_peer_drop_routes(w, p);
 			tw_peer_del(w, p);
 			free(p);
 		}

@@ -335,6 +335,7 @@ struct tcp_conn {
 struct tcp_peer {
 	struct tcp_peer *next, *prev; /* w->peers */
 	struct tcp_peer *hnext;       /* the next in its w->ptab bucket */
+	struct tcp_route *routes;     /* the routes to it (tw_route_set()) */
 	uint64_t rid;
 	char addr[ZAP_PEER_MAX];
 	struct tcp_conn *tx; /* the connection our sends use, NULL if none */
@@ -357,9 +358,10 @@ struct tcp_peer {
  * such dial per TCP_VERIFY_MS an address (@verify_ms).
  */
 struct tcp_route {
-	struct tcp_route *next;
-	struct tcp_route *hnext; /* the next in its w->rtab bucket */
-	struct tcp_peer *peer;
+	struct tcp_route *next, *prev; /* w->routes */
+	struct tcp_route *hnext;       /* the next in its w->rtab bucket */
+	struct tcp_route *pnext;       /* the next in peer->routes */
+	struct tcp_peer *peer;         /* set by tw_route_set() only */
 	bool dialing;
 	bool contested;
 	bool verifying; /* that dial is under way: senders wait for it */
@@ -633,6 +635,7 @@ void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);
 struct tcp_peer *tw_peer_find(struct tcp_wire *w, uint64_t rid, const char *addr);
 void tw_peer_add(struct tcp_wire *w, struct tcp_peer *p);
 void tw_peer_del(struct tcp_wire *w, struct tcp_peer *p);
+void tw_peer_drop_routes(struct tcp_wire *w, struct tcp_peer *p);
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p);
 bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
 /* Close @c at the next reap, counted under @why (enum zap_close_reason). */

@@ -58,7 +58,10 @@ void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
 {
 	size_t had = w->rtab_n;
 
+	r->prev = NULL;
 	r->next = w->routes;
+	if (w->routes)
+		w->routes->prev = r;
 	w->routes = r;
 	r->hnext = NULL;
 	if (++w->nroutes > w->rtab_n)
@@ -85,6 +88,21 @@ struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
 	return NULL;
 }
 
+/* Take @r off its peer's list of routes (a few: its address, the
+ * addresses dialed to reach it). */
+static void route_unpeer(struct tcp_route *r)
+{
+	if (!r->peer)
+		return;
+	for (struct tcp_route **pp = &r->peer->routes; *pp; pp = &(*pp)->pnext)
+		if (*pp == r) {
+			*pp = r->pnext;
+			break;
+		}
+	r->peer = NULL;
+	r->pnext = NULL;
+}
+
 struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p)
 {
 	struct tcp_route *r = tw_route_find(w, addr);
@@ -97,7 +115,12 @@ struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_
 	}
 	/* The newest registration wins: an address now names this instance
 	 * (a restarted peer on the same port is a new instance). */
-	r->peer = p;
+	if (r->peer != p) {
+		route_unpeer(r);
+		r->peer = p;
+		r->pnext = p->routes;
+		p->routes = r;
+	}
 	r->contested = false;
 	return r;
 }
@@ -112,13 +135,25 @@ void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 				*pp = dead->hnext;
 				break;
 			}
-	for (struct tcp_route **pp = &w->routes; *pp; pp = &(*pp)->next)
-		if (*pp == dead) {
-			*pp = dead->next;
-			w->nroutes--;
-			free(dead);
-			return;
-		}
+	route_unpeer(dead);
+	if (dead->prev)
+		dead->prev->next = dead->next;
+	else
+		w->routes = dead->next;
+	if (dead->next)
+		dead->next->prev = dead->prev;
+	w->nroutes--;
+	free(dead);
+}
+
+/* Every route to @p goes (its last connection went): its own list, not a
+ * walk of every route, so that thousands of peers leaving at once cost
+ * each its own routes under w->mu. */
+void tw_peer_drop_routes(struct tcp_wire *w, struct tcp_peer *p)
+{
+	TW_HELD(w);
+	while (p->routes)
+		tw_route_del(w, p->routes);
 }
 
 /* Grow the peers' table to keep about one a bucket; on failure keep the

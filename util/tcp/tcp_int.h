@@ -618,9 +618,9 @@ int tw_ready_add(struct tcp_wire *w, struct tcp_conn *c, uint64_t now, bool *kic
 void tw_ready_del(struct tcp_wire *w, struct tcp_conn *c);
 /* Cold to hot (epoll saw it readable). */
 void tw_conn_heat(struct tcp_wire *w, struct tcp_conn *c);
-/* Hot to cold: whether @c has had nothing to do for TCP_HOT_IDLE_MS
- * (the caller then checks tw_conn_held()), and the move; false if the
- * move failed (it stays hot). */
+/* Hot to cold: whether @c has had nothing to do for TCP_HOT_IDLE_MS, or
+ * now with more than TCP_HOT_MAX hot (the caller then checks
+ * tw_conn_held()), and the move; false if the move failed (it stays hot). */
 bool tw_conn_may_cool(const struct tcp_wire *w, const struct tcp_conn *c, uint64_t now);
 bool tw_conn_cool(struct tcp_wire *w, struct tcp_conn *c);
 /* Wait for @events on @fd, the ctx or shutdown (the dialer's waits). */

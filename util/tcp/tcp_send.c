@@ -13,9 +13,9 @@
 #include "zap-conn.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,19 +390,16 @@ static int big_interrupted(struct tcp_wire *w, struct tcp_conn *c,
  * and the scheduler lets a running thread finish its slice (up to a tick,
  * 4 ms at HZ=250) before the thread it woke: that was the 64 B round
  * trip's p99 behind 64 MiB messages (bench/MEASUREMENTS.md, "big-yield").
- * One system call per TCP_BIG_RUN_NS when nobody waits. Returns 0.
+ * One system call per TCP_BIG_RUN_NS when nobody waits.
  */
-static int big_yield(struct tcp_wire *w, uint64_t *ran_from)
+static void big_yield(struct tcp_wire *w, uint64_t *ran_from)
 {
-	uint64_t now = now_ns();
-
-	if (now - *ran_from < TCP_BIG_RUN_NS)
-		return 0;
+	if (now_ns() - *ran_from < TCP_BIG_RUN_NS)
+		return;
 	tw_unlock(w);
 	sched_yield();
 	tw_lock(w);
 	*ran_from = now_ns();
-	return 0;
 }
 
 /*
@@ -452,10 +449,12 @@ static int send_big(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov
 		/* Between two parts, or waiting for room on the path: the tx
 		 * side is the other senders' meanwhile. */
 		send_release(w, c, 0, 0);
-		if (err == -EAGAIN && tx->ops->consumed(tx) == seen)
+		if (err == -EAGAIN && tx->ops->consumed(tx) == seen) {
 			err = tw_wait_step(w, me, ctx);
-		else
-			err = big_yield(w, &ran_from);
+		} else {
+			big_yield(w, &ran_from);
+			err = 0;
+		}
 		if (!err)
 			err = big_take_tx(w, c, me, ctx);
 		if (err) {

@@ -108,6 +108,15 @@ static inline bool zt_log_wait(const char *s, unsigned ms)
 	return zt_log_wait_(s, NULL, false, ms);
 }
 
+/** zt_log_has() - whether @s was captured, now (no wait, no output). */
+static inline bool zt_log_has(const char *s)
+{
+	pthread_mutex_lock(&zt_log_mu);
+	bool found = zt_log_has_(s, NULL, false);
+	pthread_mutex_unlock(&zt_log_mu);
+	return found;
+}
+
 /**
  * zt_log_wait_line() - like zt_log_wait(), for one captured line that
  * contains both @a and @b (just @a when @b is NULL): a refusal and the

@@ -215,12 +215,19 @@ static void read_answer(int fd)
 	}
 }
 
-/* A raw peer that completed the handshake with @t (at address @at). */
+/*
+ * A raw peer that completed the handshake with @t (at address @at). Each
+ * is an instance of its own: connections of one instance are ordered
+ * (WIRE.md, "One connection per pair of endpoints", rule 3), and closing
+ * an unread earlier one drops the later ones with it, which would add
+ * closes to what these tests count.
+ */
 static int raw_peer(struct zap_transport *t, const char *at)
 {
+	static uint64_t next_id = 0x5000;
 	unsigned char p[256];
 	int fd = raw_connect_from(at, "127.0.0.1");
-	write_all(fd, p, hello_addr(p, "127.0.0.1:9"));
+	write_all(fd, p, hello_full(p, next_id++, 42, "127.0.0.1:9"));
 	(void)t;
 	read_answer(fd);
 	return fd;

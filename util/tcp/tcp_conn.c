@@ -147,8 +147,9 @@ void tw_notify(struct tcp_wire *w, bool tx)
  * Both ends compute the same order from the HELLOs. Each end sends on the
  * best connection it knows and only ever moves to a better one; the loser
  * is retired with SHUT_WR once its last frame is out, and closes at EOF.
- * A receiver holds back data on a connection while a worse one from the
- * same peer may still deliver (see tw_conn_held()), so moving never reorders.
+ * A receiver holds back data on a connection while one the peer wrote on
+ * before may still deliver (conn_before(), tw_conn_held()), so moving
+ * never reorders.
  */
 static bool key_less(const struct tcp_wire *w, const struct tcp_conn *a,
 		     const struct tcp_conn *b)
@@ -158,13 +159,39 @@ static bool key_less(const struct tcp_wire *w, const struct tcp_conn *a,
 	return da != db ? da < db : a->nonce < b->nonce;
 }
 
+/*
+ * Whether the peer's frames on @x come before its frames on @c (two
+ * connections of one peer). The key orders connections that were open at
+ * once: the peer moves only to a better one. But once we sent our FIN on
+ * a connection, the peer may close it at that FIN and dial again, and the
+ * new connection's key is as random as its nonce; its frames still come
+ * after everything the peer wrote on the old one, which we may not have
+ * read yet. So a connection that joined the peer after one of its FINs
+ * (c->after_fins) comes after the connections that were there before.
+ * A strict order, so some connection is always free to be read.
+ */
+static bool conn_before(const struct tcp_wire *w, const struct tcp_conn *x,
+			const struct tcp_conn *c)
+{
+	if (x->after_fins != c->after_fins)
+		return x->after_fins < c->after_fins;
+	return key_less(w, c, x);
+}
+
+/* Our FIN on @c (mu held), after our last frame there. */
+static void conn_fin(struct tcp_conn *c)
+{
+	shutdown(c->fd, SHUT_WR);
+	c->tx_shut = true;
+	if (c->peer)
+		c->peer->fins++;
+}
+
 void tw_retire(struct tcp_conn *c)
 {
 	c->retiring = true;
-	if (!c->tx_busy && !c->big && !c->tx_shut) {
-		shutdown(c->fd, SHUT_WR);
-		c->tx_shut = true;
-	}
+	if (!c->tx_busy && !c->big && !c->tx_shut)
+		conn_fin(c);
 }
 
 void tw_peer_pick_tx(struct tcp_wire *w, struct tcp_peer *p)
@@ -202,7 +229,7 @@ void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why)
 	if (!cut || !c->peer)
 		return;
 	/*
-	 * Better connections of the same peer were held back behind this
+	 * Later connections of the same peer were held back behind this
 	 * one (tw_conn_held()): the peer wrote their frames after its last
 	 * frames here, some of which may now never arrive (a killed peer's
 	 * unsent bytes go with it; a reset discards what we had not read).
@@ -210,7 +237,7 @@ void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why)
 	 * go too, unread. (A soak run with kills saw "seq 30, expected 25".)
 	 */
 	for (struct tcp_conn *x = w->conns; x; x = x->next) {
-		if (x == c || x->dead || x->peer != c->peer || !key_less(w, x, c))
+		if (x == c || x->dead || x->peer != c->peer || !conn_before(w, c, x))
 			continue;
 		w->host->log(ZAP_LOG_INFO, w->dom,
 			     "dropping connection to %s (from %s) unread: the connection "
@@ -252,10 +279,8 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 	TW_HELD(w);
 	if (c->dead)
 		return;
-	if (c->retiring && !c->tx_shut && !c->big) {
-		shutdown(c->fd, SHUT_WR);
-		c->tx_shut = true;
-	}
+	if (c->retiring && !c->tx_shut && !c->big)
+		conn_fin(c);
 	if (c->rx_eof && c->tx_shut)
 		tw_conn_kill(w, c, ZAP_CLOSE_PEER_EOF);
 }
@@ -509,6 +534,7 @@ int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_ad
 		tw_peer_add(w, p);
 	}
 	c->peer = p;
+	c->after_fins = p->fins;
 	p->nconns++;
 	if (!p->tx) {
 		p->tx = c;
@@ -589,15 +615,15 @@ unsigned tw_conn_host(const struct tcp_conn *c)
 }
 
 /*
- * Whether data on @c must wait: a worse connection from the same peer may
- * still deliver frames the peer sent before moving to @c.
+ * Whether data on @c must wait: another connection from the same peer may
+ * still deliver frames the peer sent before moving to @c (conn_before()).
  */
 bool tw_conn_held(const struct tcp_wire *w, const struct tcp_conn *c)
 {
 	if (!c->peer || c->peer->nconns < 2)
 		return false;
 	for (const struct tcp_conn *x = w->conns; x; x = x->next)
-		if (x != c && x->peer == c->peer && !x->rx_eof && key_less(w, c, x))
+		if (x != c && x->peer == c->peer && !x->rx_eof && conn_before(w, x, c))
 			return true;
 	return false;
 }

@@ -263,6 +263,7 @@ struct tcp_conn {
 	bool tx_used;
 	bool retiring; /* superseded: SHUT_WR once tx is free */
 	bool tx_shut;
+	uint64_t after_fins;               /* peer->fins when it joined its peer */
 	bool dead;                         /* close at the next reap */
 	bool rx_eof;                       /* no more data will be read */
 	struct tcp_txreq *txq, **txq_tail; /* frames queued behind tx_busy */
@@ -340,6 +341,7 @@ struct tcp_peer {
 	char addr[ZAP_PEER_MAX];
 	struct tcp_conn *tx; /* the connection our sends use, NULL if none */
 	unsigned nconns;
+	uint64_t fins; /* FINs we sent on its connections (tcp_conn.c) */
 };
 
 /*

@@ -16,10 +16,12 @@
  * ends at a limit scaled by zt_timeout_ms() (tests/README.md).
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "conformance.h"
 
@@ -247,7 +249,8 @@ static int echo_main(struct zap_transport *t)
 	return rc != -ECANCELED;
 }
 
-static pid_t spawn(bool b, size_t i)
+/* B (@ready >= 0) writes a byte to @ready once its endpoint is open. */
+static pid_t spawn(bool b, size_t i, int ready)
 {
 	pid_t pid = fork();
 
@@ -262,6 +265,8 @@ static pid_t spawn(bool b, size_t i)
 		if (open_ep(&p.a, p.addr_a) == 0) {
 			snprintf(p.addr_b, sizeof(p.addr_b), "%s", DP_B);
 			p.rx = p.a;
+			if (ready >= 0)
+				(void)!write(ready, "", 1);
 			rc = b ? echo_main(p.a) : checks[i].fn(&p);
 			zap_close(p.a);
 		}
@@ -292,9 +297,27 @@ static int run_two_procs(size_t i)
 	pid_t b, a;
 	int rc;
 
+	/*
+	 * A starts once B's endpoint is open: A's first send resolves B's
+	 * address within ZAP_DPDK_ARP_TIMEOUT_MS (3 s), and B's EAL start
+	 * on a loaded host once took longer than that (CI: "no ARP reply").
+	 * B failing to open closes the pipe: A then runs and says so.
+	 */
+	int ready[2];
+	char byte;
+
 	fflush(NULL);
-	b = spawn(true, i);
-	a = spawn(false, i);
+	if (pipe(ready)) {
+		perror("pipe");
+		return 1;
+	}
+	b = spawn(true, i, ready[1]);
+	close(ready[1]);
+	struct pollfd pf = { .fd = ready[0], .events = POLLIN };
+	if (poll(&pf, 1, (int)zt_timeout_ms(60000)) != 1 || read(ready[0], &byte, 1) != 1)
+		fprintf(stderr, "# B (echo) did not open its endpoint\n");
+	close(ready[0]);
+	a = spawn(false, i, -1);
 	rc = reap(a, "A");
 	if (b > 0)
 		kill(b, SIGTERM);

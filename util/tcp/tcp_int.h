@@ -268,7 +268,9 @@ struct tcp_conn {
 	bool rx_eof;                       /* no more data will be read */
 	struct tcp_txreq *txq, **txq_tail; /* frames queued behind tx_busy */
 	uint64_t tx_msgs, tx_bytes;        /* whole messages written, payload */
-	unsigned txq_n;
+	/* written under mu; atomic so that a large message's sender, writing
+	 * a part without mu, can see that a frame waits (tcp_shm.c) */
+	_Atomic unsigned txq_n;
 	unsigned char ver; /* wire version, agreed in the HELLOs; set before use */
 	/* version 3 (mu): the large message going out in parts (its sender's
 	 * line entry), the senders in line behind it, and the path its parts
@@ -597,6 +599,9 @@ uint64_t tw_rand64(void);
 void tw_tune_socket(int fd);
 bool tw_same_host(const struct sockaddr *local, const struct sockaddr *peer);
 void tw_tune_same_host(const struct tcp_wire *w, int fd);
+/* Set by a spinning leader that yields its core (tcp_spin.c); a large
+ * message's sender, copying into a ring, yields to it (tcp_shm.c). */
+extern atomic_bool tw_core_wanted;
 void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us);
 uint64_t tw_spin_budget(const struct tcp_spin *s);
 void tw_spin_learn(struct tcp_spin *s, uint64_t waited_ns);

@@ -355,6 +355,43 @@ static int shm_send1(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 }
 
 /*
+ * The records of one part of a large message (mu not held, tx side
+ * owned): TCP_SHM_CHUNK bytes each, up to TCP_PART. Between two, the core
+ * goes to a spinning leader of this process that gave it to us
+ * (tw_core_wanted): a thread waiting for a vote's answer on the same core
+ * otherwise got it back only after the whole part's copy. Results as
+ * shm_send_part().
+ */
+static int part_records(struct tcp_conn *c, struct tcp_shm *s, const void *buf,
+			size_t len, uint64_t *seen)
+{
+	int r = -EINPROGRESS;
+	bool wake;
+
+	for (unsigned i = 0; r == -EINPROGRESS && i < TCP_PART / TCP_SHM_CHUNK; i++) {
+		if (i && atomic_load_explicit(&c->txq_n, memory_order_relaxed))
+			break;
+		if (i && atomic_load_explicit(&tw_core_wanted, memory_order_relaxed) &&
+		    atomic_exchange_explicit(&tw_core_wanted, false,
+					     memory_order_relaxed))
+			sched_yield();
+		r = zshm_send_part(&s->tx, buf, len, TCP_SHM_CHUNK, TCP_SHM_KEEP, &wake);
+		if (wake)
+			tw_shm_wake(s);
+		if (r == -EAGAIN) {
+			/* Full: announce that we wait, look once more. */
+			zshm_tx_prepare_wait(&s->tx);
+			*seen = consumer_pos(s);
+			r = zshm_send_part(&s->tx, buf, len, TCP_SHM_CHUNK, TCP_SHM_KEEP,
+					   &wake);
+			if (wake)
+				tw_shm_wake(s);
+		}
+	}
+	return r;
+}
+
+/*
  * Version 3: write the next part of the large message @m into @c's
  * ring (tx side owned, mu held; dropped while writing): at most TCP_PART
  * bytes, leaving TCP_SHM_KEEP bytes free for other senders' messages.
@@ -372,7 +409,6 @@ static int shm_send_part(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path
 	const void *buf = m->buf;
 	size_t len = m->len;
 	struct tcp_txreq own = { .buf = buf, .len = len };
-	bool wake;
 	int r = ring_switch(w, c, s, &own, me, ctx, open);
 
 	(void)off;     /* the ring keeps its own place in the message */
@@ -392,17 +428,7 @@ static int shm_send_part(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path
 			     : w->host->fail(-EPIPE, "%s: send to %s: the peer closed",
 					     w->dom, c->raddr);
 	}
-	r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
-	if (wake)
-		tw_shm_wake(s);
-	if (r == -EAGAIN) {
-		/* Full: announce that we wait, look once more. */
-		zshm_tx_prepare_wait(&s->tx);
-		*seen = consumer_pos(s);
-		r = zshm_send_part(&s->tx, buf, len, TCP_PART, TCP_SHM_KEEP, &wake);
-		if (wake)
-			tw_shm_wake(s);
-	}
+	r = part_records(c, s, buf, len, seen);
 	tw_lock(w);
 	*open = zshm_tx_mid(&s->tx);
 	if (r == -EPROTO)

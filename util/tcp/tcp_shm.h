@@ -42,6 +42,10 @@
  * large ones with more kept free, and streaming was fastest with this
  * (bench/MEASUREMENTS.md, "shm-keep"). */
 #define TCP_SHM_KEEP ((1u << TCP_SHM_LOG2) / 8)
+/* ... as records of at most this many bytes, between which the sender may
+ * give its core to a waiting thread (tcp_shm.c, part_records();
+ * bench/MEASUREMENTS.md, "shm-part-records"). */
+#define TCP_SHM_CHUNK (32u << 10)
 enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
 struct tcp_shm {
 	struct tcp_path path; /* first: c->path points here once installed */

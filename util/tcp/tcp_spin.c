@@ -56,6 +56,7 @@
 #define SPIN_SAMPLE_CAP_NS (8u * SPIN_LIMIT_NS)
 
 static atomic_uint spinners;
+atomic_bool tw_core_wanted;
 
 static unsigned cpus_usable(void)
 {
@@ -208,6 +209,8 @@ static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 		 * rounds do. */
 		if ((eager && (fds || i % SPIN_RING_ROUNDS == 0)) ||
 		    now - yield_ns >= SPIN_YIELD_NS) {
+			atomic_store_explicit(&tw_core_wanted, true,
+					      memory_order_relaxed);
 			sched_yield();
 			yield_ns = now_ns();
 			if (yield_ns - now >= SPIN_CONTENDED_NS)
@@ -232,6 +235,7 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		 * sleeping: the thread that runs may be the peer we wait for,
 		 * and its reply then costs no sleep and wake-up (measured in
 		 * the comment at the top). */
+		atomic_store_explicit(&tw_core_wanted, true, memory_order_relaxed);
 		sched_yield();
 		r = poll(pfd, n, 0);
 		seen = now_ns();

@@ -356,11 +356,12 @@ static int shm_send1(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 
 /*
  * The records of one part of a large message (mu not held, tx side
- * owned): TCP_SHM_CHUNK bytes each, up to TCP_PART. Between two, the core
- * goes to a spinning leader of this process that gave it to us
- * (tw_core_wanted): a thread waiting for a vote's answer on the same core
- * otherwise got it back only after the whole part's copy. Results as
- * shm_send_part().
+ * owned): TCP_SHM_CHUNK bytes each, up to TCP_PART. Between two, the part
+ * ends when a sender queued for the tx side (c->txq_n, read without mu: a
+ * stale read moves the end by a record), and the core goes to a spinning
+ * leader of this process that gave it to us (tw_core_wanted). Otherwise a
+ * vote whose thread shares the core waited for the whole part's copy
+ * (bench/MEASUREMENTS.md, "shm-part-records"). Results as shm_send_part().
  */
 static int part_records(struct tcp_conn *c, struct tcp_shm *s, const void *buf,
 			size_t len, uint64_t *seen)

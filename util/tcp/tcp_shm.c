@@ -354,6 +354,18 @@ static int shm_send1(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 	return err;
 }
 
+/* One attempt at the next record of the large message @buf, as ring_put()
+ * is for a whole one: zshm_send_part()'s result. */
+static int record_put(struct tcp_shm *s, const void *buf, size_t len)
+{
+	bool wake;
+	int r = zshm_send_part(&s->tx, buf, len, TCP_SHM_CHUNK, TCP_SHM_KEEP, &wake);
+
+	if (wake)
+		tw_shm_wake(s);
+	return r;
+}
+
 /*
  * The records of one part of a large message (mu not held, tx side
  * owned): TCP_SHM_CHUNK bytes each, up to TCP_PART. Between two, the part
@@ -367,7 +379,6 @@ static int part_records(struct tcp_conn *c, struct tcp_shm *s, const void *buf,
 			size_t len, uint64_t *seen)
 {
 	int r = -EINPROGRESS;
-	bool wake;
 
 	for (unsigned i = 0; r == -EINPROGRESS && i < TCP_PART / TCP_SHM_CHUNK; i++) {
 		if (i && atomic_load_explicit(&c->txq_n, memory_order_relaxed))
@@ -376,17 +387,12 @@ static int part_records(struct tcp_conn *c, struct tcp_shm *s, const void *buf,
 		    atomic_exchange_explicit(&tw_core_wanted, false,
 					     memory_order_relaxed))
 			sched_yield();
-		r = zshm_send_part(&s->tx, buf, len, TCP_SHM_CHUNK, TCP_SHM_KEEP, &wake);
-		if (wake)
-			tw_shm_wake(s);
+		r = record_put(s, buf, len);
 		if (r == -EAGAIN) {
 			/* Full: announce that we wait, look once more. */
 			zshm_tx_prepare_wait(&s->tx);
 			*seen = consumer_pos(s);
-			r = zshm_send_part(&s->tx, buf, len, TCP_SHM_CHUNK, TCP_SHM_KEEP,
-					   &wake);
-			if (wake)
-				tw_shm_wake(s);
+			r = record_put(s, buf, len);
 		}
 	}
 	return r;

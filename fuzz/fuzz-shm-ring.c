@@ -3,8 +3,10 @@
  * The shared-memory ring engine (util/shm/shm_ring.c) against arbitrary
  * shared state: the input is a script of operations on one 4 KiB ring —
  * send a message, receive what is there, or let the "other process"
- * scribble any bytes anywhere in the region (positions, sleeping flag,
- * record headers, payload).
+ * scribble any bytes anywhere in the region (positions, flags, record
+ * headers, payload). The region is static: each input starts on what the
+ * one before left in the data area, which the engine must never read as
+ * records.
  *
  * Oracle: until the first scribble, every message comes out whole, in
  * order, with the bytes that went in (a queue of what was sent, kept

@@ -55,7 +55,7 @@ static inline int side_region(size_t len, bool seal, bool header)
 		unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		assert_true(p != MAP_FAILED);
 		uint64_t magic = 0x31524d485350415aull;
-		uint32_t v = 1, l2 = 21;
+		uint32_t v = 2, l2 = 21;
 		memcpy(p, &magic, 8);
 		memcpy(p + 8, &v, 4);
 		memcpy(p + 12, &l2, 4);

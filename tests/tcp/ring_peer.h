@@ -21,7 +21,6 @@
 
 /* The ring's layout (WIRE.md): positions, flags, where records start. */
 #define RING_HEAD 64u
-#define RING_SLEEPING 72u
 #define RING_CLOSED 76u
 #define RING_TAIL 128u
 #define RING_DATA 192u
@@ -97,40 +96,54 @@ static inline bool ring_room(struct ring_peer *rp, uint64_t span)
 	return false;
 }
 
+/* The header word of a record (length, then flags, native order). */
+static inline uint64_t ring_hdr(uint32_t len, uint32_t flags)
+{
+	uint32_t h[2] = { len, flags };
+	uint64_t w;
+	memcpy(&w, h, sizeof(w));
+	return w;
+}
+
+static inline _Atomic uint64_t *ring_slot(const struct ring_peer *rp, uint64_t at)
+{
+	return ring_u64(rp, RING_DATA + (unsigned)(at & (RING_SIZE - 1)));
+}
+
 /*
  * Publish a record of @flags: @total first (FIRST only), then @len bytes of
- * @p (NULL: of 'r'), and wake the endpoint if it sleeps. A record never wraps: a PAD record fills the end first. false
- * when the endpoint closed our ring, or left no room.
+ * @p (NULL: of 'r'), and wake the endpoint if it sleeps. As WIRE.md says:
+ * the payload, a zero in the next header slot, the header (release), then
+ * head by an exchange whose low bit says the consumer sleeps. A record
+ * never wraps: a PAD record fills the end first. false when the endpoint
+ * closed our ring, or left no room.
  */
 static inline bool ring_put(struct ring_peer *rp, uint32_t flags, uint64_t total,
 			    const void *p, uint32_t len)
 {
 	uint32_t rlen = len + (flags & RING_FIRST ? 8u : 0u);
-	uint64_t span = 8 + ((rlen + 7u) & ~7u), at = rp->head & (RING_SIZE - 1);
+	uint64_t span = 8 + ((rlen + 7u) & ~7u), at = rp->head & (RING_SIZE - 1), pad = 0;
 
-	if (at + span > RING_SIZE) {
-		uint32_t pad[2] = { (uint32_t)(RING_SIZE - at - 8), RING_PAD };
-		if (!ring_room(rp, RING_SIZE - at))
-			return false;
-		memcpy(rp->ring + RING_DATA + at, pad, 8);
-		rp->head += RING_SIZE - at;
-		at = 0;
-	}
-	if (!ring_room(rp, span))
+	if (at + span > RING_SIZE)
+		pad = RING_SIZE - at;
+	if (!ring_room(rp, pad + span + 8))
 		return false;
-	unsigned char *rec = rp->ring + RING_DATA + at;
-	uint32_t hdr[2] = { rlen, flags };
-	memcpy(rec, hdr, 8);
+	unsigned char *rec = rp->ring + RING_DATA + (pad ? 0 : at);
 	if (flags & RING_FIRST)
 		memcpy(rec + 8, &total, 8);
 	if (p)
 		memcpy(rec + 8 + (rlen - len), p, len);
 	else
 		memset(rec + 8 + (rlen - len), 'r', len);
-	rp->head += span;
-	atomic_store(ring_u64(rp, RING_HEAD), rp->head);
-	if (atomic_load(ring_u32(rp, RING_SLEEPING)) &&
-	    atomic_exchange(ring_u32(rp, RING_SLEEPING), 0))
+	atomic_store_explicit(ring_slot(rp, rp->head + pad + span), 0, memory_order_relaxed);
+	atomic_store_explicit(ring_slot(rp, rp->head + pad), ring_hdr(rlen, flags),
+			      memory_order_release);
+	if (pad)
+		atomic_store_explicit(ring_slot(rp, rp->head),
+				      ring_hdr((uint32_t)(pad - 8), RING_PAD),
+				      memory_order_release);
+	rp->head += pad + span;
+	if (atomic_exchange(ring_u64(rp, RING_HEAD), rp->head) & 1u)
 		(void)!send(rp->side, "w", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 	return true;
 }

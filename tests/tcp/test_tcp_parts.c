@@ -836,13 +836,14 @@ static void test_trickle(void **state)
  * Over shared memory (issue #35): a raw same-host peer from @host
  * completes the upgrade, opens a message of @total bytes in its ring (a
  * 16-byte FIRST record) and then adds a chunk of @part bytes every 20 ms
- * (0: empty 8-byte records), to an endpoint with a 300 ms stall limit and
+ * (0: "empty" 8-byte records, whose header is 0: no record at all, with
+ * head moved past it), to an endpoint with a 300 ms stall limit and
  * ZAP_TCP_MIN_RATE 64K (19.2 KiB per 300 ms), while another endpoint sends
  * it a message every 20 ms. Whether the endpoint closed the raw peer's
- * connection for making no progress (true) or the message arrived whole
+ * connection with the reason @why (true) or the message arrived whole
  * (false); the other peer is served meanwhile, and afterwards, either way.
  */
-static bool ring_trickle(const char *host, size_t part, size_t total)
+static bool ring_trickle(const char *host, size_t part, size_t total, const char *why)
 {
 	char *shm = getenv("ZAP_SHM") ? strdup(getenv("ZAP_SHM")) : NULL;
 	struct zap_attr a = { .size = sizeof(a), .listen = "127.0.0.1:0",
@@ -891,7 +892,7 @@ static bool ring_trickle(const char *host, size_t part, size_t total)
 			zap_msg_release(m);
 		}
 		zap_ctx_free(ctx);
-		closed = log_has("made no progress");
+		closed = log_has(why);
 		/* At 64 bytes per 20 ms, 64 MiB would take 6 hours: the limit
 		 * is 300 ms (a hang bound, not a timing check). */
 		if (round >= 2000)
@@ -900,8 +901,8 @@ static bool ring_trickle(const char *host, size_t part, size_t total)
 				 part);
 	}
 	if (!whole) {
-		/* Dropped for the stall, not for a broken ring. */
-		closed = zt_log_wait("made no progress", zt_timeout_ms(5000));
+		/* Dropped for that reason, not another. */
+		closed = zt_log_wait(why, zt_timeout_ms(5000));
 		assert_true(closed);
 		assert_true(closed_by_peer(rp.tcp));
 		assert_true(ring_peer_closed(&rp));
@@ -922,14 +923,16 @@ static bool ring_trickle(const char *host, size_t part, size_t total)
 }
 
 /* The ring's counterpart of test_trickle: a 64 MiB message kept open by
- * empty chunks, or by 64-byte ones, is closed after the stall limit; one
- * that keeps the rate (64 KiB per 20 ms) completes. */
+ * 64-byte chunks is closed after the stall limit; one that keeps the rate
+ * (64 KiB per 20 ms) completes. An empty chunk cannot be written (its
+ * header reads as no record): a peer that moves head past one broke the
+ * ring. */
 static void test_ring_trickle(void **state)
 {
 	(void)state;
-	assert_true(ring_trickle("127.0.0.23", 0, 64u << 20));
-	assert_true(ring_trickle("127.0.0.24", 64, 64u << 20));
-	assert_false(ring_trickle("127.0.0.25", 64u << 10, 1u << 20));
+	assert_true(ring_trickle("127.0.0.23", 0, 64u << 20, "broke the shared-memory ring"));
+	assert_true(ring_trickle("127.0.0.24", 64, 64u << 20, "made no progress"));
+	assert_false(ring_trickle("127.0.0.25", 64u << 10, 1u << 20, "made no progress"));
 }
 
 int main(void)

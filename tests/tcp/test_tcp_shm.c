@@ -378,7 +378,7 @@ static void scribble(void)
 		if (!strstr(line, "memfd:zap-shm") || sscanf(line, "%lx-%lx", &lo, &hi) != 2)
 			continue;
 		unsigned char *p = (unsigned char *)lo;
-		memset(p + 64, 0xa5, 128); /* head, sleeping, tail... */
+		memset(p + 192, 0xa5, 65536); /* the records ahead */
 		n++;
 	}
 	fclose(f);

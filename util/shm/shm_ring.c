@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The shared-memory ring engine (shm_ring.h says what and why). Shared
- * state: the region; the producer writes head and the data, the consumer
- * writes tail and sleeping, and each reads the other's words as hostile
- * input. The private structs belong to one thread each (the caller's
+ * state: the region; the producer writes the records and head, the
+ * consumer writes tail and arms head's low bit to sleep, and each reads
+ * the other's words as hostile input. The private structs belong to one thread each (the caller's
  * lock, if several threads use one side).
  */
 #include <errno.h>
@@ -16,7 +16,6 @@
 #define OFF_VERSION 8u
 #define OFF_LOG2 12u
 #define OFF_HEAD 64u
-#define OFF_SLEEPING 72u
 #define OFF_CLOSED 76u
 #define OFF_TAIL 128u
 #define OFF_WAITING 136u
@@ -26,18 +25,18 @@
  * ring's layout"): changing any of these changes the wire. */
 _Static_assert(OFF_MAGIC == 0 && OFF_VERSION == 8 && OFF_LOG2 == 12,
 	       "WIRE.md, The ring's layout: magic, version, log2");
-_Static_assert(OFF_HEAD == 64 && OFF_SLEEPING == 72 && OFF_CLOSED == 76,
-	       "WIRE.md, The ring's layout: head, sleeping, closed");
+_Static_assert(OFF_HEAD == 64 && OFF_CLOSED == 76,
+	       "WIRE.md, The ring's layout: head, closed");
 _Static_assert(OFF_TAIL == 128 && OFF_WAITING == 136,
 	       "WIRE.md, The ring's layout: tail, waiting");
 _Static_assert(ZSHM_HDR_BYTES == 192 && REC_HDR == 8,
 	       "WIRE.md, The ring's layout: control block, record header");
-_Static_assert(ZSHM_MAGIC == 0x31524d485350415aull && ZSHM_VERSION == 1,
+_Static_assert(ZSHM_MAGIC == 0x31524d485350415aull && ZSHM_VERSION == 2,
 	       "WIRE.md, The ring's layout: magic, version");
 _Static_assert(ZSHM_F_FIRST == 1 && ZSHM_F_LAST == 2 && ZSHM_F_PAD == 4,
 	       "WIRE.md, The ring's layout: record flags");
 
-/* Positions and the sleeping flag are accessed as atomics in place. */
+/* Positions, flags and record headers are accessed as atomics in place. */
 static _Atomic uint64_t *word64(unsigned char *base, unsigned off)
 {
 	return (_Atomic uint64_t *)(void *)(base + off);
@@ -72,9 +71,9 @@ int zshm_tx_init(struct zshm_tx *tx, void *region, unsigned log2)
 	memcpy(b + OFF_LOG2, &l2, sizeof(l2));
 	atomic_store(word64(b, OFF_HEAD), 0);
 	atomic_store(word64(b, OFF_TAIL), 0);
-	atomic_store(word32(b, OFF_SLEEPING), 0);
 	atomic_store(word32(b, OFF_WAITING), 0);
 	atomic_store(word32(b, OFF_CLOSED), 0);
+	atomic_store(word64(b, ZSHM_HDR_BYTES), 0); /* the first record's header */
 	*tx = (struct zshm_tx){ .base = b, .size = (uint64_t)1 << log2 };
 	return 0;
 }
@@ -137,18 +136,34 @@ static int64_t tx_room_for(struct zshm_tx *tx, uint64_t need)
 	return tx_room(tx, &tx->tail_seen);
 }
 
-static void tx_put(struct zshm_tx *tx, uint32_t len, uint32_t flags, const void *a,
-		   size_t alen, const void *p, size_t plen)
+/* The record header at data offset @at, as one 64-bit word: length in
+ * the first 4 bytes, flags in the next 4 (native order). */
+static _Atomic uint64_t *rec_word(unsigned char *base, uint64_t at)
 {
-	unsigned char *rec = tx->base + ZSHM_HDR_BYTES + (tx->head & (tx->size - 1));
+	return word64(base, (unsigned)(ZSHM_HDR_BYTES + at));
+}
 
-	memcpy(rec, &len, sizeof(len));
-	memcpy(rec + 4, &flags, sizeof(flags));
+static uint64_t rec_pack(uint32_t len, uint32_t flags)
+{
+	uint32_t h[2] = { len, flags };
+	uint64_t w;
+
+	memcpy(&w, h, sizeof(w));
+	return w;
+}
+
+/* Write a record's payload at data offset @at (its header comes last,
+ * tx_chunk()); return its span. */
+static uint64_t tx_body(struct zshm_tx *tx, uint64_t at, const void *a, size_t alen,
+			const void *p, size_t plen)
+{
+	unsigned char *rec = tx->base + ZSHM_HDR_BYTES + at;
+
 	if (alen)
 		memcpy(rec + REC_HDR, a, alen);
 	if (plen)
 		memcpy(rec + REC_HDR + alen, p, plen);
-	tx->head += REC_HDR + align8(alen + plen);
+	return REC_HDR + align8(alen + plen);
 }
 
 /*
@@ -156,12 +171,20 @@ static void tx_put(struct zshm_tx *tx, uint32_t len, uint32_t flags, const void 
  * bytes of the ring free after it; -EAGAIN when it does not. @p is the
  * message's progress (tx->msg_off and tx->mid for zshm_send(), a
  * caller's own for a whole record written between the chunks of one).
+ *
+ * Publishing (WIRE.md, "Publishing and consuming"): the payload, then a
+ * zero in the header slot after the record, so that what an earlier lap
+ * left there never reads as a record; then the header, a release store
+ * the consumer polls for; then the exchange that moves head past it and
+ * returns the consumer's sleep bit. The consumer polls the record's own
+ * line, not head, so head's line stays ours and the exchange is cheap
+ * (bench/MEASUREMENTS.md, "ring-v2").
  */
 static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len,
-		    uint64_t *msg_off, bool *mid, uint64_t max, uint64_t keep)
+		    uint64_t *msg_off, bool *mid, uint64_t max, uint64_t keep, bool *wake)
 {
 	uint64_t limit = tx->size / 4 - REC_HDR - 8, at = tx->head & (tx->size - 1);
-	uint64_t total = len, left = len - *msg_off, chunk, need, tail_room;
+	uint64_t total = len, left = len - *msg_off, chunk, span, need, pad = 0;
 	size_t extra = *mid ? 0 : sizeof(total);
 	uint32_t flags = *mid ? 0 : ZSHM_F_FIRST;
 	int64_t room;
@@ -169,37 +192,34 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len,
 	if (max < limit)
 		limit = max;
 	chunk = left < limit ? left : limit;
-	need = REC_HDR + align8(extra + chunk);
-	tail_room = tx->size - at;
-	room = tx_room_for(tx, (tail_room < need ? tail_room + need : need) + keep);
+	span = REC_HDR + align8(extra + chunk);
+	if (span > tx->size - at)
+		pad = tx->size - at;  /* records never wrap: a PAD fills the end */
+	need = pad + span + 8 + keep; /* + the next header slot, zeroed */
+	room = tx_room_for(tx, need);
 	if (room < 0)
 		return -EPROTO;
-	if (tail_room < need) { /* records never wrap: pad to the end */
-		if ((uint64_t)room < tail_room + need + keep)
-			return -EAGAIN;
-		/* tail_room is a multiple of 8: the PAD's header, then its
-		 * (unwritten) length, span exactly it. */
-		tx_put(tx, (uint32_t)(tail_room - REC_HDR), ZSHM_F_PAD, NULL, 0, NULL, 0);
-		tx->head += tail_room - REC_HDR;
-		room -= (int64_t)tail_room;
-	}
-	if ((uint64_t)room < need + keep)
+	if ((uint64_t)room < need)
 		return -EAGAIN;
 	if (chunk == left)
 		flags |= ZSHM_F_LAST;
-	tx_put(tx, (uint32_t)(extra + chunk), flags, &total, extra, msg + *msg_off,
-	       chunk);
+	uint64_t rec = pad ? 0 : at, next = tx->head + pad + span;
+	tx_body(tx, rec, &total, extra, msg + *msg_off, chunk);
+	atomic_store_explicit(rec_word(tx->base, (rec + span) & (tx->size - 1)), 0,
+			      memory_order_relaxed);
+	atomic_store_explicit(rec_word(tx->base, rec),
+			      rec_pack((uint32_t)(extra + chunk), flags),
+			      memory_order_release);
+	if (pad) /* after the record it leads to: the consumer finds that one there */
+		atomic_store_explicit(rec_word(tx->base, at),
+				      rec_pack((uint32_t)(pad - REC_HDR), ZSHM_F_PAD),
+				      memory_order_release);
+	tx->head = next;
+	if (atomic_exchange(word64(tx->base, OFF_HEAD), next) & 1u)
+		*wake = true;
 	*msg_off += chunk;
 	*mid = !(flags & ZSHM_F_LAST);
 	return 0;
-}
-
-/* Publish what tx_chunk() wrote; whether the consumer must be woken. */
-static bool tx_publish(struct zshm_tx *tx)
-{
-	atomic_store_explicit(word64(tx->base, OFF_HEAD), tx->head, memory_order_seq_cst);
-	return atomic_load(word32(tx->base, OFF_SLEEPING)) &&
-	       atomic_exchange(word32(tx->base, OFF_SLEEPING), 0);
 }
 
 uint64_t zshm_tx_consumed(const struct zshm_tx *tx)
@@ -218,14 +238,15 @@ int zshm_send_part(struct zshm_tx *tx, const void *msg, size_t len, uint64_t max
 		return -EPROTO;
 	if ((uint64_t)len > (UINT64_MAX >> 1))
 		return -EMSGSIZE;
+	if (!max)
+		return -EINVAL; /* an empty chunk's header would read as no record */
 	/* Each chunk is published as soon as it is written, so that the
 	 * consumer copies one out while we copy the next in. */
 	do {
 		uint64_t before = tx->msg_off;
-		rc = tx_chunk(tx, msg, len, &tx->msg_off, &tx->mid, max - wrote, keep);
+		rc = tx_chunk(tx, msg, len, &tx->msg_off, &tx->mid, max - wrote, keep,
+			      wake);
 		wrote += tx->msg_off - before;
-		if (!rc && tx_publish(tx))
-			*wake = true;
 	} while (!rc && tx->mid && wrote < max);
 	if (rc == -EPROTO) {
 		tx->corrupt = true;
@@ -254,11 +275,9 @@ int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 		return -EPROTO;
 	if ((uint64_t)len > tx->size / 4 - REC_HDR - 8)
 		return -EMSGSIZE;
-	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0);
+	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, wake);
 	if (rc == -EPROTO)
 		tx->corrupt = true;
-	else if (!rc)
-		*wake = tx_publish(tx);
 	return rc;
 }
 
@@ -270,50 +289,45 @@ static int rx_bad(struct zshm_rx *rx)
 	return -EPROTO;
 }
 
-/* The producer's position, checked: -1 when it cannot be. */
-static int64_t rx_avail(const struct zshm_rx *rx)
+/* The header word of the record at the consumer's position: 0 while
+ * none was published there. */
+static uint64_t rx_next(const struct zshm_rx *rx)
 {
-	uint64_t head = atomic_load_explicit(word64(rx->ctl, OFF_HEAD),
-					     memory_order_acquire);
-
-	if (head < rx->tail || head - rx->tail > rx->size || (head & 7u))
-		return -1;
-	return (int64_t)(head - rx->tail);
+	return atomic_load_explicit(rec_word((unsigned char *)rx->base,
+					     rx->tail & (rx->size - 1)),
+				    memory_order_acquire);
 }
 
 uint64_t zshm_rx_pending(const struct zshm_rx *rx)
 {
-	int64_t a = rx_avail(rx);
+	uint64_t a = rx_next(rx);
 
 	/*
-	 * Nothing yet: have the CPU fetch the lines the next record starts
-	 * in alongside head. A consumer polling only head learns of a
-	 * record, then misses on its lines: transfers from the producer's
-	 * cache one after the other. With the lines asked for every poll,
-	 * they come with head; two lines, for a 64 B message's record is 80
-	 * bytes (bench/MEASUREMENTS.md, "ring-prefetch"). A hint: it cannot
-	 * fault, reads nothing we use, and is inside the data area whatever
-	 * the position.
+	 * Nothing yet: have the CPU fetch the line after the one we poll as
+	 * well. A 64 B message's record is 80 bytes, and without the hint its
+	 * second line is a miss only after the header arrived: two transfers
+	 * from the producer's cache one after the other (bench/MEASUREMENTS.md,
+	 * "ring-prefetch"). A hint: it cannot fault, reads nothing we use, and
+	 * is inside the data area whatever the position.
 	 */
 	if (!a) {
 		uint64_t at = rx->tail & (rx->size - 1);
-		__builtin_prefetch(rx->base + ZSHM_HDR_BYTES + at);
 		if (at + 64 < rx->size)
 			__builtin_prefetch(rx->base + ZSHM_HDR_BYTES + at + 64);
 	}
-	return a < 0 ? 0 : (uint64_t)a;
+	return a;
 }
 
 /* Check one record's header against the message in progress. */
-static int rx_check(struct zshm_rx *rx, uint32_t len, uint32_t flags, uint64_t avail,
-		    uint64_t at, uint64_t *total)
+static int rx_check(struct zshm_rx *rx, uint32_t len, uint32_t flags, uint64_t at,
+		    uint64_t *total)
 {
 	uint64_t span = REC_HDR + align8(len);
 
 	if (flags & ~(uint32_t)(ZSHM_F_FIRST | ZSHM_F_LAST | ZSHM_F_PAD))
 		return -1;
-	if (span > avail || at + span > rx->size)
-		return -1; /* beyond what was published, or wrapping */
+	if (at + span > rx->size || (!(flags & ZSHM_F_PAD) && span > rx->size - 8))
+		return -1; /* wrapping, or leaving no free slot */
 	if (flags & ZSHM_F_PAD)
 		return flags == ZSHM_F_PAD && at + span == rx->size ? 0 : -1;
 	/* A FIRST mid-message, or a chunk with no FIRST; with interleaving,
@@ -335,7 +349,7 @@ static int rx_check(struct zshm_rx *rx, uint32_t len, uint32_t flags, uint64_t a
 }
 
 /* One record at the consumer's position: 1 when it completed a message. */
-static int rx_one(struct zshm_rx *rx, uint64_t avail, zshm_chunk_fn fn, void *user)
+static int rx_one(struct zshm_rx *rx, uint64_t word, zshm_chunk_fn fn, void *user)
 {
 	uint64_t at = rx->tail & (rx->size - 1), total = rx->msg_total, got;
 	const unsigned char *rec = rx->base + ZSHM_HDR_BYTES + at;
@@ -344,10 +358,8 @@ static int rx_one(struct zshm_rx *rx, uint64_t avail, zshm_chunk_fn fn, void *us
 	bool last;
 	int rc;
 
-	if (avail < REC_HDR)
-		return rx_bad(rx);     /* positions are 8-aligned: a torn record */
-	memcpy(hdr, rec, sizeof(hdr)); /* read once; the copy is what counts */
-	if (rx_check(rx, hdr[0], hdr[1], avail, at, &total))
+	memcpy(hdr, &word, sizeof(hdr)); /* read once; the copy is what counts */
+	if (rx_check(rx, hdr[0], hdr[1], at, &total))
 		return rx_bad(rx);
 	if (hdr[1] & ZSHM_F_PAD) {
 		rx->tail += REC_HDR + align8(hdr[0]);
@@ -372,37 +384,52 @@ static int rx_one(struct zshm_rx *rx, uint64_t avail, zshm_chunk_fn fn, void *us
 
 int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user)
 {
+	uint64_t word, from = rx->tail;
 	int done = 0, rc = 0;
-	int64_t avail;
 
 	if (rx->corrupt)
 		return -EPROTO;
-	while ((avail = rx_avail(rx)) > 0) {
-		rc = rx_one(rx, (uint64_t)avail, fn, user);
+	/* A ring's worth a call at most: a producer that scribbled over the
+	 * zero after its last record could otherwise send us round and
+	 * round the records of earlier laps. */
+	while (rx->tail - from < rx->size && (word = rx_next(rx)) != 0) {
+		rc = rx_one(rx, word, fn, user);
 		if (rc < 0)
 			break;
 		done += rc;
 		atomic_store_explicit(word64(rx->ctl, OFF_TAIL), rx->tail,
 				      memory_order_release);
 	}
-	if (avail < 0)
-		return rx_bad(rx);
 	return rc < 0 ? rc : done;
 }
 
+/*
+ * Arm: set the low bit of head, on a head that says we consumed all it
+ * published. The producer stores a record's header before the exchange
+ * that moves head past it, so head may still be behind a record we
+ * already read (we arm on that value: its exchange then wakes us once
+ * needlessly), and a head ahead of our tail has its records visible to
+ * us. Honestly head changes once per record while we look, so a few
+ * tries suffice; a producer whose head says records that are not there,
+ * or that keeps head moving without publishing, broke the ring.
+ */
 bool zshm_rx_prepare_sleep(struct zshm_rx *rx)
 {
-	atomic_store(word32(rx->ctl, OFF_SLEEPING), 1);
-	/* Orders the flag before our second look at head (an acquire load,
-	 * which alone may be ordered before the store): else the producer
-	 * may miss the flag while we miss its head, and a message waits in
-	 * the ring until something else wakes us (WIRE.md, "Waking"). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (zshm_rx_pending(rx) || rx_avail(rx) < 0) {
-		atomic_store(word32(rx->ctl, OFF_SLEEPING), 0);
+	uint64_t h = atomic_load(word64(rx->ctl, OFF_HEAD));
+
+	if (rx->corrupt)
 		return true;
+	for (int tries = 0; tries < 4; tries++) {
+		uint64_t pos = h & ~(uint64_t)1;
+		if (pos > rx->tail)
+			break; /* published and not read yet */
+		if ((h & 1u) ||
+		    atomic_compare_exchange_strong(word64(rx->ctl, OFF_HEAD), &h, h | 1u))
+			return rx_next(rx) != 0;
 	}
-	return false;
+	if (!rx_next(rx))
+		rx_bad(rx); /* zshm_recv() says so */
+	return true;
 }
 
 bool zshm_rx_producer_waits(struct zshm_rx *rx)

@@ -7,33 +7,38 @@
  * is given and the two small private structs below.
  *
  * The other process is hostile. Everything read from the region is input:
- * the producer's position, the consumer's position and every record
- * header are read once, copied, and checked against what this side keeps
- * privately (the ring's size never comes from the region after setup)
- * before any of it is used as a size or an offset (the producer reads the
- * consumer's position only when the room it last saw runs out, and then
- * also checks that it did not move back). A violation makes the
- * ring corrupt for good (-EPROTO): the caller drops this path, which costs
- * that peer's connection and nothing else.
+ * every record header, the producer's position and the consumer's are
+ * read once, copied, and checked against what this side keeps privately
+ * (the ring's size never comes from the region after setup) before any of
+ * it is used as a size or an offset (the producer reads the consumer's
+ * position only when the room it last saw runs out, and then also checks
+ * that it did not move back; the consumer reads the producer's only when
+ * it is about to sleep). A violation makes the ring corrupt for good
+ * (-EPROTO): the caller drops this path, which costs that peer's
+ * connection and nothing else.
  *
  * Layout of the region (native byte order: both ends are on one host;
  * plugins/default/WIRE.md, "The ring's layout", is the specification,
  * and shm_ring.c asserts the offsets it states):
  *
- *   0    magic "ZAPSHMR1" (u64), version (u32), log2 of the data size (u32)
- *   64   head: bytes ever published by the producer (u64, release)
- *   72   sleeping: the consumer is about to sleep (u32, see below)
+ *   0    magic "ZAPSHMR1" (u64), version 2 (u32), log2 of the data size (u32)
+ *   64   head: bytes ever published by the producer (u64); its low bit is
+ *        the consumer's "I sleep"
  *   76   closed: the consumer is gone for good (u32)
  *   128  tail: bytes ever consumed (u64, release)
  *   136  waiting: the producer waits for room (u32, see below)
  *   192  data: 2^log2 bytes of records
  *
- * A record is an 8-byte header (payload length u32, flags u32) and the
- * payload, padded to 8 bytes; records never wrap: a PAD record fills the
- * end of the data area when the next one does not fit there. A message is
- * one or more chunk records: the FIRST carries the message's total length
- * (u64) before its payload, the LAST completes it; a chunk is at most a
- * quarter of the data area, so a message of any size flows through.
+ * A record is an 8-byte header (payload length u32, flags u32, stored as
+ * one 64-bit word, last) and the payload, padded to 8 bytes; records never
+ * wrap: a PAD record fills the end of the data area when the next one does
+ * not fit there. A record is there when its header is not 0: the producer
+ * zeroes the header slot after each record before it publishes that
+ * record, so the consumer polls the next record's own cache line, never a
+ * line the producer writes for every record besides. A message is one or
+ * more chunk records: the FIRST carries the message's total length (u64)
+ * before its payload, the LAST completes it; a chunk is at most a quarter
+ * of the data area, so a message of any size flows through.
  *
  * Interleaving (a consumer that sets rx->interleave after attaching, when
  * both sides agreed on it beforehand): between two chunks of a message, a
@@ -42,15 +47,18 @@
  * of several chunks is ever open, so a small message waits behind at most
  * what is in the ring, never behind the rest of a large one.
  *
- * Waking: a consumer that finds nothing sets "sleeping", checks again, and
- * only then sleeps (on whatever the layer above uses); a producer that
- * publishes and finds "sleeping" set clears it and wakes the consumer.
- * The other way round, a producer that finds the ring full sets
- * "waiting" and tries once more before it sleeps; a consumer that made
- * room and finds "waiting" set clears it and wakes the producer. Both
- * sides use sequentially consistent operations for these handshakes. A
- * flag is only ever a reason to wake the other side, never trusted for
- * anything else: a peer that keeps one set costs itself wake-ups.
+ * Waking: a consumer that finds nothing sets head's low bit with a
+ * compare-and-swap, which succeeds only while head says it consumed all
+ * that was published, and then sleeps (on whatever the layer above uses);
+ * the producer moves head past each record with an atomic exchange, and an
+ * exchange that returns the bit wakes the consumer. One word changed by
+ * both sides with atomic read-modify-writes: no wake-up can be lost, and
+ * no fence is needed besides. The other way round, a producer that finds
+ * the ring full sets "waiting" and tries once more before it sleeps; a
+ * consumer that made room and finds "waiting" set clears it and wakes the
+ * producer (sequentially consistent fences on both sides). A flag is only
+ * ever a reason to wake the other side, never trusted for anything else: a
+ * peer that keeps one set costs itself wake-ups.
  */
 #ifndef ZAP_SHM_RING_H
 #define ZAP_SHM_RING_H
@@ -60,7 +68,7 @@
 #include <stdint.h>
 
 #define ZSHM_MAGIC 0x31524d485350415aull /* "ZAPSHMR1" as a little-endian u64 */
-#define ZSHM_VERSION 1u
+#define ZSHM_VERSION 2u
 #define ZSHM_HDR_BYTES 192u
 #define ZSHM_LOG2_MIN 12u /* 4 KiB */
 #define ZSHM_LOG2_MAX 30u /* 1 GiB */
@@ -88,7 +96,7 @@ struct zshm_tx {
 /* The consumer's private state. */
 struct zshm_rx {
 	const unsigned char *base;
-	unsigned char *ctl; /* the region, for tail and sleeping */
+	unsigned char *ctl; /* the region, for tail and head's sleep bit */
 	uint64_t size;
 	uint64_t tail;      /* private: what we consumed */
 	uint64_t max_msg;   /* our limit on a message's total length */
@@ -127,7 +135,7 @@ int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake);
 
 /*
  * zshm_send(), for one chunk's worth at a time: write at most @max bytes of
- * the message (in chunks of at most @max), and only while @keep bytes of
+ * the message (in chunks of at most @max, at least 1), and only while @keep bytes of
  * the ring stay free after each chunk. Return 0 when the message is
  * complete, -EINPROGRESS when @max bytes went and more remain (call again
  * with the same message), -EAGAIN when the ring has no room for the next
@@ -157,7 +165,7 @@ typedef int (*zshm_chunk_fn)(void *user, uint64_t total, uint64_t off, const voi
 			     size_t len, bool last);
 
 /*
- * Read records until the ring is empty or @fn stops. Return the number of
+ * Read records until the ring is empty, @fn stops, or a ring's worth went. Return the number of
  * messages completed (>= 0), @fn's error, or -EPROTO (corrupt: a position
  * or a record header that cannot be, a message longer than max_msg or
  * than it declared, a chunk out of order).
@@ -165,15 +173,16 @@ typedef int (*zshm_chunk_fn)(void *user, uint64_t total, uint64_t off, const voi
 int zshm_recv(struct zshm_rx *rx, zshm_chunk_fn fn, void *user);
 
 /*
- * About to sleep: announce it, then check once more. Return true when
- * records arrived meanwhile (do not sleep; the flag is cleared), false
- * when the caller may sleep until woken.
+ * About to sleep: announce it (head's low bit). Return true when a record
+ * is there after all (do not sleep: read), or when the producer's head
+ * says records that are not there (the ring is then corrupt, and
+ * zshm_recv() says so); false when the caller may sleep until woken.
  */
 bool zshm_rx_prepare_sleep(struct zshm_rx *rx);
 
-/* Bytes published and not yet consumed, as this consumer can see. When
- * none, the next record's first two cache lines are prefetched (a
- * spinning caller then gets them with the position that announces it). */
+/* Not 0 when a record waits at the consumer's position (its header word,
+ * unchecked). When none, the next record's first two cache lines are
+ * prefetched (a spinning caller then has them when the header comes). */
 uint64_t zshm_rx_pending(const struct zshm_rx *rx);
 
 /*

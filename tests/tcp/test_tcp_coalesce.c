@@ -248,7 +248,11 @@ static void test_eight_senders_coalesce_in_order(void **state)
 		SENDERS, (unsigned long long)k.sb.tx_frames,
 		(unsigned long long)k.sb.tx_calls,
 		(double)k.sb.tx_frames / (double)k.sb.tx_calls);
-	assert_int_equal(k.sb.tx_frames, SENDERS * PER_SENDER);
+	/* A frame each, but the large messages (sender 0's every hundredth):
+	 * one part, or 8 of 32 KiB while a spinning leader of ours wants its
+	 * core back (TCP_PART_SHORT). */
+	assert_true(k.sb.tx_frames >= SENDERS * PER_SENDER);
+	assert_true(k.sb.tx_frames <= SENDERS * PER_SENDER + 7 * (PER_SENDER / 100));
 	/* Coalesced: the large messages alone keep the others queueing. */
 	assert_true(k.sb.tx_calls < k.sb.tx_frames);
 }

@@ -32,6 +32,11 @@
  * parts. The ring keeps TCP_SHM_KEEP bytes free for them. */
 #define TCP_SOLO_MAX (32u << 10)
 #define TCP_PART (256u << 10)
+/* ... or of this many, one a system call, while a spinning leader of
+ * this process gave its core away (tw_core_wanted): the sender yields
+ * after each, so a vote's thread sharing its core waits behind 32 KiB
+ * of copying, not 1 MiB (bench/MEASUREMENTS.md, "tcp-short-parts"). */
+#define TCP_PART_SHORT (32u << 10)
 /* A large message's sender lets a waiting thread run after this long of
  * sending parts without a break (tcp_send.c, big_yield()). */
 #define TCP_BIG_RUN_NS 200000u

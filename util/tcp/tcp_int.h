@@ -600,7 +600,8 @@ void tw_tune_socket(int fd);
 bool tw_same_host(const struct sockaddr *local, const struct sockaddr *peer);
 void tw_tune_same_host(const struct tcp_wire *w, int fd);
 /* Set by a spinning leader that yields its core (tcp_spin.c); a large
- * message's sender, copying into a ring, yields to it (tcp_shm.c). */
+ * message's sender, copying into a ring (tcp_shm.c) or a socket
+ * (tcp_send.c, tcp_path_sock.c), yields to it. */
 extern atomic_bool tw_core_wanted;
 void tw_spin_init(struct tcp_spin *s, bool fixed, unsigned fixed_us);
 uint64_t tw_spin_budget(const struct tcp_spin *s);

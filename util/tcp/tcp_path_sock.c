@@ -34,7 +34,9 @@ static int sock_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
  * The next parts of @m from *@off on the connection @c (tx side owned, mu
  * held; dropped while writing): with nobody in line for the tx side, up
  * to TCP_BIG_BATCH parts in one sendmsg() (parts the full socket did not
- * start are cut, tw_txq_send()), else one. *@off advances by the parts
+ * start are cut, tw_txq_send()), else one; one of TCP_PART_SHORT bytes
+ * while a spinning leader of ours wants its core back (big_yield() then
+ * gives it). *@off advances by the parts
  * written whole; *@partial: one was left half written. tw_txq_send()'s
  * result, or the connection's error when a later part broke.
  */
@@ -43,11 +45,13 @@ static int big_parts(struct tcp_wire *w, struct tcp_conn *c, const struct zap_io
 		     bool *partial)
 {
 	struct tcp_txreq r[TCP_BIG_BATCH];
-	size_t n = 0, at = *off, most = c->txq ? 1 : TCP_BIG_BATCH;
+	bool wanted = atomic_load_explicit(&tw_core_wanted, memory_order_relaxed);
+	size_t n = 0, at = *off, most = c->txq || wanted ? 1 : TCP_BIG_BATCH;
+	size_t part = wanted ? TCP_PART_SHORT : TCP_PART;
 
 	while (n < most && at < m->len) {
 		r[n] = (struct tcp_txreq){ .buf = (const char *)m->buf + at };
-		r[n].len = m->len - at < TCP_PART ? m->len - at : TCP_PART;
+		r[n].len = m->len - at < part ? m->len - at : part;
 		if (!at) {
 			r[n].ext = 8;
 			tw_hdr_put(r[n].hdr, c->ver, TCP_T_BEGIN, 8 + r[n].len);

@@ -390,11 +390,17 @@ static int big_interrupted(struct tcp_wire *w, struct tcp_conn *c,
  * and the scheduler lets a running thread finish its slice (up to a tick,
  * 4 ms at HZ=250) before the thread it woke: that was the 64 B round
  * trip's p99 behind 64 MiB messages (bench/MEASUREMENTS.md, "big-yield").
- * One system call per TCP_BIG_RUN_NS when nobody waits.
+ * At once, after each (short) part, when a spinning leader of ours gave
+ * its core away (tw_core_wanted): the thread waiting for the vote's
+ * answer, which otherwise waited for the copy of up to 1 MiB
+ * ("tcp-short-parts"). One system call per TCP_BIG_RUN_NS when nobody
+ * waits.
  */
 static void big_yield(struct tcp_wire *w, uint64_t *ran_from)
 {
-	if (now_ns() - *ran_from < TCP_BIG_RUN_NS)
+	if (now_ns() - *ran_from < TCP_BIG_RUN_NS &&
+	    !(atomic_load_explicit(&tw_core_wanted, memory_order_relaxed) &&
+	      atomic_exchange_explicit(&tw_core_wanted, false, memory_order_relaxed)))
 		return;
 	tw_unlock(w);
 	sched_yield();

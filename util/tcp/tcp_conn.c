@@ -110,9 +110,22 @@ void tw_tune_same_host(const struct tcp_wire *w, int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "reno", strlen("reno"));
 }
 
+/*
+ * Each side stores, then loads (both sequentially consistent): a leader
+ * that stops spinning to sleep either sees kick_due (leader_ready(),
+ * tcp_progress.c) or is seen here no longer spinning, and then the
+ * eventfd wakes it. A spinning leader takes the kick in its next round
+ * without a system call on either side: a sender handing the tx side to
+ * a queued one that leads made two writes and the leader a poll() and a
+ * read() (bench/MEASUREMENTS.md, "kick-spinning-leader").
+ */
 void tw_kick(struct tcp_wire *w)
 {
 	uint64_t one = 1;
+
+	atomic_store(&w->kick_due, true);
+	if (atomic_load(&w->lead_spins))
+		return;
 	ssize_t r = write(w->kick_fd, &one, sizeof(one));
 	(void)r;
 }

@@ -440,7 +440,11 @@ struct tcp_wire {
 	int lfd;
 	struct tcp_kick *kick; /* owns kick_fd */
 	int kick_fd;           /* wakes the leader; drained by it */
-	int stop_fd;           /* readable once shut down; never drained */
+	/* A leader that busy-polls looks at kick_due every round, so a kick
+	 * meanwhile needs no eventfd (tw_kick()): lead_spins while it does,
+	 * kick_due until the leader's round takes the kick. */
+	atomic_bool lead_spins, kick_due;
+	int stop_fd; /* readable once shut down; never drained */
 	atomic_bool shut;
 	struct tcp_spin spin;   /* leader only (ZAP_TCP_SPIN_US read at open) */
 	unsigned hs_timeout_ms; /* ZAP_TCP_HANDSHAKE_MS, read at open */

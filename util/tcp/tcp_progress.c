@@ -99,6 +99,12 @@ static bool leader_ready(void *arg, bool sleeping)
 
 	if (atomic_load(&w->shut) || w->host->ctx_err(st->ctx))
 		return true;
+	/* About to sleep: no longer spinning, then the last look at kicks
+	 * (tw_kick(), the other half). */
+	if (sleeping)
+		atomic_store(&w->lead_spins, false);
+	if (atomic_load(&w->kick_due))
+		return true;
 	/* A sender leading while it waits for room on its path. */
 	struct tcp_waiter *me = w->lead;
 	if (me && me->room && me->room->ops->room(me->room) > me->room_had)
@@ -120,9 +126,13 @@ static int wire_poll(struct tcp_wire *w, size_t first, size_t n, int timeout, bo
 {
 	struct spin_stop st = { w, ctx, first, n };
 
-	if (spin)
-		return tw_spin_poll(&w->spin, w->pfd, n, timeout, leader_ready, &st,
-				    w->lead_rings > 0 || (w->lead && w->lead->room));
+	if (spin) {
+		atomic_store(&w->lead_spins, true);
+		int r = tw_spin_poll(&w->spin, w->pfd, n, timeout, leader_ready, &st,
+				     w->lead_rings > 0 || (w->lead && w->lead->room));
+		atomic_store(&w->lead_spins, false);
+		return r;
+	}
 	if (timeout != 0 && w->lead_rings && leader_ready(&st, true))
 		timeout = 0;
 	return poll(w->pfd, n, timeout);
@@ -351,9 +361,11 @@ static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 
 		switch (s->kind) {
 		case SLOT_KICK:
-			if (re && !atomic_load(&w->shut)) {
+			/* Through the eventfd, or seen while spinning. */
+			if ((atomic_exchange(&w->kick_due, false) || re) &&
+			    !atomic_load(&w->shut)) {
 				uint64_t v;
-				ssize_t k = read(w->kick_fd, &v, sizeof(v));
+				ssize_t k = re ? read(w->kick_fd, &v, sizeof(v)) : 0;
 				(void)k;
 				resume_paused(w);
 			}

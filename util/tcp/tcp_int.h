@@ -701,6 +701,9 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,
 		bool may_wait);
 void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c);
+size_t tw_txq_take(struct tcp_conn *c, struct tcp_txreq **req, size_t max);
+void tw_txq_taken(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq **req,
+		  size_t n, size_t wrote);
 /*
  * Whether a burst may start another frame on @c (mu held; tcp_send.c and
  * the paths' send ops): the checks a

@@ -68,11 +68,13 @@ bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq 
 {
 	TW_HELD(w);
 	/* On a connection with rings a queued frame is not written with
-	 * the owner's (tw_txq_send()): it waits for its turn, handed the tx
-	 * side in line (tw_txq_handoff()), and writes into the ring itself.
-	 * The line is what keeps a sender that keeps the ring busy from
-	 * shutting the others out: the tx side is free for whoever grabs it
-	 * first only when nobody waits in it. */
+	 * the owner's system call (tw_txq_send()): a version-3 owner puts it
+	 * into the ring as a record of its own (tcp_shm.c, shm_put_queued()),
+	 * between two parts of a large message too; otherwise it waits for
+	 * its turn, handed the tx side in line (tw_txq_handoff()). Either
+	 * way a sender that keeps the ring busy does not shut the others out:
+	 * the tx side is free for whoever grabs it first only when nobody
+	 * waits in line. */
 	if (w->no_coalesce || r->len > TCP_TXQ_FRAME_MAX || c->txq_n >= TCP_TXQ_MAX ||
 	    c->tx_chain >= TCP_TXQ_CHAIN || (c->ver >= 3 && r->len > TCP_SOLO_MAX))
 		return false;
@@ -347,6 +349,44 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 			*partial = true;
 	}
 	return own->done == frame_bytes(own) ? 0 : err;
+}
+
+/*
+ * For an owner that writes queued frames itself, one record each (the
+ * ring, tcp_shm.c): up to @max of them off @c's queue, TAKEN, in order
+ * (mu held). Their count.
+ */
+size_t tw_txq_take(struct tcp_conn *c, struct tcp_txreq **req, size_t max)
+{
+	size_t n = 0;
+
+	while (c->txq && n < max) {
+		struct tcp_txreq *r = c->txq;
+		txq_unlink(c, r);
+		r->state = TXQ_TAKEN;
+		req[n++] = r;
+	}
+	return n;
+}
+
+/*
+ * What became of the @n frames tw_txq_take() gave (mu held): the first
+ * @wrote went whole (DONE); the others, not started, go back to the head
+ * of the queue in order, QUEUED again for the next owner.
+ */
+void tw_txq_taken(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq **req,
+		  size_t n, size_t wrote)
+{
+	TW_HELD(w);
+	for (size_t i = 0; i < wrote; i++) {
+		req[i]->done = frame_bytes(req[i]);
+		req[i]->err = 0;
+		req[i]->state = TXQ_DONE;
+	}
+	for (size_t i = n; i-- > wrote;)
+		txq_push_front(c, req[i]);
+	if (n)
+		tw_notify(w, true);
 }
 
 /*

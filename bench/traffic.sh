@@ -35,12 +35,21 @@
 #          10x of the idle round trip; with BASE=<build dir of the previous
 #          wire> its bench/hol runs beside, interleaved, and the 1 MiB
 #          bandwidth is within 5% of it.
+#   senders  eight threads of one endpoint sending 64 B, and then 1 KiB,
+#          messages to one peer at once (bench/tcp_senders: the peer is a
+#          second endpoint of the same process, over its ring or, with
+#          ZAP_SHM=off, TCP), messages per second; with BASE, the previous
+#          build's beside, interleaved. Best of REPS. No larger sizes: its
+#          receiver takes each message from malloc(), not from the
+#          plugin's block cache, and from a few KiB on measures glibc's
+#          page faults (the sweep has those sizes). No UCX column:
+#          ucx_perftest has no test of several threads sharing an endpoint.
 #
 # Before measuring, it lists the processes that kept a core busy for a
 # second, and stops when one is a leftover zap-perf or ucx_perftest.
 #
 # usage: bench/traffic.sh [BUILD_DIR]     (default: build)
-# env:   SECTIONS (sweep; "sweep,peers,hol" or "all") REPS (3) CPUS ("0,1")
+# env:   SECTIONS (sweep; "sweep,peers,hol,senders" or "all") REPS (3) CPUS ("0,1")
 #        HOL_SIZES (0,1M,16M,64M) HOL_PINGS (5000) HOL_SECONDS (20: at most, per
 #        run) BASE (unset): the hol section
 #        PEERS (0,1000,10000) BURST (5000) PINGS (20000): the peers section
@@ -389,4 +398,48 @@ for tag in (["new", "base"] if base else ["new"]):
 PY
 	read -r l1 l5 _ < /proc/loadavg
 	echo "  (load average at the end: $l1 $l5 on $(nproc) cores)"
+fi
+
+if section senders; then
+	builds=("$build")
+	need_built "$build/bench/tcp_senders"
+	[ -n "${BASE:-}" ] && { need_built "$BASE/bench/tcp_senders"; builds+=("$BASE"); }
+	echo
+	echo "== senders: 8 threads of one endpoint to one peer, msg/s (coalescing, the default)"
+	for rep in $(seq "$REPS"); do
+		for b in "${builds[@]}"; do
+			tag=new
+			[ "$b" != "$build" ] && tag=base
+			for path in shm tcp; do
+				shm=user
+				[ $path = tcp ] && shm=off
+				for sz in 64 1024; do
+					ZAP_SHM=$shm timeout 120 "$b/bench/tcp_senders" 8 20000 "$sz" |
+						awk '/^coalescing/ { for (i = 1; i <= NF; i++) if ($i == "msg/s,") print $(i - 1) }' \
+							>> "$tmp/senders.$tag.$path.$sz" ||
+						echo "  tcp_senders $tag $path $sz failed" >&2
+				done
+			done
+		done
+	done
+	python3 - "$tmp" "${BASE:+base}" <<'PY'
+import sys
+tmp, base = sys.argv[1], sys.argv[2] == "base"
+def best(name):
+    try:
+        v = [float(x) for x in open(f"{tmp}/senders.{name}") if x.strip()]
+    except OSError:
+        return None
+    return max(v) if v else None
+print(f"  {'path':>6}{'size':>7}{'new':>12}" + (f"{'base':>12}{'new/base':>10}" if base else ""))
+for path in ("shm", "tcp"):
+    for sz in (64, 1024):
+        n = best(f"new.{path}.{sz}")
+        line = f"  {path:>6}{sz:>7}" + (f"{n:>12.0f}" if n else f"{'-':>12}")
+        if base:
+            o = best(f"base.{path}.{sz}")
+            line += (f"{o:>12.0f}" if o else f"{'-':>12}")
+            line += (f"{n / o:>10.2f}" if n and o else f"{'-':>10}")
+        print(line)
+PY
 fi

@@ -379,11 +379,6 @@ static size_t shm_put_queued(struct tcp_wire *w, struct tcp_conn *c, struct tcp_
 	while (k < n && !ring_put(s, c, req[k]))
 		k++;
 	tw_lock(w);
-	for (size_t i = 0; i < k; i++) {
-		c->tx_msgs++;
-		c->tx_bytes += req[i]->len;
-	}
-	tw_count(&w->st_tx_frames, k);
 	tw_txq_taken(w, c, req, n, k);
 	return k;
 }

@@ -139,19 +139,32 @@ int tw_txq_wait(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *r,
 	}
 }
 
+/*
+ * Up to @max queued frames off @c's queue into @req, TAKEN, in order (mu
+ * held): for batch_take(), and for an owner that writes them itself, a
+ * record each (the ring, tcp_shm.c). Their count.
+ */
+size_t tw_txq_take(struct tcp_conn *c, struct tcp_txreq **req, size_t max)
+{
+	size_t n = 0;
+
+	while (c->txq && n < max) {
+		struct tcp_txreq *r = c->txq;
+		txq_unlink(c, r);
+		r->state = TXQ_TAKEN;
+		req[n++] = r;
+	}
+	return n;
+}
+
 /* Move up to TCP_TXQ_BATCH queued frames into @b (mu held). */
 static void batch_take(struct tcp_conn *c, struct txbatch *b)
 {
-	while (c->txq && b->n < TCP_TXQ_BATCH + 1) {
-		struct tcp_txreq *r = c->txq;
-		c->txq = r->next;
-		c->txq_n--;
-		r->state = TXQ_TAKEN;
-		b->req[b->n++] = r;
-		b->total += frame_bytes(r);
-	}
-	if (!c->txq)
-		c->txq_tail = &c->txq;
+	size_t k = tw_txq_take(c, b->req + b->n, TCP_TXQ_BATCH + 1 - b->n);
+
+	for (size_t i = b->n; i < b->n + k; i++)
+		b->total += frame_bytes(b->req[i]);
+	b->n += k;
 }
 
 /* The iovecs of what is left to write from b->sent on. Their count. */
@@ -352,39 +365,25 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 }
 
 /*
- * For an owner that writes queued frames itself, one record each (the
- * ring, tcp_shm.c): up to @max of them off @c's queue, TAKEN, in order
- * (mu held). Their count.
- */
-size_t tw_txq_take(struct tcp_conn *c, struct tcp_txreq **req, size_t max)
-{
-	size_t n = 0;
-
-	while (c->txq && n < max) {
-		struct tcp_txreq *r = c->txq;
-		txq_unlink(c, r);
-		r->state = TXQ_TAKEN;
-		req[n++] = r;
-	}
-	return n;
-}
-
-/*
  * What became of the @n frames tw_txq_take() gave (mu held): the first
- * @wrote went whole (DONE); the others, not started, go back to the head
- * of the queue in order, QUEUED again for the next owner.
+ * @wrote went whole (DONE, and counted, as batch_finish() counts); the
+ * others, not started, go back to the head of the queue in order, QUEUED
+ * again for the next owner.
  */
 void tw_txq_taken(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq **req,
 		  size_t n, size_t wrote)
 {
 	TW_HELD(w);
 	for (size_t i = 0; i < wrote; i++) {
+		c->tx_msgs++;
+		c->tx_bytes += req[i]->len;
 		req[i]->done = frame_bytes(req[i]);
 		req[i]->err = 0;
 		req[i]->state = TXQ_DONE;
 	}
 	for (size_t i = n; i-- > wrote;)
 		txq_push_front(c, req[i]);
+	tw_count(&w->st_tx_frames, wrote);
 	if (n)
 		tw_notify(w, true);
 }

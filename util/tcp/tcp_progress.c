@@ -360,16 +360,20 @@ static bool leader_apply(struct tcp_wire *w, struct tcp_waiter *me, size_t n)
 		struct tcp_slot *s = &w->slot[i];
 
 		switch (s->kind) {
-		case SLOT_KICK:
-			/* Through the eventfd, or seen while spinning. */
-			if ((atomic_exchange(&w->kick_due, false) || re) &&
-			    !atomic_load(&w->shut)) {
+		case SLOT_KICK: {
+			/* Through the eventfd, or seen while spinning. A load
+			 * first: the exchange, a locked instruction, only when
+			 * there is a kick to take, not every round. */
+			bool due = atomic_load(&w->kick_due) &&
+				   atomic_exchange(&w->kick_due, false);
+			if ((due || re) && !atomic_load(&w->shut)) {
 				uint64_t v;
 				ssize_t k = re ? read(w->kick_fd, &v, sizeof(v)) : 0;
 				(void)k;
 				resume_paused(w);
 			}
 			break;
+		}
 		case SLOT_OUT:
 			if (re)
 				me->out_ready = true;

@@ -75,6 +75,21 @@ section() { # NAME: whether SECTIONS asks for it
 	return 1
 }
 
+# with_base PROG: the builds a section compares, in "builds": this one,
+# then BASE's when BASE is set; each must have built PROG (bench/NAME).
+with_base() {
+	builds=("$build")
+	need_built "$build/$1"
+	[ -n "${BASE:-}" ] && { need_built "$BASE/$1"; builds+=("$BASE"); }
+	return 0
+}
+tag_of() { # BUILD: what its results are named after, new or base
+	[ "$1" = "$build" ] && echo new || echo base
+}
+shm_of() { # PATH (shm or tcp): its ZAP_SHM (lib.sh exports ZAP_SHM=off)
+	[ "$1" = tcp ] && echo off || echo user
+}
+
 echo "== before measuring: processes busy on a core (more than 20% over 1 s)"
 if ! busy_cores 1; then
 	echo "  a zap-perf or ucx_perftest is still running: end it first" >&2
@@ -321,20 +336,15 @@ fi
 # ---- hol -------------------------------------------------------------------
 
 if section hol; then
-	hol=$build/bench/hol
-	need_built "$hol"
-	builds=("$build")
-	[ -n "${BASE:-}" ] && { need_built "$BASE/bench/hol"; builds+=("$BASE"); }
+	with_base bench/hol
 	HOL_SIZES=${HOL_SIZES:-0,1M,16M,64M}
 	echo
 	echo "== head of line: 64 B round trip while another thread streams SIZE to the same peer"
 	for rep in $(seq "$REPS"); do
 		for b in "${builds[@]}"; do
-			tag=new
-			[ "$b" != "$build" ] && tag=base
+			tag=$(tag_of "$b")
 			for path in shm tcp; do
-				shm=user # lib.sh exports ZAP_SHM=off
-				[ $path = tcp ] && shm=off
+				shm=$(shm_of $path)
 				for sz in ${HOL_SIZES//,/ }; do
 					n=$(numfmt --from=iec "$sz")
 					# stream in CPUS order: server on the first core
@@ -401,18 +411,14 @@ PY
 fi
 
 if section senders; then
-	builds=("$build")
-	need_built "$build/bench/tcp_senders"
-	[ -n "${BASE:-}" ] && { need_built "$BASE/bench/tcp_senders"; builds+=("$BASE"); }
+	with_base bench/tcp_senders
 	echo
 	echo "== senders: 8 threads of one endpoint to one peer, msg/s (coalescing, the default)"
 	for rep in $(seq "$REPS"); do
 		for b in "${builds[@]}"; do
-			tag=new
-			[ "$b" != "$build" ] && tag=base
+			tag=$(tag_of "$b")
 			for path in shm tcp; do
-				shm=user
-				[ $path = tcp ] && shm=off
+				shm=$(shm_of $path)
 				for sz in 64 1024; do
 					ZAP_SHM=$shm timeout 120 "$b/bench/tcp_senders" 8 20000 "$sz" |
 						awk '/^coalescing/ { for (i = 1; i <= NF; i++) if ($i == "msg/s,") print $(i - 1) }' \

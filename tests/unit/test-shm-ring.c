@@ -5,7 +5,8 @@
  * resumes, the wake-up handshake is not lost, what an earlier lap left in
  * the data area is never read as a record, and a producer that scribbles
  * on the region (positions, record headers, declared lengths) makes the
- * ring corrupt (-EPROTO) without any read or write outside it.
+ * ring corrupt (-EPROTO) without any read or write outside it. A tagged
+ * record reads as one message, its tag first.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -101,6 +102,42 @@ static void send_all(struct pair *p, struct sink *s, size_t len, unsigned seed)
 	assert_int_equal(s->len, len);
 	assert_int_equal(zt_check_fill(s->buf, len, seed), len);
 	free(m);
+}
+
+/* A tagged record (the express ring's, tcp_shm.c): read as one message of
+ * the tag and the bytes; the published position counts it; above a
+ * chunk's limit, nothing is written. */
+static void test_tagged(void **state)
+{
+	const uint64_t tag = 0x0123456789abcdefull;
+	const size_t limit = ((size_t)1 << LOG2) / 4 - 8 - 8; /* a chunk, header and total out */
+	unsigned char m[900], big[2048] = { 0 };
+	struct sink s = { 0 };
+	struct pair p;
+	bool wake;
+
+	(void)state;
+	pair_init(&p, 1 << 20);
+	zt_fill(m, sizeof(m), 7);
+	for (int i = 0; i < 20; i++) { /* wraps */
+		uint64_t before = zshm_tx_published(&p.tx);
+		assert_int_equal(zshm_send_tagged(&p.tx, tag + (uint64_t)i, m, sizeof(m), &wake),
+				 0);
+		assert_true(zshm_tx_published(&p.tx) > before);
+		assert_int_equal(zshm_rx_published(&p.rx), zshm_tx_published(&p.tx));
+		assert_int_equal(zshm_recv(&p.rx, collect, &s), 1);
+		assert_int_equal(s.len, sizeof(m) + 8);
+		uint64_t got;
+		memcpy(&got, s.buf, 8);
+		assert_int_equal(got, tag + (uint64_t)i);
+		assert_memory_equal(s.buf + 8, m, sizeof(m));
+	}
+	assert_int_equal(zshm_send_tagged(&p.tx, tag, big, limit - 8, &wake), 0);
+	assert_int_equal(zshm_recv(&p.rx, collect, &s), 1);
+	assert_int_equal(zshm_send_tagged(&p.tx, tag, big, limit - 7, &wake), -EMSGSIZE);
+	assert_int_equal(zshm_rx_pending(&p.rx), 0);
+	free(s.buf);
+	free(p.region);
 }
 
 static void test_sizes_in_order(void **state)
@@ -409,7 +446,7 @@ int main(void)
 		cmocka_unit_test(test_full_then_resume), cmocka_unit_test(test_hostile_head),
 		cmocka_unit_test(test_wake_handshake),  cmocka_unit_test(test_hostile_region),
 		cmocka_unit_test(test_hostile_consumer), cmocka_unit_test(test_attach_checks),
-		cmocka_unit_test(test_producer_wait_and_close),
+		cmocka_unit_test(test_producer_wait_and_close), cmocka_unit_test(test_tagged),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -181,11 +181,15 @@ static uint64_t tx_body(struct zshm_tx *tx, uint64_t at, const void *a, size_t a
  * (bench/MEASUREMENTS.md, "ring-v2").
  */
 static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len,
-		    uint64_t *msg_off, bool *mid, uint64_t max, uint64_t keep, bool *wake)
+		    uint64_t *msg_off, bool *mid, uint64_t max, uint64_t keep,
+		    const uint64_t *tag, bool *wake)
 {
 	uint64_t limit = tx->size / 4 - REC_HDR - 8, at = tx->head & (tx->size - 1);
-	uint64_t total = len, left = len - *msg_off, chunk, span, need, pad = 0;
-	size_t extra = *mid ? 0 : sizeof(total);
+	uint64_t left = len - *msg_off, chunk, span, need, pad = 0;
+	/* FIRST's total, then a tag's 8 bytes, which count as the message's
+	 * first (zshm_send_tagged(): whole records only) */
+	uint64_t pre[2] = { tag ? len + 8 : len, tag ? *tag : 0 };
+	size_t extra = *mid ? 0 : tag ? sizeof(pre) : sizeof(pre[0]);
 	uint32_t flags = *mid ? 0 : ZSHM_F_FIRST;
 	int64_t room;
 
@@ -204,7 +208,7 @@ static int tx_chunk(struct zshm_tx *tx, const unsigned char *msg, uint64_t len,
 	if (chunk == left)
 		flags |= ZSHM_F_LAST;
 	uint64_t rec = pad ? 0 : at, next = tx->head + pad + span;
-	tx_body(tx, rec, &total, extra, msg + *msg_off, chunk);
+	tx_body(tx, rec, pre, extra, msg + *msg_off, chunk);
 	atomic_store_explicit(rec_word(tx->base, (rec + span) & (tx->size - 1)), 0,
 			      memory_order_relaxed);
 	atomic_store_explicit(rec_word(tx->base, rec),
@@ -245,7 +249,7 @@ int zshm_send_part(struct zshm_tx *tx, const void *msg, size_t len, uint64_t max
 	do {
 		uint64_t before = tx->msg_off;
 		rc = tx_chunk(tx, msg, len, &tx->msg_off, &tx->mid, max - wrote, keep,
-			      wake);
+			      NULL, wake);
 		wrote += tx->msg_off - before;
 	} while (!rc && tx->mid && wrote < max);
 	if (rc == -EPROTO) {
@@ -275,10 +279,33 @@ int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 		return -EPROTO;
 	if ((uint64_t)len > tx->size / 4 - REC_HDR - 8)
 		return -EMSGSIZE;
-	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, wake);
+	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, NULL, wake);
 	if (rc == -EPROTO)
 		tx->corrupt = true;
 	return rc;
+}
+
+int zshm_send_tagged(struct zshm_tx *tx, uint64_t tag, const void *msg, size_t len,
+		     bool *wake)
+{
+	uint64_t off = 0;
+	bool mid = false;
+	int rc;
+
+	*wake = false;
+	if (tx->corrupt)
+		return -EPROTO;
+	if ((uint64_t)len + 8 > tx->size / 4 - REC_HDR - 8)
+		return -EMSGSIZE;
+	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, &tag, wake);
+	if (rc == -EPROTO)
+		tx->corrupt = true;
+	return rc;
+}
+
+uint64_t zshm_tx_published(const struct zshm_tx *tx)
+{
+	return tx->head;
 }
 
 /* ---- consumer ---------------------------------------------------------- */
@@ -430,6 +457,12 @@ bool zshm_rx_prepare_sleep(struct zshm_rx *rx)
 	if (!rx_next(rx))
 		rx_bad(rx); /* zshm_recv() says so */
 	return true;
+}
+
+uint64_t zshm_rx_published(const struct zshm_rx *rx)
+{
+	return atomic_load_explicit(word64(rx->ctl, OFF_HEAD), memory_order_acquire) &
+	       ~(uint64_t)1;
 }
 
 bool zshm_rx_producer_waits(struct zshm_rx *rx)

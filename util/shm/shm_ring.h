@@ -154,6 +154,18 @@ int zshm_send_part(struct zshm_tx *tx, const void *msg, size_t len, uint64_t max
 int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake);
 
 /*
+ * zshm_send_whole() with an 8-byte @tag before @msg: one record whose
+ * message is the tag (native byte order) followed by @len bytes, so a
+ * consumer reads it as a message of @len + 8 bytes. The same results;
+ * -EMSGSIZE for @len + 8 above a chunk.
+ */
+int zshm_send_tagged(struct zshm_tx *tx, uint64_t tag, const void *msg, size_t len,
+		     bool *wake);
+
+/* The producer's own position: bytes it ever published. */
+uint64_t zshm_tx_published(const struct zshm_tx *tx);
+
+/*
  * Called with each chunk of a message as it is read: @total is the
  * message's length (declared by its first chunk and already checked
  * against max_msg), @off where this chunk goes, @data/@len the bytes (in
@@ -184,6 +196,10 @@ bool zshm_rx_prepare_sleep(struct zshm_rx *rx);
  * unchecked). When none, the next record's first two cache lines are
  * prefetched (a spinning caller then has them when the header comes). */
 uint64_t zshm_rx_pending(const struct zshm_rx *rx);
+
+/* The producer's position as the region says (unchecked, without the
+ * sleep bit; an acquire load: records published before it are there). */
+uint64_t zshm_rx_published(const struct zshm_rx *rx);
 
 /*
  * After zshm_recv() consumed something: whether the producer announced

@@ -163,6 +163,27 @@ static inline size_t zt_wire_hdr(unsigned char *p, unsigned type, uint64_t len)
 	return zt_wire_hdr_v(p, 2, type, len);
 }
 
+/*
+ * zt_recv_within() - zap_recv() on @t with a deadline of @ms (scaled by
+ * zt_timeout_ms(): a hang bound, not a timing check); its result, and on
+ * failure the reason on stderr.
+ */
+static inline int zt_recv_within(struct zap_transport *t, unsigned ms, struct zap_msg **m)
+{
+	struct zap_ctx *ctx;
+	int r = zap_ctx_new(&ctx);
+
+	*m = NULL;
+	if (r)
+		return r;
+	zap_ctx_set_timeout(ctx, (uint64_t)zt_timeout_ms(ms) * 1000000u);
+	r = zap_recv(t, ctx, m);
+	zap_ctx_free(ctx);
+	if (r)
+		fprintf(stderr, "# recv: %s (%s)\n", zap_strerror(r), zap_last_error());
+	return r;
+}
+
 /* ---- checks for programs without cmocka ------------------------------------ */
 
 /**

@@ -25,14 +25,20 @@
 #define RING_TAIL 128u
 #define RING_DATA 192u
 #define RING_SIZE (1u << 21)
+/* Version 4: the express ring after the ring, 2^18 bytes of records. */
+#define XRING_SIZE (1u << 18)
+#define XRING_BYTES (192u + XRING_SIZE)
 #define RING_FIRST 1u
 #define RING_LAST 2u
 #define RING_PAD 4u
 
 struct ring_peer {
 	int tcp, side;       /* the connection; the side channel (wake-ups) */
-	unsigned char *ring; /* our tx ring, SIDE_RING_BYTES mapped */
+	unsigned char *ring; /* our tx ring (its header first) */
+	uint64_t size;       /* its data bytes */
 	uint64_t head;       /* what we published */
+	size_t map;          /* bytes mapped at ring: the whole region */
+	unsigned ver;
 };
 
 static inline _Atomic uint64_t *ring_u64(const struct ring_peer *rp, unsigned off)
@@ -53,26 +59,61 @@ static inline _Atomic uint32_t *ring_u32(const struct ring_peer *rp, unsigned of
  * version @ver). The acceptor's ring is not read: what it sends stays
  * there.
  */
-static inline void ring_peer_open(struct ring_peer *rp, int tcp, unsigned ver,
-				  uint64_t their_id, uint64_t nonce)
+/* ring_peer_open() up to the SHM frame: records written before
+ * ring_peer_switch() are read all at once when it comes. From version 4
+ * the region holds the express ring too (ring_peer_express()). */
+static inline void ring_peer_attach(struct ring_peer *rp, int tcp, unsigned ver,
+				    uint64_t their_id, uint64_t nonce)
 {
-	unsigned char frame[16];
 	struct side_msg m;
 	int theirs, got;
 
 	rp->tcp = tcp;
 	rp->head = 0;
-	int mine = side_region(SIDE_RING_BYTES, true, true);
+	rp->size = RING_SIZE;
+	rp->ver = ver;
+	rp->map = SIDE_RING_BYTES + (ver >= 4 ? XRING_BYTES : 0);
+	int mine = side_region(rp->map, true, true);
 	rp->side = answered(tcp, their_id, nonce, mine, &theirs);
 	close(theirs);
-	rp->ring = mmap(NULL, SIDE_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
+	rp->ring = mmap(NULL, rp->map, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
 	assert_true(rp->ring != MAP_FAILED);
+	if (ver >= 4) {
+		/* The express ring's header: side_region()'s, of 2^18 bytes. */
+		uint32_t log2 = 18;
+		memcpy(rp->ring + SIDE_RING_BYTES, rp->ring, 12);
+		memcpy(rp->ring + SIDE_RING_BYTES + 12, &log2, 4);
+	}
 	struct side_msg r = { .magic = SIDE_RING, .log2 = 21 };
 	assert_true(side_put(rp->side, &r, sizeof(r), &mine, 1));
 	close(mine);
 	assert_int_equal(side_next(rp->side, &m, &got), SIDE_DONE);
-	size_t n = zt_wire_hdr_v(frame, ver, 3, 0); /* SHM: our messages move */
-	assert_int_equal(send(tcp, frame, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* The SHM frame: the endpoint reads our rings from now on. */
+static inline void ring_peer_switch(struct ring_peer *rp)
+{
+	unsigned char frame[16];
+	size_t n = zt_wire_hdr_v(frame, rp->ver, 3, 0); /* SHM: our messages move */
+
+	assert_int_equal(send(rp->tcp, frame, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static inline void ring_peer_open(struct ring_peer *rp, int tcp, unsigned ver,
+				  uint64_t their_id, uint64_t nonce)
+{
+	ring_peer_attach(rp, tcp, ver, their_id, nonce);
+	ring_peer_switch(rp);
+}
+
+/* Version 4: @rp's express ring, as a ring_peer of its own (the same
+ * connection and side channel; ring_peer_close() only @rp). */
+static inline void ring_peer_express(const struct ring_peer *rp, struct ring_peer *x)
+{
+	*x = *rp;
+	x->ring = rp->ring + SIDE_RING_BYTES;
+	x->size = XRING_SIZE;
+	x->head = 0;
 }
 
 /* Whether the endpoint marked our ring closed (it closed the connection). */
@@ -89,7 +130,7 @@ static inline bool ring_room(struct ring_peer *rp, uint64_t span)
 		uint64_t tail = atomic_load(ring_u64(rp, RING_TAIL));
 		if (ring_peer_closed(rp))
 			return false;
-		if (rp->head - tail + span <= RING_SIZE)
+		if (rp->head - tail + span <= rp->size)
 			return true;
 		usleep(1000);
 	}
@@ -107,7 +148,7 @@ static inline uint64_t ring_hdr(uint32_t len, uint32_t flags)
 
 static inline _Atomic uint64_t *ring_slot(const struct ring_peer *rp, uint64_t at)
 {
-	return ring_u64(rp, RING_DATA + (unsigned)(at & (RING_SIZE - 1)));
+	return ring_u64(rp, RING_DATA + (unsigned)(at & (rp->size - 1)));
 }
 
 /*
@@ -122,10 +163,10 @@ static inline bool ring_put(struct ring_peer *rp, uint32_t flags, uint64_t total
 			    const void *p, uint32_t len)
 {
 	uint32_t rlen = len + (flags & RING_FIRST ? 8u : 0u);
-	uint64_t span = 8 + ((rlen + 7u) & ~7u), at = rp->head & (RING_SIZE - 1), pad = 0;
+	uint64_t span = 8 + ((rlen + 7u) & ~7u), at = rp->head & (rp->size - 1), pad = 0;
 
-	if (at + span > RING_SIZE)
-		pad = RING_SIZE - at;
+	if (at + span > rp->size)
+		pad = rp->size - at;
 	if (!ring_room(rp, pad + span + 8))
 		return false;
 	unsigned char *rec = rp->ring + RING_DATA + (pad ? 0 : at);
@@ -150,7 +191,7 @@ static inline bool ring_put(struct ring_peer *rp, uint32_t flags, uint64_t total
 
 static inline void ring_peer_close(struct ring_peer *rp)
 {
-	munmap(rp->ring, SIDE_RING_BYTES);
+	munmap(rp->ring, rp->map);
 	close(rp->side);
 	close(rp->tcp);
 }

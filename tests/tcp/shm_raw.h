@@ -12,6 +12,7 @@
 #define ZAP_TEST_SHM_RAW_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,12 +46,13 @@ static inline uint64_t get_be64(const unsigned char *p)
 
 #define RAW_ID 0x1234567890abcdefull
 
-/* A HELLO of wire version 2: instance id @id, @nonce, address @me. */
-static inline size_t hello_put(unsigned char *p, uint64_t id, uint64_t nonce, const char *me)
+/* A HELLO of wire version @ver: instance id @id, @nonce, address @me. */
+static inline size_t hello_put_v(unsigned char *p, unsigned ver, uint64_t id,
+				 uint64_t nonce, const char *me)
 {
 	size_t al = strlen(me);
 	put_be32(p, 0x5a415057u);
-	p[4] = 2;
+	p[4] = (unsigned char)ver;
 	p[5] = 1;
 	p[6] = p[7] = 0;
 	put_be64(p + 8, 24 + al);
@@ -59,6 +61,26 @@ static inline size_t hello_put(unsigned char *p, uint64_t id, uint64_t nonce, co
 	put_be64(p + 32, 1u << 20);
 	memcpy(p + 40, me, al);
 	return 40 + al;
+}
+
+/* ... of wire version 2. */
+static inline size_t hello_put(unsigned char *p, uint64_t id, uint64_t nonce, const char *me)
+{
+	return hello_put_v(p, 2, id, nonce, me);
+}
+
+/* Whether the endpoint closed @fd (reads until EOF or reset). */
+static inline bool raw_closed(int fd)
+{
+	char b[4096];
+
+	for (;;) {
+		ssize_t k = recv(fd, b, sizeof(b), 0);
+		if (k == 0 || (k < 0 && errno == ECONNRESET))
+			return true;
+		if (k < 0)
+			return false;
+	}
 }
 
 /* A whole HELLO (or frame) from @fd into @r; its length. */
@@ -93,15 +115,22 @@ static inline int tcp_to(const char *addr)
 /* A raw dialer (instance id @me_id): a HELLO with @nonce; returns the
  * socket and the acceptor's instance id from its answer, which is all a
  * stranger needs to squat its side-channel name. */
-static inline int raw_hello_as(const char *addr, uint64_t me_id, uint64_t nonce, uint64_t *id)
+static inline int raw_hello_v(const char *addr, unsigned ver, uint64_t me_id,
+			      uint64_t nonce, uint64_t *id)
 {
 	unsigned char p[128], r[256];
 	int fd = tcp_to(addr);
-	size_t n = hello_put(p, me_id, nonce, "0.0.0.0:9");
+	size_t n = hello_put_v(p, ver, me_id, nonce, "0.0.0.0:9");
 	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
 	assert_true(frame_get(fd, r, sizeof(r)) >= 40);
+	assert_int_equal(r[4], ver); /* answered in the version offered */
 	*id = get_be64(r + 16);
 	return fd;
+}
+
+static inline int raw_hello_as(const char *addr, uint64_t me_id, uint64_t nonce, uint64_t *id)
+{
+	return raw_hello_v(addr, 2, me_id, nonce, id);
 }
 
 static inline int raw_hello(const char *addr, uint64_t nonce, uint64_t *id)

@@ -12,7 +12,8 @@
  *    before the large one completes (no head-of-line blocking);
  *  - a previous-version (2) peer interoperates either way: as dialer
  *    (answered in version 2, sent whole DATA frames) and as acceptor
- *    (which closes at a version-3 HELLO; the dialer offers 2 again);
+ *    (which closes at a HELLO of version 3 or 4; the dialer offers each
+ *    earlier version in turn);
  *  - a peer that breaks the framing is closed with the reason, after the
  *    messages it completed were delivered: BEGIN while a message is open,
  *    MORE with none open or beyond its length, DATA above 32 KiB, a total
@@ -69,16 +70,9 @@ static void ep_addr(struct zap_transport *t, char *buf)
 
 static struct zap_msg *recv_within(struct zap_transport *t, unsigned ms)
 {
-	struct zap_ctx *ctx;
-	struct zap_msg *m = NULL;
+	struct zap_msg *m;
 
-	assert_int_equal(zap_ctx_new(&ctx), 0);
-	zap_ctx_set_timeout(ctx, (uint64_t)zt_timeout_ms(ms) * 1000000u);
-	int r = zap_recv(t, ctx, &m);
-	zap_ctx_free(ctx);
-	if (r)
-		fprintf(stderr, "# recv: %s (%s)\n", zap_strerror(r), zap_last_error());
-	assert_int_equal(r, 0);
+	assert_int_equal(zt_recv_within(t, ms, &m), 0);
 	return m;
 }
 
@@ -516,12 +510,13 @@ static void test_v2_dialer(void **state)
 	zap_close(r);
 }
 
-/* A version-2 acceptor: closes at a HELLO of version 3, then answers the
- * HELLO of version 2 the dialer offers next, and reads DATA frames. */
+/* A version-2 acceptor: closes at a HELLO of a later version, each time,
+ * then answers the HELLO of version 2 the dialer offers last, and reads
+ * DATA frames. */
 struct v2_acceptor {
 	int lfd;
 	char addr[64];
-	unsigned first_ver, second_ver;
+	unsigned offers[4], n_offers; /* the versions offered, in turn */
 	size_t got_len;
 	unsigned char *got;
 	unsigned got_type, got_ver;
@@ -531,19 +526,19 @@ static void *v2_accept_main(void *arg)
 {
 	struct v2_acceptor *v = arg;
 	unsigned char h[16 + 24 + ZAP_PEER_MAX], a[256];
-	int fd = accept(v->lfd, NULL, NULL);
+	int fd;
 
-	if (fd < 0)
-		return NULL;
-	if (recv(fd, h, 16, MSG_WAITALL) == 16)
-		v->first_ver = h[4];
-	close(fd); /* "unsupported wire version" */
-	fd = accept(v->lfd, NULL, NULL);
-	if (fd < 0)
-		return NULL;
-	if (recv(fd, h, 16, MSG_WAITALL) != 16)
-		goto out;
-	v->second_ver = h[4];
+	for (;;) {
+		fd = accept(v->lfd, NULL, NULL);
+		if (fd < 0)
+			return NULL;
+		if (recv(fd, h, 16, MSG_WAITALL) != 16 || v->n_offers == 4)
+			goto out;
+		v->offers[v->n_offers++] = h[4];
+		if (h[4] <= 2)
+			break;
+		close(fd); /* "unsupported wire version" */
+	}
 	uint64_t len = be64(h + 8);
 	if (len > sizeof(h) - 16 || recv(fd, h + 16, len, MSG_WAITALL) != (ssize_t)len)
 		goto out;
@@ -588,8 +583,11 @@ static void test_v2_acceptor(void **state)
 	assert_int_equal(zap_send(s, v.addr, buf, len, NULL), 0);
 	pthread_join(th, NULL);
 	close(v.lfd);
-	assert_int_equal(v.first_ver, 3);  /* offered first */
-	assert_int_equal(v.second_ver, 2); /* then the previous version */
+	/* Offered first, then each previous version in turn. */
+	assert_int_equal(v.n_offers, 3);
+	assert_int_equal(v.offers[0], 4);
+	assert_int_equal(v.offers[1], 3);
+	assert_int_equal(v.offers[2], 2);
 	assert_int_equal(v.got_ver, 2);
 	assert_int_equal(v.got_type, 2); /* one whole DATA frame */
 	assert_int_equal(v.got_len, len);
@@ -627,28 +625,6 @@ static size_t more3(unsigned char *p, size_t part)
 }
 
 /* Whether the captured log holds @s, now. */
-static bool log_has(const char *s)
-{
-	pthread_mutex_lock(&zt_log_mu);
-	bool found = zt_log_has_(s, NULL, false);
-	pthread_mutex_unlock(&zt_log_mu);
-	return found;
-}
-
-/* Whether the endpoint closed @fd (reads until EOF or reset). */
-static bool closed_by_peer(int fd)
-{
-	char b[4096];
-
-	for (;;) {
-		ssize_t k = recv(fd, b, sizeof(b), 0);
-		if (k == 0 || (k < 0 && errno == ECONNRESET))
-			return true;
-		if (k < 0)
-			return false;
-	}
-}
-
 static void test_hostile_framing(void **state)
 {
 	static const struct {
@@ -708,13 +684,13 @@ static void test_hostile_framing(void **state)
 			zap_ctx_set_timeout(ctx, 10000000u);
 			assert_int_equal(zap_recv(r, ctx, &m), -ETIMEDOUT);
 			zap_ctx_free(ctx);
-			said = log_has(cases[i].why);
+			said = zt_log_has(cases[i].why);
 		}
 		if (!said)
 			fprintf(stderr, "# %s: no log line with \"%s\"\n", cases[i].name,
 				cases[i].why);
 		assert_true(said);
-		assert_true(closed_by_peer(fd));
+		assert_true(raw_closed(fd));
 		close(fd);
 	}
 	zap_set_log_handler(NULL, NULL);
@@ -754,12 +730,12 @@ static void test_open_forever(void **state)
 			zap_msg_release(m);
 		}
 		zap_ctx_free(ctx);
-		if (log_has("made no progress"))
+		if (zt_log_has("made no progress"))
 			break;
 		zt_sleep_ms(20);
 		assert_true(sent < 2000); /* 40 s of votes: the limit is 300 ms */
 	}
-	assert_true(closed_by_peer(fd));
+	assert_true(raw_closed(fd));
 	assert_true(got > 0);
 	close(fd);
 	zap_set_log_handler(NULL, NULL);
@@ -806,13 +782,13 @@ static bool trickle(const char *host, size_t part)
 			zap_msg_release(m);
 		}
 		zap_ctx_free(ctx);
-		closed = closed || log_has("made no progress");
+		closed = closed || zt_log_has("made no progress");
 		/* At a byte per 20 ms the message would need 17 hours: the
 		 * limit is 300 ms. */
 		assert_true(sent < 100 + 2000 * part || whole || closed);
 	}
 	if (closed)
-		assert_true(closed_by_peer(fd));
+		assert_true(raw_closed(fd));
 	close(fd);
 	zap_set_log_handler(NULL, NULL);
 	zap_close(r);
@@ -892,7 +868,7 @@ static bool ring_trickle(const char *host, size_t part, size_t total, const char
 			zap_msg_release(m);
 		}
 		zap_ctx_free(ctx);
-		closed = log_has(why);
+		closed = zt_log_has(why);
 		/* At 64 bytes per 20 ms, 64 MiB would take 6 hours: the limit
 		 * is 300 ms (a hang bound, not a timing check). */
 		if (round >= 2000)
@@ -904,7 +880,7 @@ static bool ring_trickle(const char *host, size_t part, size_t total, const char
 		/* Dropped for that reason, not another. */
 		closed = zt_log_wait(why, zt_timeout_ms(5000));
 		assert_true(closed);
-		assert_true(closed_by_peer(rp.tcp));
+		assert_true(raw_closed(rp.tcp));
 		assert_true(ring_peer_closed(&rp));
 	}
 	fprintf(stderr, "# ring, %zu-byte chunks: %s; %u messages of another peer meanwhile\n",

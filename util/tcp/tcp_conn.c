@@ -203,7 +203,7 @@ static void conn_fin(struct tcp_conn *c)
 void tw_retire(struct tcp_conn *c)
 {
 	c->retiring = true;
-	if (!c->tx_busy && !c->big && !c->tx_shut)
+	if (!tw_tx_in_use(c) && !c->big && !c->tx_shut)
 		conn_fin(c);
 }
 
@@ -292,7 +292,7 @@ void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c)
 	TW_HELD(w);
 	if (c->dead)
 		return;
-	if (c->retiring && !c->tx_shut && !c->big)
+	if (c->retiring && !c->tx_shut && !c->big && !tw_tx_in_use(c))
 		conn_fin(c);
 	if (c->rx_eof && c->tx_shut)
 		tw_conn_kill(w, c, ZAP_CLOSE_PEER_EOF);
@@ -323,7 +323,7 @@ void tw_reap(struct tcp_wire *w)
 		return;
 	while (*pp) {
 		struct tcp_conn *c = *pp;
-		if (!c->dead || c->tx_busy || c->big || c->bigq) {
+		if (!c->dead || tw_tx_in_use(c) || c->big || c->bigq) {
 			again |= c->dead; /* freed once its sender lets go */
 			pp = &c->next;
 			continue;
@@ -592,7 +592,7 @@ bool tw_evict_from(struct tcp_wire *w, const char *why,
 
 	for (struct tcp_conn *c = w->conns; c; c = c->next) {
 		uint64_t t = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
-		if (c->dead || c->tx_busy || t >= old_ms || (pick && !pick(c, arg)))
+		if (c->dead || tw_tx_in_use(c) || t >= old_ms || (pick && !pick(c, arg)))
 			continue;
 		old = c;
 		old_ms = t;
@@ -659,7 +659,7 @@ void tw_idle_scan(struct tcp_wire *w, uint64_t now)
 			continue;
 		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 		uint64_t due = last + w->idle_ms;
-		if (!c->tx_busy && due <= now) {
+		if (!tw_tx_in_use(c) && due <= now) {
 			w->host->log(
 				ZAP_LOG_INFO, w->dom,
 				"closing the connection to %s (from %s): idle for %u ms",

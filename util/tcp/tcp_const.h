@@ -11,9 +11,11 @@
 #define TCP_MAGIC 0x5a415057u /* "ZAPW" */
 /* 2: the HELLO announces the sender's maximum message size (WIRE.md).
  * 3: messages above TCP_SOLO_MAX go in parts, between which other
- * messages may pass (WIRE.md, "Large messages"). A dialer offers 3 and
- * falls back to 2; an acceptor answers with the version offered. */
-#define TCP_VERSION 3
+ * messages may pass (WIRE.md, "Large messages").
+ * 4: same-host regions hold an express ring beside the ring (WIRE.md,
+ * "The express ring"). A dialer offers 4 and falls back a version at a
+ * time to 2; an acceptor answers with the version offered. */
+#define TCP_VERSION 4
 #define TCP_VERSION_MIN 2
 #define TCP_HDR 16
 #define TCP_T_HELLO 1

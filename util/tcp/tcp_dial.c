@@ -368,16 +368,19 @@ fail_freed:;
 int tw_dial(struct tcp_wire *w, const char *peer, struct zap_ctx *ctx)
 {
 	bool closed = false;
-	int r = dial_ver(w, peer, ctx, TCP_VERSION, &closed);
+	unsigned ver = TCP_VERSION;
+	int r = dial_ver(w, peer, ctx, ver, &closed);
 
-	/* A peer of version 2 closes at a HELLO of version 3 ("unsupported
-	 * wire version"): offer 2 once, on a new connection (WIRE.md). */
-	if (r && closed && !w->host->ctx_err(ctx) && !atomic_load(&w->shut)) {
+	/* A peer of an earlier version closes at a HELLO of a later one
+	 * ("unsupported wire version"): offer the one before, on a new
+	 * connection each, down to TCP_VERSION_MIN (WIRE.md). */
+	while (r && closed && ver > TCP_VERSION_MIN && !w->host->ctx_err(ctx) &&
+	       !atomic_load(&w->shut)) {
 		w->host->log(ZAP_LOG_DEBUG, w->dom,
 			     "%s closed at a HELLO of wire version %u; offering %u", peer,
-			     TCP_VERSION, TCP_VERSION_MIN);
+			     ver, ver - 1);
 		closed = false;
-		r = dial_ver(w, peer, ctx, TCP_VERSION_MIN, &closed);
+		r = dial_ver(w, peer, ctx, --ver, &closed);
 	}
 	return r;
 }

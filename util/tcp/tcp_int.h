@@ -192,9 +192,11 @@ struct tcp_shm;
  * owner's batch, its buffer in use until the owner sets DONE (the sender
  * waits for that, whatever its ctx); OWNER: handed the tx side; DONE: @err
  * and @done (bytes of the frame written) are the result; AGAIN: nothing
- * written, claim a connection afresh.
+ * written, claim a connection afresh; EXPRESS: counted in the
+ * connection's x_users, to be written into its express ring by the
+ * sender itself (tw_shm_express()).
  */
-enum { TXQ_QUEUED, TXQ_TAKEN, TXQ_OWNER, TXQ_DONE, TXQ_AGAIN };
+enum { TXQ_QUEUED, TXQ_TAKEN, TXQ_OWNER, TXQ_DONE, TXQ_AGAIN, TXQ_EXPRESS };
 struct tcp_txreq {
 	struct tcp_txreq *next;
 	const void *buf;
@@ -260,6 +262,10 @@ struct tcp_conn {
 
 	/* mu */
 	bool tx_busy; /* a sender (or the handshake) owns the socket's tx */
+	/* version 4: senders writing the express ring without the tx side
+	 * (tcp_shm.c, tw_shm_express()); like tx_busy, it keeps the
+	 * connection from its FIN, eviction and freeing (tw_tx_in_use()) */
+	unsigned x_users;
 	bool tx_used;
 	bool retiring; /* superseded: SHUT_WR once tx is free */
 	bool tx_shut;
@@ -654,6 +660,12 @@ bool tw_peer_draining(const struct tcp_wire *w, const struct tcp_peer *p);
 void tw_conn_kill(struct tcp_wire *w, struct tcp_conn *c, int why);
 void tw_conn_rx_done(struct tcp_wire *w, struct tcp_conn *c);
 void tw_conn_tx_done(struct tcp_wire *w, struct tcp_conn *c);
+/* Whether a sender writes on @c (mu held): its tx owner, or one writing
+ * the express ring. */
+static inline bool tw_tx_in_use(const struct tcp_conn *c)
+{
+	return c->tx_busy || c->x_users;
+}
 void tw_conn_free(struct tcp_conn *c);
 void tw_reap(struct tcp_wire *w);
 int tw_conn_register(struct tcp_wire *w, struct tcp_conn *c, const char *dial_addr);
@@ -788,6 +800,9 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 		 struct zap_ctx *ctx);
 size_t tw_shm_accept_fds(struct tcp_wire *w, struct pollfd *pfd, uint64_t *next_ms);
 void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n);
+/* tcp_shm.c: version 4's express ring (mu held) */
+bool tw_shm_express_ok(const struct tcp_conn *c, size_t len);
+int tw_shm_express(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len);
 
 /* tcp_rx.c: the leader reads @c (mu released), delivering onto *@tail;
  * 0, a negative error or one of these (c->rx_res) */

@@ -106,10 +106,13 @@ static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len
 /*
  * Find (dial, or wait for) the connection to send to @peer on and take
  * its tx side (req->state TXQ_OWNER) or queue @req behind its owner
- * (TXQ_QUEUED) (mu held; dropped while dialing or waiting). 0 and *@out.
+ * (TXQ_QUEUED), or, with @express, count it as a writer of the express
+ * ring (TXQ_EXPRESS) (mu held; dropped while dialing or waiting). 0 and
+ * *@out.
  */
 static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
-		      struct zap_ctx *ctx, struct tcp_txreq *req, struct tcp_conn **out)
+		      struct zap_ctx *ctx, struct tcp_txreq *req, bool express,
+		      struct tcp_conn **out)
 {
 	TW_HELD(w);
 	for (;;) {
@@ -142,6 +145,13 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 				if (err)
 					return err;
 				continue;
+			}
+			if (c && c->tx_busy && express &&
+			    tw_shm_express_ok(c, req->len)) {
+				c->x_users++;
+				req->state = TXQ_EXPRESS;
+				*out = c;
+				return 0;
 			}
 			if (c && !c->tx_busy) {
 				c->tx_busy = true;
@@ -225,6 +235,20 @@ static void send_release(struct tcp_wire *w, struct tcp_conn *c, int err, size_t
 	else if (c->dead)
 		tw_kick(w);
 	tw_notify(w, true);
+}
+
+/* An express ring's writer is done with @c (mu held): what its owner's
+ * release would do, if it was the last sender on it. */
+static void express_done(struct tcp_wire *w, struct tcp_conn *c)
+{
+	TW_HELD(w);
+	if (--c->x_users || c->tx_busy)
+		return;
+	tw_conn_tx_done(w, c);
+	if (!w->leader)
+		tw_reap(w);
+	else if (c->dead)
+		tw_kick(w);
 }
 
 /*
@@ -546,6 +570,8 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 	for (size_t i = 1; i < n; i++)
 		if (msgs[i].len > w->max_msg || msgs[i].len > TCP_SOLO_MAX)
 			n = i;
+	/* One small message: the express ring, where the connection has one. */
+	bool express = n == 1;
 	tw_lock(w);
 	for (int attempt = 0;;) {
 		struct tcp_txreq req[TCP_TXQ_BATCH + 1];
@@ -553,7 +579,19 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 		size_t taken = 0, written = 0;
 
 		req_set(&req[0], &msgs[0]);
-		err = send_claim(w, peer, &me, ctx, &req[0], &c);
+		err = send_claim(w, peer, &me, ctx, &req[0], express, &c);
+		if (!err && req[0].state == TXQ_EXPRESS) {
+			err = tw_shm_express(w, c, msgs[0].buf, msgs[0].len);
+			express_done(w, c);
+			if (err == -EAGAIN) {
+				express = false; /* no room: in line for the tx side */
+				continue;
+			}
+			if (!err) {
+				err = 1;
+				break;
+			}
+		}
 		if (!err && req[0].state == TXQ_QUEUED)
 			err = tw_txq_wait(w, c, &req[0], &me, ctx);
 		if (err)

@@ -45,6 +45,8 @@ static void rx_end(struct tcp_shm *s)
 		return;
 	if (s->rx.ctl) /* attached: the peer's sends fail from now on */
 		zshm_rx_close(&s->rx);
+	if (s->x_on)
+		zshm_rx_close(&s->xrx);
 	munmap(s->rx_map, s->map_len);
 	s->rx_map = NULL;
 }
@@ -59,6 +61,7 @@ void tw_shm_pair_free(struct tcp_shm *s, bool release)
 		close(s->sock);
 	if (s->count)
 		atomic_fetch_sub(s->count, 1);
+	pthread_mutex_destroy(&s->xmu);
 	free(s);
 }
 
@@ -253,6 +256,14 @@ static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s
 	return 0;
 }
 
+/* A message just completed in @s's ring (tx side owned): the position an
+ * express record's fence names from now on (tw_shm_express()). */
+static void bulk_done(struct tcp_shm *s)
+{
+	atomic_store_explicit(&s->bulk_done, zshm_tx_published(&s->tx),
+			      memory_order_release);
+}
+
 /* One attempt to publish @own; 0, -EAGAIN (full), or -EPROTO. Version 3
  * writes it as one record, which may go between the parts of a large
  * message another sender has open (shm_send_part()). */
@@ -263,6 +274,8 @@ static int ring_put(struct tcp_shm *s, const struct tcp_conn *c,
 	int r = c->ver >= 3 ? zshm_send_whole(&s->tx, own->buf, own->len, &wake)
 			    : zshm_send(&s->tx, own->buf, own->len, &wake);
 
+	if (!r)
+		bulk_done(s);
 	if (wake)
 		tw_shm_wake(s);
 	return r;
@@ -390,6 +403,8 @@ static int record_put(struct tcp_shm *s, const void *buf, size_t len)
 	bool wake;
 	int r = zshm_send_part(&s->tx, buf, len, TCP_SHM_CHUNK, TCP_SHM_KEEP, &wake);
 
+	if (!r)
+		bulk_done(s);
 	if (wake)
 		tw_shm_wake(s);
 	return r;
@@ -482,6 +497,65 @@ static int shm_send_part(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path
 		tw_unlock(w);
 		sched_yield();
 		tw_lock(w);
+	}
+	return r;
+}
+
+/* ---- version 4: the express ring ------------------------------------------ */
+
+/*
+ * Whether a message of @len bytes to @c goes through its express ring
+ * (mu held): a small one, once this direction switched to the rings,
+ * while the connection takes new messages. Whoever holds the tx side
+ * meanwhile, with a large message's parts perhaps, is not waited for.
+ */
+bool tw_shm_express_ok(const struct tcp_conn *c, size_t len)
+{
+	const struct tcp_shm *s = tw_shm_of(c);
+
+	return s && s->x_on && s->tx_on && !s->side_gone && len <= TCP_SHM_XMAX &&
+	       !c->dead && !c->retiring && !c->tx_shut;
+}
+
+/*
+ * Write @buf into @c's express ring as one record, its fence first: the
+ * ring's position after the last message completed there, which the
+ * receiver reads up to before it delivers this one, so a message sent
+ * before ours began stays ahead of it, and one still going out in parts
+ * does not hold it (WIRE.md, "The express ring"). mu held, dropped while
+ * writing; @c counted in x_users by the caller, which keeps it and its
+ * pair. 0; -EAGAIN: no room, or the peer closed, nothing written (the
+ * caller sends the usual way, which waits or reports); or -EPROTO.
+ */
+int tw_shm_express(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len)
+{
+	TW_HELD(w);
+	struct tcp_shm *s = tw_shm_of(c);
+	bool wake = false;
+	int r = -EAGAIN;
+
+	tw_unlock(w);
+	if (!zshm_tx_peer_closed(&s->tx)) {
+		pthread_mutex_lock(&s->xmu);
+		/* Under xmu: the fences go up with the records. */
+		uint64_t fence = atomic_load_explicit(&s->bulk_done,
+						      memory_order_acquire);
+		r = zshm_send_tagged(&s->xtx, fence, buf, len, &wake);
+		pthread_mutex_unlock(&s->xmu);
+	}
+	if (wake)
+		tw_shm_wake(s);
+	tw_lock(w);
+	if (!r) {
+		tw_count(&w->st_tx_frames, 1);
+		c->tx_msgs++;
+		c->tx_bytes += len;
+		tw_touch(c, now_coarse_ms());
+	} else if (r == -EPROTO) {
+		r = w->host->fail(-EPROTO,
+				  "%s: send to %s: the peer broke the shared-memory ring",
+				  w->dom, c->raddr);
+		tw_conn_kill(w, c, tw_close_why(r));
 	}
 	return r;
 }

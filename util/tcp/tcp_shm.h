@@ -14,6 +14,9 @@
 
 #include "shm_ring.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 /* Shared-memory upgrade (tcp_shm.c): who may share memory with us, the
  * ring size per direction, how many connections of a wire may hold rings,
  * how long the dialer waits for the side channel's answer (how many side
@@ -46,6 +49,16 @@
  * give its core to a waiting thread (tcp_shm.c, part_records();
  * bench/MEASUREMENTS.md, "shm-part-records"). */
 #define TCP_SHM_CHUNK (32u << 10)
+/* Version 4: each region holds a second ring after the first, the express
+ * ring of 2^TCP_SHM_XLOG2 bytes, for messages of at most TCP_SHM_XMAX
+ * bytes that a sender writes itself, whoever holds the first ring's tx
+ * side: a vote behind a block waited for the block's sender to be given
+ * the core and write the vote after its current record (median 16-19 us
+ * of the round trip's 20-23 behind 64 MiB, with the two threads on one
+ * core; bench/MEASUREMENTS.md, "shm-express"). Each express record starts
+ * with a fence (WIRE.md, "The express ring"). */
+#define TCP_SHM_XLOG2 18u /* 256 KiB */
+#define TCP_SHM_XMAX 4096u
 enum { TW_SHM_OFF, TW_SHM_USER, TW_SHM_GROUP };
 struct tcp_shm {
 	struct tcp_path path; /* first: c->path points here once installed */
@@ -56,12 +69,21 @@ struct tcp_shm {
 	atomic_uint *count; /* the wire's nshm */
 	struct zshm_tx tx;  /* the tx owner's */
 	struct zshm_rx rx;  /* the leader's */
-	bool tx_ready;      /* mu: the peer maps our ring: sends may switch */
-	bool tx_on;         /* mu: TCP_T_SHM written, frames go to the ring */
-	bool side_gone;     /* mu: the side channel ended */
-	uint64_t live_ms;   /* tx owner: last look at the side channel */
-	bool rx_on;         /* leader: TCP_T_SHM read, frames come from the ring */
-	bool rx_gone;       /* leader: the peer is gone: drain the ring, then EOF */
+	/* Version 4 (x_on): the express rings. xtx is xmu's, a leaf lock
+	 * taken without mu by a sender counted in c->x_users; bulk_done is
+	 * tx's position after the last message completed there (the tx
+	 * owner stores it, express senders load it: the fence). */
+	bool x_on;
+	struct zshm_tx xtx;
+	struct zshm_rx xrx;
+	pthread_mutex_t xmu;
+	_Atomic uint64_t bulk_done;
+	bool tx_ready;    /* mu: the peer maps our ring: sends may switch */
+	bool tx_on;       /* mu: TCP_T_SHM written, frames go to the ring */
+	bool side_gone;   /* mu: the side channel ended */
+	uint64_t live_ms; /* tx owner: last look at the side channel */
+	bool rx_on;       /* leader: TCP_T_SHM read, frames come from the ring */
+	bool rx_gone;     /* leader: the peer is gone: drain the ring, then EOF */
 	/* Lingering (shm_end(), the end op): its connection ended, our ring not */
 	struct tcp_shm *linger_next;
 	uint64_t linger_until;
@@ -79,6 +101,7 @@ static inline struct tcp_shm *tw_shm_of(const struct tcp_conn *c)
 	return p->ops == &tw_shm_ops ? tw_shm_path(p) : NULL;
 }
 void tw_shm_free(struct tcp_shm *s);
+size_t tw_shm_region_len(unsigned ver);
 bool tw_shm_side(struct tcp_wire *w, struct tcp_conn *c);
 void tw_shm_wake(const struct tcp_shm *s);
 

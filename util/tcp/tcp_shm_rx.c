@@ -14,15 +14,18 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 struct ring_rx {
 	struct tcp_wire *w;
 	struct tcp_conn *c;
+	struct tcp_shm *s;
 	struct tcp_rx_msg ***tail;
 	uint64_t now; /* the round's coarse clock */
 	int got;
 	int recs;       /* chunks taken in this zshm_recv() call */
 	uint64_t bytes; /* delivered this round */
+	bool fenced;    /* the express ring's next record waits for the ring */
 };
 
 /* Whether this round delivered enough (see TCP_SHM_BATCH_BYTES). */
@@ -57,6 +60,65 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	return r;
 }
 
+/* A record of the express ring that cannot be (mu not held): why. */
+static int x_bad(struct tcp_conn *c, const char *why)
+{
+	snprintf(c->rx_why, sizeof(c->rx_why), "the peer broke the express ring: %s",
+		 why);
+	return -EPROTO;
+}
+
+/*
+ * Version 4: one record of the express ring (zshm_chunk_fn): a whole
+ * message, its fence first. It is delivered once the ring was read up to
+ * its fence; before that it stays (-EBUSY, x->fenced), and the ring's
+ * records are read first. A fence past what the peer ever published in
+ * the ring would hold it for good (WIRE.md, "The express ring").
+ */
+static int x_record(void *user, uint64_t total, uint64_t off, const void *data,
+		    size_t len, bool last)
+{
+	struct ring_rx *x = user;
+	struct tcp_shm *s = x->s;
+	uint64_t fence;
+
+	if (off || !last || len != total || len < sizeof(fence))
+		return x_bad(x->c, "a record that is not one whole message");
+	if (len - sizeof(fence) > x->w->max_msg)
+		return x_bad(x->c, "a message above our limit");
+	memcpy(&fence, data, sizeof(fence));
+	if (fence > s->rx.tail) {
+		if (fence > zshm_rx_published(&s->rx))
+			return x_bad(x->c, "a fence past the ring's end");
+		x->fenced = true;
+		return -EBUSY;
+	}
+	if (ring_batch_done(x))
+		return -EINTR;
+	len -= sizeof(fence);
+	int r = tw_rx_chunk(x->w, x->c, x->tail, x->now, len, 0,
+			    (const unsigned char *)data + sizeof(fence), len, true);
+	if (!r) {
+		x->got++;
+		x->bytes += len;
+	}
+	return r;
+}
+
+/* The express ring's records that may go now: 0 (none left, or the next
+ * one fenced), -EINTR (a batch is done), -EAGAIN (paused), or -EPROTO. */
+static int x_drain(struct tcp_conn *c, struct tcp_shm *s, struct ring_rx *x)
+{
+	uint64_t before = s->xrx.tail;
+
+	x->fenced = false;
+	int r = zshm_recv(&s->xrx, x_record, x);
+	c->rx_total += s->xrx.tail - before;
+	if (r == -EPROTO && s->xrx.corrupt)
+		return x_bad(c, "a position or a record that cannot be");
+	return r == -EBUSY || r > 0 ? 0 : r;
+}
+
 /*
  * tw_conn_rx() for a connection whose peer switched to its ring: the
  * connection itself must stay silent until its end (@readable: poll saw
@@ -67,7 +129,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		   struct tcp_rx_msg ***tail, uint64_t now, bool readable)
 {
-	struct ring_rx x = { w, c, tail, now, 0, 0, 0 };
+	struct ring_rx x = { .w = w, .c = c, .s = s, .tail = tail, .now = now };
 
 	c->rx_ready = false;
 	if (readable && !s->rx_gone) {
@@ -93,6 +155,25 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 	int r;
 	for (;;) {
 		uint64_t before = s->rx.tail;
+		/* Version 4: the ring's next record seen first, then the
+		 * express ring's that may go: a message sent there before
+		 * that record's message began shows by now, and goes first
+		 * (WIRE.md, "The express ring"). */
+		bool more = zshm_rx_pending(&s->rx) != 0;
+		if (s->x_on) {
+			int got = x.got;
+			r = x_drain(c, s, &x);
+			/* What came through it goes to the application now,
+			 * not after the rest of a large message in the ring. */
+			if (!r && x.got > got)
+				r = -EINTR;
+			if (r)
+				break;
+			if (x.fenced && !more && !zshm_rx_pending(&s->rx))
+				return x_bad(c, "a fence on records that are not there");
+			if (!more)
+				break;
+		}
 		x.recs = 0;
 		r = zshm_recv(&s->rx, ring_chunk, &x);
 		c->rx_total += s->rx.tail - before;
@@ -117,7 +198,7 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		return r;
 	if (!s->rx_gone)
 		return 0;
-	if (zshm_rx_pending(&s->rx)) {
+	if (zshm_rx_pending(&s->rx) || (s->x_on && zshm_rx_pending(&s->xrx))) {
 		c->rx_ready = true; /* more to deliver before the end */
 		return 0;
 	}
@@ -148,6 +229,9 @@ bool tw_shm_rx_pending(struct tcp_path *p, bool sleeping)
 
 	if (!s->rx_on)
 		return false;
+	if (s->x_on &&
+	    (sleeping ? zshm_rx_prepare_sleep(&s->xrx) : zshm_rx_pending(&s->xrx) > 0))
+		return true;
 	return sleeping ? zshm_rx_prepare_sleep(&s->rx) : zshm_rx_pending(&s->rx) > 0;
 }
 

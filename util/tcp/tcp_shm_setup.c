@@ -86,7 +86,8 @@ struct tcp_shm_pend {
 	unsigned char bind[TW_SHM_BIND_MAX], key[TW_SHM_KEY_MAX];
 	unsigned char bind_len, key_len;
 	void *tx_map; /* 1: our ring, announced */
-	struct zshm_tx tx;
+	unsigned ver; /* 1: the connection's wire version, its region's layout */
+	struct zshm_tx tx, xtx;
 };
 
 /* ---- policy ------------------------------------------------------------- */
@@ -203,18 +204,55 @@ static int region_map(int fd, size_t len, void **map, char *why, size_t whylen)
 	return 0;
 }
 
+/* A region's bytes on a connection of wire version @ver: the ring, and
+ * from version 4 the express ring after it (WIRE.md, "Same host"). */
+size_t tw_shm_region_len(unsigned ver)
+{
+	return zshm_region_bytes(TCP_SHM_LOG2) +
+	       (ver >= 4 ? zshm_region_bytes(TCP_SHM_XLOG2) : 0);
+}
+
+/* Lay out our new region @map for wire version @ver: its rings' producers. */
+static void region_layout(void *map, unsigned ver, struct zshm_tx *tx,
+			  struct zshm_tx *xtx)
+{
+	zshm_tx_init(tx, map, TCP_SHM_LOG2);
+	if (ver >= 4)
+		zshm_tx_init(xtx, (unsigned char *)map + zshm_region_bytes(TCP_SHM_LOG2),
+			     TCP_SHM_XLOG2);
+}
+
+/* Attach @s's consumers to the peer's region, laid out for @ver. */
+static int region_attach(struct tcp_wire *w, struct tcp_shm *s, unsigned ver)
+{
+	if (zshm_rx_attach(&s->rx, s->rx_map, TCP_SHM_LOG2, w->max_msg))
+		return -EPROTO;
+	if (ver < 4)
+		return 0;
+	/* An express record's message is its fence and at most
+	 * TCP_SHM_XMAX bytes (tcp_shm_rx.c checks it against ours). */
+	if (zshm_rx_attach(&s->xrx,
+			   (unsigned char *)s->rx_map + zshm_region_bytes(TCP_SHM_LOG2),
+			   TCP_SHM_XLOG2, TCP_SHM_XMAX + 8))
+		return -EPROTO;
+	s->x_on = true;
+	return 0;
+}
+
 /*
- * Our half of a pair: the peer's region @pfd mapped as our rx ring, and
- * our tx ring: @given (laid out and announced already; the pair owns its
- * mapping once this succeeds), or else a new one, whose memfd *@our_fd is
+ * Our half of a pair on a connection of wire version @ver: the peer's
+ * region @pfd mapped as our rx rings, and our tx rings: @given and
+ * @given_x (laid out and announced already; the pair owns its mapping
+ * once this succeeds), or else a new region, whose memfd *@our_fd is
  * then the caller's to pass on and close. Counts against TCP_SHM_MAX.
  * NULL with @why.
  */
-static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx *given,
+static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, unsigned ver,
+			       const struct zshm_tx *given, const struct zshm_tx *given_x,
 			       int *our_fd, char *why, size_t whylen)
 {
 	struct tcp_shm *s = calloc(1, sizeof(*s));
-	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
+	size_t len = tw_shm_region_len(ver);
 
 	if (our_fd)
 		*our_fd = -1;
@@ -223,6 +261,7 @@ static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx
 		return NULL;
 	}
 	s->path.ops = &tw_shm_ops;
+	pthread_mutex_init(&s->xmu, NULL);
 	s->w = w;
 	s->sock = -1;
 	s->map_len = len;
@@ -238,12 +277,14 @@ static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx
 		s->rx_map = NULL;
 		goto fail;
 	}
-	if (zshm_rx_attach(&s->rx, s->rx_map, TCP_SHM_LOG2, w->max_msg)) {
+	if (region_attach(w, s, ver)) {
 		snprintf(why, whylen, "the peer's ring has a bad header");
 		goto fail;
 	}
 	if (given) {
 		s->tx = *given;
+		if (ver >= 4)
+			s->xtx = *given_x;
 		s->tx_map = given->base;
 		return s;
 	}
@@ -254,7 +295,7 @@ static struct tcp_shm *shm_new(struct tcp_wire *w, int pfd, const struct zshm_tx
 		s->tx_map = NULL;
 		goto fail;
 	}
-	zshm_tx_init(&s->tx, s->tx_map, TCP_SHM_LOG2);
+	region_layout(s->tx_map, ver, &s->tx, &s->xtx);
 	return s;
 fail:
 	tw_shm_free(s);
@@ -396,7 +437,7 @@ void tw_shm_dial(struct tcp_wire *w, struct tcp_conn *c, uint64_t deadline_ms,
 		goto out;
 	if (dial_prove(w, c, fd, deadline_ms, ctx, &pfd, why, sizeof(why)))
 		goto out;
-	s = shm_new(w, pfd, NULL, &txfd, why, sizeof(why));
+	s = shm_new(w, pfd, c->ver, NULL, NULL, &txfd, why, sizeof(why));
 	if (!s)
 		goto out;
 	r = tw_shm_msg_send(fd, TCP_SHM_RING, NULL, NULL, txfd);
@@ -447,7 +488,7 @@ static void pend_drop(struct tcp_wire *w, struct tcp_shm_pend *p, bool close_fd)
 	if (close_fd)
 		close(p->fd);
 	if (p->tx_map) /* announced, never installed: nobody may read it */
-		tw_shm_region_drop(p->tx_map, zshm_region_bytes(TCP_SHM_LOG2), true);
+		tw_shm_region_drop(p->tx_map, tw_shm_region_len(p->ver), true);
 	free(p);
 }
 
@@ -505,6 +546,7 @@ struct shm_cand {
 	uint64_t nonce, rid;
 	unsigned char bind[TW_SHM_BIND_MAX], key[TW_SHM_KEY_MAX];
 	unsigned char bind_len, key_len;
+	unsigned ver; /* its wire version: our region's layout */
 };
 
 /*
@@ -531,6 +573,7 @@ static struct tcp_conn *conn_by_proof(struct tcp_wire *w, struct tcp_shm_pend *p
 			cand[n] = (struct shm_cand){ .c = c,
 						     .nonce = c->nonce,
 						     .rid = c->rid,
+						     .ver = c->ver,
 						     .bind_len = c->shm_bind_len,
 						     .key_len = c->shm_key_len };
 			memcpy(cand[n].bind, c->shm_bind, c->shm_bind_len);
@@ -547,6 +590,7 @@ static struct tcp_conn *conn_by_proof(struct tcp_wire *w, struct tcp_shm_pend *p
 			hit = cand[i].c;
 			*nonce = cand[i].nonce;
 			*rid = cand[i].rid;
+			p->ver = cand[i].ver;
 			p->bind_len = cand[i].bind_len;
 			memcpy(p->bind, cand[i].bind, cand[i].bind_len);
 			p->key_len = cand[i].key_len;
@@ -574,8 +618,6 @@ static int pend_request(struct tcp_wire *w, struct tcp_shm_pend *p, char *why,
 {
 	struct tcp_shm_msg m;
 	unsigned char mac[32];
-	size_t len = zshm_region_bytes(TCP_SHM_LOG2);
-
 	int r = tw_shm_msg_recv(p->fd, TCP_SHM_REQ, &m, NULL, why, whylen);
 	if (r)
 		return r;
@@ -596,14 +638,14 @@ static int pend_request(struct tcp_wire *w, struct tcp_shm_pend *p, char *why,
 		snprintf(why, whylen, "HMAC failed");
 		return -EIO;
 	}
-	int txfd = region_new(len, &p->tx_map);
+	int txfd = region_new(tw_shm_region_len(p->ver), &p->tx_map);
 	if (txfd < 0) {
 		p->tx_map = NULL;
 		snprintf(why, whylen, "memfd: %s", strerror(-txfd));
 		return txfd;
 	}
 	/* Laid out before the peer can see it. */
-	zshm_tx_init(&p->tx, p->tx_map, TCP_SHM_LOG2);
+	region_layout(p->tx_map, p->ver, &p->tx, &p->xtx);
 	r = tw_shm_msg_send(p->fd, TCP_SHM_ANS, mac, NULL, txfd);
 	close(txfd); /* the mapping stays */
 	if (r) {
@@ -626,7 +668,7 @@ static int pend_ring(struct tcp_wire *w, struct tcp_shm_pend *p, char *why, size
 		return r;
 	/* Everything that can fail before the connection is touched, so
 	 * that installing is a pointer store under mu. */
-	struct tcp_shm *s = shm_new(w, pfd, &p->tx, NULL, why, whylen);
+	struct tcp_shm *s = shm_new(w, pfd, p->ver, &p->tx, &p->xtx, NULL, why, whylen);
 	close(pfd);
 	if (!s)
 		return -EPROTO;

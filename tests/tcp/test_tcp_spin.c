@@ -5,7 +5,8 @@
  * short ones, fixed (and never learned) when ZAP_TCP_SPIN_US is set; and
  * tw_spin_poll() returns what poll() would, spinning only within budget;
  * a spin that finds its CPU contended (a yield that ran another thread)
- * yields every round for the next waits; a stream's occasional longer
+ * yields every round for the next waits, but not when the thread that ran
+ * was a stream of ours that gave the core back; a stream's occasional longer
  * wait is covered by the next waits' spins; a learned spin does not start
  * on a host with more runnable threads than CPUs.
  */
@@ -68,7 +69,8 @@ static void test_peak(void **state)
 	tw_spin_init(&s, false, 0);
 	for (int i = 0; i < 20; i++)
 		tw_spin_learn(&s, 2 * US);
-	assert_true(tw_spin_budget(&s) <= 20 * US);
+	/* The least a learned spin lasts: a sleep's and wake-up's cost. */
+	assert_true(tw_spin_budget(&s) <= 30 * US);
 
 	/* A receiver of a stream waits 150 us once (the sender refilling
 	 * its socket): the next waits spin that long, not 3x the mean. */
@@ -80,7 +82,7 @@ static void test_peak(void **state)
 	/* It fades after a few dozen short waits. */
 	for (int i = 0; i < 40; i++)
 		tw_spin_learn(&s, 2 * US);
-	assert_true(tw_spin_budget(&s) <= 20 * US);
+	assert_true(tw_spin_budget(&s) <= 30 * US);
 
 	/* A wait too long to spin through is no peak: the budget drops. */
 	tw_spin_learn(&s, 5000 * MS);
@@ -220,6 +222,55 @@ static void test_contended(void **state)
 	close(efd);
 }
 
+/* A thread of ours streaming on CPU *@arg until hog_stop: busy for 40 us
+ * at a time (a record's copy), then, as a large message's sender between
+ * two records does, it takes tw_core_wanted and gives the core back. */
+static void *own_stream(void *arg)
+{
+	pin(*(int *)arg);
+	while (!atomic_load_explicit(&hog_stop, memory_order_relaxed)) {
+		uint64_t t0 = t_now();
+		while (t_now() - t0 < 40 * US)
+			;
+		if (atomic_exchange(&tw_core_wanted, false))
+			sched_yield();
+	}
+	return NULL;
+}
+
+/* The same CPU shared with our own stream, which gives the core back when
+ * asked: a yield that ran it for longer than 20 us is no contention (the
+ * peer we wait for is elsewhere), so the spin does not start yielding
+ * every round. At least one of five tries: another process may run in a
+ * yield too on a busy host, and that is contention. */
+static void test_own_stream(void **state)
+{
+	struct tcp_spin s;
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), cpu = sched_getcpu();
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	unsigned calm = 0;
+	cpu_set_t old;
+	pthread_t th;
+
+	(void)state;
+	assert_true(efd >= 0 && cpu >= 0);
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	assert_true(pin(cpu));
+	for (int i = 0; i < 5 && !calm; i++) {
+		atomic_store(&hog_stop, false);
+		assert_int_equal(pthread_create(&th, NULL, own_stream, &cpu), 0);
+		usleep(5000); /* it runs */
+		tw_spin_init(&s, true, 2000);
+		assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);
+		atomic_store(&hog_stop, true);
+		pthread_join(th, NULL);
+		calm += s.cool == 0;
+	}
+	assert_true(calm > 0);
+	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+	close(efd);
+}
+
 /* Busy threads, unpinned, until hog_stop. */
 static void *hog_any(void *arg)
 {
@@ -278,6 +329,7 @@ int main(void)
 		cmocka_unit_test(test_fixed_budget),
 		cmocka_unit_test(test_spin_poll),
 		cmocka_unit_test(test_contended),
+		cmocka_unit_test(test_own_stream),
 		cmocka_unit_test(test_host_busy),
 	};
 

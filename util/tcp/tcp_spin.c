@@ -38,7 +38,12 @@
  * rings, every SPIN_RING_ROUNDS rounds), handing the core to the peer as
  * soon as we have nothing to do. Alone on a core, a yield costs a trip
  * through the scheduler for nothing, which a 64 B round trip shows, so
- * only a shared core yields every round.
+ * only a shared core yields every round. A long yield after which the
+ * core-wanted flag we set is gone ran a thread of ours that gave the core
+ * back (a large message's sender between two records or parts): our own
+ * stream shares the core, not the peer we wait for, and yielding every
+ * round would only hand the core back to the stream while the answer we
+ * wait for is already there ("spin-own-stream"); it does not count.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -48,8 +53,15 @@
 
 #include "tcp_int.h"
 
-/* Learned budgets lie in [MIN, MAX]; a mean wait above LIMIT: no spin. */
-#define SPIN_MIN_NS 10000u
+/* Learned budgets lie in [MIN, MAX]; a mean wait above LIMIT: no spin.
+ * MIN is about what a sleep and its wake-up cost here (25-30 us,
+ * bench/MEASUREMENTS.md, "spin-learned"): a spin that gives up sooner
+ * pays that cost for a message arriving a little later, and one that
+ * lasts as long as the cost wastes at most as much as it can save. With
+ * 10 us, a vote's echo behind a 64 MiB stream slept through half the
+ * time (its round trip's median 21-26 us, against 9-10 us with 30;
+ * "spin-min"). */
+#define SPIN_MIN_NS 30000u
 #define SPIN_MAX_NS 200000u
 #define SPIN_LIMIT_NS 200000u
 /* A sample is capped so that the mean recovers in ~20 short waits. */
@@ -213,7 +225,13 @@ static int spin_rounds(struct pollfd *pfd, size_t n, uint64_t end_ns,
 					      memory_order_relaxed);
 			sched_yield();
 			yield_ns = now_ns();
-			if (yield_ns - now >= SPIN_CONTENDED_NS)
+			/* A thread of ours that gave the core back (a large
+			 * message's sender, between two records or parts) took
+			 * the flag: a core shared with our own stream, not with
+			 * the peer we wait for, which yielding every round would
+			 * only hand back to that stream ("spin-own-stream"). */
+			if (yield_ns - now >= SPIN_CONTENDED_NS &&
+			    atomic_load_explicit(&tw_core_wanted, memory_order_relaxed))
 				*contended = true;
 		}
 	}

@@ -803,6 +803,7 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 /* tcp_shm.c: version 4's express ring (mu held) */
 bool tw_shm_express_ok(const struct tcp_conn *c, size_t len);
 int tw_shm_express(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len);
+int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len);
 
 /* tcp_rx.c: the leader reads @c (mu released), delivering onto *@tail;
  * 0, a negative error or one of these (c->rx_res) */

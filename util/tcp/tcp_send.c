@@ -106,9 +106,10 @@ static int send_too_big(struct tcp_wire *w, const struct tcp_conn *c, size_t len
 /*
  * Find (dial, or wait for) the connection to send to @peer on and take
  * its tx side (req->state TXQ_OWNER) or queue @req behind its owner
- * (TXQ_QUEUED), or, with @express, count it as a writer of the express
- * ring (TXQ_EXPRESS) (mu held; dropped while dialing or waiting). 0 and
- * *@out.
+ * (TXQ_QUEUED), or, with @express (one small message), count it as a
+ * writer of the express ring (TXQ_EXPRESS) or write it into the ring
+ * under mu (TXQ_DONE) (mu held; dropped while dialing or waiting). 0
+ * and *@out.
  */
 static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *me,
 		      struct zap_ctx *ctx, struct tcp_txreq *req, bool express,
@@ -150,6 +151,15 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 			    tw_shm_express_ok(c, req->len)) {
 				c->x_users++;
 				req->state = TXQ_EXPRESS;
+				*out = c;
+				return 0;
+			}
+			/* ... or, its tx side free, straight into its ring. */
+			if (c && !c->tx_busy && express &&
+			    !tw_shm_direct(w, c, req->buf, req->len)) {
+				req->state = TXQ_DONE;
+				req->err = 0;
+				req->done = TCP_HDR + req->len;
 				*out = c;
 				return 0;
 			}
@@ -570,7 +580,8 @@ static int send_msgs(struct tcp_wire *w, const char *peer, const struct zap_iov 
 	for (size_t i = 1; i < n; i++)
 		if (msgs[i].len > w->max_msg || msgs[i].len > TCP_SOLO_MAX)
 			n = i;
-	/* One small message: the express ring, where the connection has one. */
+	/* One small message: the express ring, or the ring under mu, where
+	 * the connection has them. */
 	bool express = n == 1;
 	tw_lock(w);
 	for (int attempt = 0;;) {

@@ -187,41 +187,6 @@ static void *hog(void *arg)
 	return NULL;
 }
 
-static void test_contended(void **state)
-{
-	struct tcp_spin s;
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), cpu = sched_getcpu();
-	struct pollfd p = { .fd = efd, .events = POLLIN };
-	cpu_set_t old;
-	pthread_t th;
-
-	(void)state;
-	assert_true(efd >= 0 && cpu >= 0);
-	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
-	assert_true(pin(cpu));
-
-	/* A busy thread on the same CPU: the first yield hands it the CPU
-	 * for a time slice, far beyond 20 us: contended. */
-	atomic_store(&hog_stop, false);
-	assert_int_equal(pthread_create(&th, NULL, hog, &cpu), 0);
-	usleep(20000); /* it runs */
-	tw_spin_init(&s, true, 20000);
-	assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);
-	atomic_store(&hog_stop, true);
-	pthread_join(th, NULL);
-	assert_true(s.cool > 0);
-
-	/* Each later wait uses one up. */
-	unsigned left = s.cool;
-	tw_spin_init(&s, true, 0);
-	s.cool = left;
-	assert_int_equal(tw_spin_poll(&s, &p, 1, 1, never, NULL, false), 0);
-	assert_int_equal(s.cool, left - 1);
-
-	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
-	close(efd);
-}
-
 /* A thread of ours streaming on CPU *@arg until hog_stop: busy for 40 us
  * at a time (a record's copy), then, as a large message's sender between
  * two records does, it takes tw_core_wanted and gives the core back. */
@@ -238,6 +203,52 @@ static void *own_stream(void *arg)
 	return NULL;
 }
 
+/* A wait of 100 ms for nothing, spinning @spin_us, on our CPU shared with
+ * @thread (started @settle_us before, stopped after): @s as it left it. */
+static void spin_beside(void *(*thread)(void *), unsigned spin_us, unsigned settle_us,
+			struct tcp_spin *s)
+{
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), cpu = sched_getcpu();
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	cpu_set_t old;
+	pthread_t th;
+
+	assert_true(efd >= 0 && cpu >= 0);
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	assert_true(pin(cpu));
+	atomic_store(&hog_stop, false);
+	assert_int_equal(pthread_create(&th, NULL, thread, &cpu), 0);
+	usleep(settle_us); /* it runs */
+	tw_spin_init(s, true, spin_us);
+	assert_int_equal(tw_spin_poll(s, &p, 1, 100, never, NULL, false), 0);
+	atomic_store(&hog_stop, true);
+	pthread_join(th, NULL);
+	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+	close(efd);
+}
+
+static void test_contended(void **state)
+{
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct pollfd p = { .fd = efd, .events = POLLIN };
+	struct tcp_spin s;
+
+	(void)state;
+	assert_true(efd >= 0);
+	/* A busy thread on the same CPU: the first yield hands it the CPU
+	 * for a time slice, far beyond 20 us: contended. */
+	spin_beside(hog, 20000, 20000, &s);
+	assert_true(s.cool > 0);
+
+	/* Each later wait uses one up. */
+	unsigned left = s.cool;
+	tw_spin_init(&s, true, 0);
+	s.cool = left;
+	assert_int_equal(tw_spin_poll(&s, &p, 1, 1, never, NULL, false), 0);
+	assert_int_equal(s.cool, left - 1);
+	close(efd);
+}
+
 /* The same CPU shared with our own stream, which gives the core back when
  * asked: a yield that ran it for longer than 20 us is no contention (the
  * peer we wait for is elsewhere), so the spin does not start yielding
@@ -246,29 +257,14 @@ static void *own_stream(void *arg)
 static void test_own_stream(void **state)
 {
 	struct tcp_spin s;
-	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), cpu = sched_getcpu();
-	struct pollfd p = { .fd = efd, .events = POLLIN };
 	unsigned calm = 0;
-	cpu_set_t old;
-	pthread_t th;
 
 	(void)state;
-	assert_true(efd >= 0 && cpu >= 0);
-	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
-	assert_true(pin(cpu));
 	for (int i = 0; i < 5 && !calm; i++) {
-		atomic_store(&hog_stop, false);
-		assert_int_equal(pthread_create(&th, NULL, own_stream, &cpu), 0);
-		usleep(5000); /* it runs */
-		tw_spin_init(&s, true, 2000);
-		assert_int_equal(tw_spin_poll(&s, &p, 1, 100, never, NULL, false), 0);
-		atomic_store(&hog_stop, true);
-		pthread_join(th, NULL);
+		spin_beside(own_stream, 2000, 5000, &s);
 		calm += s.cool == 0;
 	}
 	assert_true(calm > 0);
-	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
-	close(efd);
 }
 
 /* Busy threads, unpinned, until hog_stop. */

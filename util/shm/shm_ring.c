@@ -268,7 +268,9 @@ int zshm_send(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 	return zshm_send_part(tx, msg, len, UINT64_MAX, 0, wake);
 }
 
-int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
+/* One whole record of @msg, after the 8-byte *@tag if there is one. */
+static int whole_record(struct zshm_tx *tx, const uint64_t *tag, const void *msg,
+			size_t len, bool *wake)
 {
 	uint64_t off = 0;
 	bool mid = false;
@@ -277,30 +279,23 @@ int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
 	*wake = false;
 	if (tx->corrupt)
 		return -EPROTO;
-	if ((uint64_t)len > tx->size / 4 - REC_HDR - 8)
+	if ((uint64_t)len + (tag ? 8 : 0) > tx->size / 4 - REC_HDR - 8)
 		return -EMSGSIZE;
-	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, NULL, wake);
+	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, tag, wake);
 	if (rc == -EPROTO)
 		tx->corrupt = true;
 	return rc;
 }
 
+int zshm_send_whole(struct zshm_tx *tx, const void *msg, size_t len, bool *wake)
+{
+	return whole_record(tx, NULL, msg, len, wake);
+}
+
 int zshm_send_tagged(struct zshm_tx *tx, uint64_t tag, const void *msg, size_t len,
 		     bool *wake)
 {
-	uint64_t off = 0;
-	bool mid = false;
-	int rc;
-
-	*wake = false;
-	if (tx->corrupt)
-		return -EPROTO;
-	if ((uint64_t)len + 8 > tx->size / 4 - REC_HDR - 8)
-		return -EMSGSIZE;
-	rc = tx_chunk(tx, msg, len, &off, &mid, UINT64_MAX, 0, &tag, wake);
-	if (rc == -EPROTO)
-		tx->corrupt = true;
-	return rc;
+	return whole_record(tx, &tag, msg, len, wake);
 }
 
 uint64_t zshm_tx_published(const struct zshm_tx *tx)

@@ -256,6 +256,15 @@ static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s
 	return 0;
 }
 
+/* One message of @len bytes went to @c's rings (mu held). */
+static void shm_sent(struct tcp_wire *w, struct tcp_conn *c, size_t len)
+{
+	TW_HELD(w);
+	tw_count(&w->st_tx_frames, 1);
+	c->tx_msgs++;
+	c->tx_bytes += len;
+}
+
 /* A message just completed in @s's ring (tx side owned): the position an
  * express record's fence names from now on (tw_shm_express()). */
 static void bulk_done(struct tcp_shm *s)
@@ -359,11 +368,8 @@ static int shm_send1(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 	*partial = err && !whole && zshm_tx_mid(&s->tx);
 	own->done = err ? *partial : TCP_HDR + own->len;
 	own->err = err;
-	if (!err) {
-		tw_count(&w->st_tx_frames, 1);
-		c->tx_msgs++; /* mu held */
-		c->tx_bytes += own->len;
-	}
+	if (!err)
+		shm_sent(w, c, own->len);
 	return err;
 }
 
@@ -509,12 +515,20 @@ static int shm_send_part(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path
  * while the connection takes new messages. Whoever holds the tx side
  * meanwhile, with a large message's parts perhaps, is not waited for.
  */
+/* Whether @c's rings (@s, NULL: none) take a message of @len bytes from
+ * a sender without the tx side (mu held): small, this direction switched
+ * to them, the connection taking new messages. */
+static bool small_open(const struct tcp_conn *c, const struct tcp_shm *s, size_t len)
+{
+	return s && s->tx_on && !s->side_gone && len <= TCP_SHM_XMAX && !c->dead &&
+	       !c->retiring && !c->tx_shut;
+}
+
 bool tw_shm_express_ok(const struct tcp_conn *c, size_t len)
 {
 	const struct tcp_shm *s = tw_shm_of(c);
 
-	return s && s->x_on && s->tx_on && !s->side_gone && len <= TCP_SHM_XMAX &&
-	       !c->dead && !c->retiring && !c->tx_shut;
+	return small_open(c, s, len) && s->x_on;
 }
 
 /*
@@ -547,9 +561,7 @@ int tw_shm_express(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size
 		tw_shm_wake(s);
 	tw_lock(w);
 	if (!r) {
-		tw_count(&w->st_tx_frames, 1);
-		c->tx_msgs++;
-		c->tx_bytes += len;
+		shm_sent(w, c, len);
 		tw_touch(c, now_coarse_ms());
 	} else if (r == -EPROTO) {
 		r = w->host->fail(-EPROTO,
@@ -579,8 +591,7 @@ int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_
 	struct tcp_shm *s = tw_shm_of(c);
 	bool wake;
 
-	if (!s || c->ver < 3 || !s->tx_on || s->side_gone || len > TCP_SHM_XMAX ||
-	    c->dead || c->retiring || c->tx_shut || c->big || zshm_tx_mid(&s->tx) ||
+	if (!small_open(c, s, len) || c->ver < 3 || c->big || zshm_tx_mid(&s->tx) ||
 	    zshm_tx_peer_closed(&s->tx))
 		return -EAGAIN;
 	int r = zshm_send_whole(&s->tx, buf, len, &wake);
@@ -589,9 +600,7 @@ int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_
 	bulk_done(s);
 	if (wake)
 		tw_shm_wake(s);
-	tw_count(&w->st_tx_frames, 1);
-	c->tx_msgs++;
-	c->tx_bytes += len;
+	shm_sent(w, c, len);
 	tw_touch(c, now_coarse_ms());
 	return 0;
 }

@@ -159,8 +159,8 @@ static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
 		 * express ring's that may go: a message sent there before
 		 * that record's message began shows by now, and goes first
 		 * (WIRE.md, "The express ring"). */
-		bool more = zshm_rx_pending(&s->rx) != 0;
 		if (s->x_on) {
+			bool more = zshm_rx_pending(&s->rx) != 0;
 			int got = x.got;
 			r = x_drain(c, s, &x);
 			/* What came through it goes to the application now,
@@ -220,7 +220,13 @@ bool tw_shm_rx_always(const struct tcp_path *p)
 	return tw_shm_path(p)->rx_on;
 }
 
-/* A message in the ring; @sleeping: and announce that the leader sleeps
+/* A record in @rx; @sleeping: announce the sleep first (zshm_rx_prepare_sleep()). */
+static bool ring_has(struct zshm_rx *rx, bool sleeping)
+{
+	return sleeping ? zshm_rx_prepare_sleep(rx) : zshm_rx_pending(rx) > 0;
+}
+
+/* A message in the rings; @sleeping: and announce that the leader sleeps
  * (zshm_rx_prepare_sleep()), so its producer wakes it through the side
  * channel, which is in the poll set. */
 bool tw_shm_rx_pending(struct tcp_path *p, bool sleeping)
@@ -229,10 +235,7 @@ bool tw_shm_rx_pending(struct tcp_path *p, bool sleeping)
 
 	if (!s->rx_on)
 		return false;
-	if (s->x_on &&
-	    (sleeping ? zshm_rx_prepare_sleep(&s->xrx) : zshm_rx_pending(&s->xrx) > 0))
-		return true;
-	return sleeping ? zshm_rx_prepare_sleep(&s->rx) : zshm_rx_pending(&s->rx) > 0;
+	return (s->x_on && ring_has(&s->xrx, sleeping)) || ring_has(&s->rx, sleeping);
 }
 
 /* The peer's TCP_T_SHM: valid once, on a connection with rings. */

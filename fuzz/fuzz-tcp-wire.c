@@ -38,8 +38,8 @@ static void do_header(const uint8_t *d, size_t n)
 	if (n < 16 + 1 + 8)
 		return;
 	unsigned want = d[0] & 1 ? 2 : 1;
-	/* 0: any version spoken (2 or 3), else exactly 2 or 3. */
-	unsigned ver = (d[0] >> 1) % 3 ? 1 + (d[0] >> 1) % 3 : 0;
+	/* 0: any version spoken (2 to 4), else exactly 2, 3 or 4. */
+	unsigned ver = (d[0] >> 1) % 4 ? 1 + (d[0] >> 1) % 4 : 0;
 	max = rd64(d + 1);
 	h = malloc(16); /* exactly a header */
 	if (!h)
@@ -48,7 +48,7 @@ static void do_header(const uint8_t *d, size_t n)
 	why[0] = '\0';
 	int r = tcp_parse_header(h, ver, want, max, &len, why, sizeof(why));
 	bool ok = h[0] == 0x5a && h[1] == 0x41 && h[2] == 0x50 && h[3] == 0x57 &&
-		  (ver ? h[4] == ver : h[4] == 2 || h[4] == 3) && h[5] == want && !h[6] &&
+		  (ver ? h[4] == ver : h[4] >= 2 && h[4] <= 4) && h[5] == want && !h[6] &&
 		  !h[7];
 	if (!ok) {
 		FUZZ_CHECK(r == -EPROTO && why[0]);

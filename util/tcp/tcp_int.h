@@ -713,6 +713,8 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 		size_t nown, struct tcp_waiter *me, struct zap_ctx *ctx, bool *partial,
 		bool may_wait);
 void tw_txq_handoff(struct tcp_wire *w, struct tcp_conn *c);
+int tw_txq_flush(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
+		 struct zap_ctx *ctx, bool *partial);
 size_t tw_txq_take(struct tcp_conn *c, struct tcp_txreq **req, size_t max);
 void tw_txq_taken(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq **req,
 		  size_t n, size_t wrote);

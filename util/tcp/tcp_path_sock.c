@@ -36,9 +36,11 @@ static int sock_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
  * to TCP_BIG_BATCH parts in one sendmsg() (parts the full socket did not
  * start are cut, tw_txq_send()), else one; one of TCP_PART_SHORT bytes
  * while a spinning leader of ours wants its core back (big_yield() then
- * gives it). *@off advances by the parts
- * written whole; *@partial: one was left half written. tw_txq_send()'s
- * result, or the connection's error when a later part broke.
+ * gives it); then, while more parts are to come, the frames queued
+ * behind us meanwhile, written by us (tw_txq_flush()). *@off advances by
+ * the parts written whole; *@partial: one (or a queued frame) was left
+ * half written. tw_txq_send()'s result, or the connection's error when a
+ * later part or a queued frame broke.
  */
 static int big_parts(struct tcp_wire *w, struct tcp_conn *c, const struct zap_iov *m,
 		     size_t *off, struct tcp_waiter *me, struct zap_ctx *ctx,
@@ -66,6 +68,9 @@ static int big_parts(struct tcp_wire *w, struct tcp_conn *c, const struct zap_io
 		*off += r[i].len;
 	if (!err && *partial)
 		err = r[0].err ? r[0].err : -EPIPE;
+	/* The frames that queued meanwhile go now, before the next part. */
+	if (!err && c->txq && *off < m->len)
+		err = tw_txq_flush(w, c, me, ctx, partial);
 	return err;
 }
 

@@ -70,8 +70,10 @@ bool tw_txq_join(const struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq 
 	/* On a connection with rings a queued frame is not written with
 	 * the owner's system call (tw_txq_send()): a version-3 owner puts it
 	 * into the ring as a record of its own (tcp_shm.c, shm_put_queued()),
-	 * between two parts of a large message too; otherwise it waits for
-	 * its turn, handed the tx side in line (tw_txq_handoff()). Either
+	 * between two parts of a large message too; a large message's
+	 * sender on the socket writes it between two parts
+	 * (tw_txq_flush()); otherwise it waits for its turn, handed the tx
+	 * side in line (tw_txq_handoff()). Either
 	 * way a sender that keeps the ring busy does not shut the others out:
 	 * the tx side is free for whoever grabs it first only when nobody
 	 * waits in line. */
@@ -200,6 +202,17 @@ static size_t batch_wrote(const struct txbatch *b, size_t i)
 		return 0;
 	size_t k = b->sent - start;
 	return k < frame_bytes(b->req[i]) ? k : frame_bytes(b->req[i]);
+}
+
+/* Whether a frame of @b was left half written (the stream is broken). */
+static bool batch_partial(const struct txbatch *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		size_t k = batch_wrote(b, i);
+		if (k && k < frame_bytes(b->req[i]))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -355,13 +368,43 @@ int tw_txq_send(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq *own,
 	for (size_t i = 0; i < nown; i++)
 		own[i].done = i < b.n ? batch_wrote(&b, i) : 0;
 	own->err = err;
-	*partial = false;
-	for (size_t i = 0; i < b.n; i++) {
-		size_t k = batch_wrote(&b, i);
-		if (k && k < frame_bytes(b.req[i]))
-			*partial = true;
-	}
+	*partial = batch_partial(&b);
 	return own->done == frame_bytes(own) ? 0 : err;
+}
+
+/*
+ * Write the frames queued on @c now, for their senders, as the owner of
+ * its tx side (mu held; dropped while writing): between two parts of a
+ * large message, so that a vote goes right after the part just written,
+ * not after the hand-off of the tx side to its thread and that thread's
+ * return to a core the large message's sender keeps busy
+ * (bench/MEASUREMENTS.md, "tcp-flush-queued"; the ring's counterpart is
+ * tcp_shm.c's shm_put_queued()). A socket full before the first byte
+ * gives them all back, queued as they were; one that fills later gives
+ * back those not started, as with any owner. The connection's error, and
+ * *@partial when a frame was left half written (the stream is broken).
+ */
+int tw_txq_flush(struct tcp_wire *w, struct tcp_conn *c, struct tcp_waiter *me,
+		 struct zap_ctx *ctx, bool *partial)
+{
+	TW_HELD(w);
+	struct txbatch b = { .no_wait = true };
+
+	*partial = false;
+	b.n = tw_txq_take(c, b.req, TCP_TXQ_BATCH + 1);
+	if (!b.n)
+		return 0;
+	for (size_t i = 0; i < b.n; i++)
+		b.total += frame_bytes(b.req[i]);
+	tw_unlock(w);
+	int err = batch_write(w, c, &b, me, ctx);
+	if (err == -EAGAIN && !b.sent) {
+		tw_txq_taken(w, c, b.req, b.n, 0);
+		return 0;
+	}
+	batch_finish(w, c, &b, err);
+	*partial = batch_partial(&b);
+	return err;
 }
 
 /*

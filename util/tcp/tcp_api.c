@@ -263,6 +263,7 @@ static void wire_init(struct tcp_wire *w, const struct tcp_wire_args *args)
 	}
 	w->id = tw_rand64();
 	w->hash_seed = tw_rand64();
+	tw_route_gen_next(w);
 	w->lfd = w->kick_fd = w->stop_fd = w->shm_lfd = w->shm_linger_fd = w->epfd =
 		w->hs_epfd = -1;
 	atomic_init(&w->shut, false);

@@ -524,6 +524,7 @@ struct tcp_wire {
 	struct tcp_peer **ptab; /* mu: peers by address, ptab_n buckets */
 	size_t ptab_n, npeers;
 	uint64_t hash_seed; /* addresses' hash (tcp_route.c), secret */
+	uint64_t route_gen; /* new whenever a route is freed (tcp_route.c) */
 	/* Readiness (mu, but epfd itself never changes): the hot connections,
 	 * and when the idle scan is next due. */
 	int epfd;
@@ -648,6 +649,7 @@ int tw_wait_fd(struct tcp_wire *w, int fd, short events, struct zap_ctx *ctx,
 /* Link a new route @r (its addr set) into the list and the hash. */
 void tw_route_add(struct tcp_wire *w, struct tcp_route *r);
 struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr);
+void tw_route_gen_next(struct tcp_wire *w);
 struct tcp_route *tw_route_set(struct tcp_wire *w, const char *addr, struct tcp_peer *p);
 void tw_route_del(struct tcp_wire *w, struct tcp_route *dead);
 struct tcp_peer *tw_peer_find(struct tcp_wire *w, uint64_t rid, const char *addr);

@@ -12,6 +12,7 @@
  */
 #include "tcp_int.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +74,28 @@ void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
 	w->rtab[b] = r;
 }
 
-struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
+/*
+ * The route each thread found last, for the next send to the same peer:
+ * hashing the address was the largest cost of a small send after the
+ * copy (bench/instructions.sh; bench/MEASUREMENTS.md, "send-instructions").
+ * Valid while its wire's route_gen is the one it was found under: every
+ * route freed moves route_gen on, to a value no wire had before (so a
+ * wire opened where a closed one was has none of its routes' values).
+ */
+static atomic_uint_fast64_t route_gens;
+static _Thread_local struct {
+	const struct tcp_wire *w;
+	uint64_t gen;
+	struct tcp_route *r;
+} route_last;
+
+void tw_route_gen_next(struct tcp_wire *w)
 {
-	TW_HELD(w);
+	w->route_gen = atomic_fetch_add_explicit(&route_gens, 1, memory_order_relaxed) + 1;
+}
+
+static struct tcp_route *route_lookup(struct tcp_wire *w, const char *addr)
+{
 	if (!w->rtab_n) {
 		for (struct tcp_route *r = w->routes; r; r = r->next)
 			if (!strcmp(r->addr, addr))
@@ -86,6 +106,21 @@ struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
 		if (!strcmp(r->addr, addr))
 			return r;
 	return NULL;
+}
+
+struct tcp_route *tw_route_find(struct tcp_wire *w, const char *addr)
+{
+	TW_HELD(w);
+	if (route_last.w == w && route_last.gen == w->route_gen &&
+	    !strcmp(route_last.r->addr, addr))
+		return route_last.r;
+	struct tcp_route *r = route_lookup(w, addr);
+	if (r) {
+		route_last.w = w;
+		route_last.gen = w->route_gen;
+		route_last.r = r;
+	}
+	return r;
 }
 
 /* Take @r off its peer's list of routes (a few: its address, the
@@ -143,6 +178,7 @@ void tw_route_del(struct tcp_wire *w, struct tcp_route *dead)
 	if (dead->next)
 		dead->next->prev = dead->prev;
 	w->nroutes--;
+	tw_route_gen_next(w);
 	free(dead);
 }
 

@@ -59,9 +59,9 @@ struct tcp_tp {
 #define CACHE_MIN (128u << 10)
 #define CACHE_SLOTS 4
 #define CACHE_BYTES (130u << 20)
-#define MID_LOG2 10u /* MID_MIN: 1 KiB */
+#define MID_LOG2 8u /* MID_MIN: 256 bytes */
 #define MID_MIN (1u << MID_LOG2)
-#define MID_CLASSES 28 /* 1 KiB up to 112 KiB, four a power of two */
+#define MID_CLASSES 36 /* 256 bytes up to 112 KiB, four a power of two */
 #define MID_BYTES (1u << 20)
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -112,11 +112,91 @@ static void *cache_take(size_t need)
 	return p;
 }
 
+/* Free the blocks linked through their first bytes from @gone on. */
+static void free_list(void *gone)
+{
+	while (gone) {
+		void *next;
+		memcpy(&next, gone, sizeof(next));
+		free(gone);
+		gone = next;
+	}
+}
+
+/*
+ * Small blocks (the record of a message of up to about 250 bytes: votes,
+ * queries) stay on a list of the thread that released them, at most
+ * SMALL_KEEP, with no lock: a stream of them cost two rounds of cache_mu,
+ * the class arithmetic and two malloc_usable_size() a message, a sixth of
+ * the receiving side's instructions (bench/instructions.sh;
+ * bench/MEASUREMENTS.md, "recv-instructions"). A thread's list is freed
+ * when it exits (small_key's destructor), so what it holds, at most
+ * SMALL_KEEP * SMALL_BYTES, is a cost of each thread that releases
+ * messages, also after the last endpoint closed.
+ */
+#define SMALL_BYTES 512u
+#define SMALL_KEEP 64u
+static _Thread_local struct small_list {
+	void *head; /* each block's first bytes: the next */
+	unsigned n;
+	bool keyed; /* small_key holds it: freed at the thread's exit */
+} small_blocks;
+static pthread_key_t small_key;
+static pthread_once_t small_once = PTHREAD_ONCE_INIT;
+static bool small_key_ok;
+
+static void small_free(void *arg)
+{
+	struct small_list *l = arg;
+
+	free_list(l->head);
+	l->head = NULL;
+	l->n = 0;
+}
+
+static void small_init(void)
+{
+	small_key_ok = pthread_key_create(&small_key, small_free) == 0;
+}
+
+/* Keep the block @m of @cap usable bytes on this thread's list: whether
+ * kept. One that also serves requests above SMALL_BYTES goes elsewhere. */
+static bool small_put(void *m, size_t cap)
+{
+	if (cap < SMALL_BYTES || cap >= 2 * SMALL_BYTES || small_blocks.n >= SMALL_KEEP)
+		return false;
+	if (!small_blocks.keyed) {
+		pthread_once(&small_once, small_init);
+		if (!small_key_ok || pthread_setspecific(small_key, &small_blocks))
+			return false;
+		small_blocks.keyed = true;
+	}
+	memcpy(m, &small_blocks.head, sizeof(void *));
+	small_blocks.head = m;
+	small_blocks.n++;
+	return true;
+}
+
+/* A block of SMALL_BYTES: this thread's, or a new one. */
+static void *small_get(void)
+{
+	void *p = small_blocks.head;
+
+	if (!p)
+		return malloc(SMALL_BYTES);
+	memcpy(&small_blocks.head, p, sizeof(void *));
+	small_blocks.n--;
+	return p;
+}
+
 /* A block of at least @need bytes: a cached one, or a new one (NULL when
  * out of memory). */
 static void *block_get(size_t need)
 {
 	void *p = NULL;
+
+	if (need <= SMALL_BYTES)
+		return small_get();
 
 	if (need >= MID_MIN && need < CACHE_MIN) {
 		unsigned i = mid_class(need);
@@ -137,17 +217,6 @@ static void *block_get(size_t need)
 	}
 	p = cache_take(need);
 	return p ? p : malloc(need);
-}
-
-/* Free the blocks linked through their first bytes from @gone on. */
-static void free_list(void *gone)
-{
-	while (gone) {
-		void *next;
-		memcpy(&next, gone, sizeof(next));
-		free(gone);
-		gone = next;
-	}
 }
 
 /*
@@ -262,7 +331,9 @@ static void tcp_msg_release(struct zap_msg *m)
 {
 	/* The record and payload are one allocation, independent of the
 	 * transport, so messages outlive zap_close(). */
-	if (!cache_put(m, malloc_usable_size(m)))
+	size_t cap = malloc_usable_size(m);
+
+	if (!small_put(m, cap) && !cache_put(m, cap))
 		free(m);
 }
 

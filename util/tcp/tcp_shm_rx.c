@@ -35,6 +35,15 @@ static bool ring_batch_done(const struct ring_rx *x)
 }
 
 /*
+ * Whole messages of at most TCP_SHM_XMAX bytes taken in one zshm_recv()
+ * call: each call costs the record's checks once more for the record that
+ * ends it, and a fence (zshm_rx_producer_waits()); one record a call made
+ * the receiver's part of a 64 B message a third larger
+ * (bench/instructions.sh; bench/MEASUREMENTS.md, "recv-instructions").
+ */
+#define RING_CALL_RECS 16
+
+/*
  * One chunk of a message from the ring (zshm_chunk_fn), handed to the
  * receive side's assembler (tw_rx_chunk()), which delivers the message
  * with its last chunk. -EAGAIN (paused, as for TCP: the same chunk comes
@@ -47,8 +56,12 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	struct ring_rx *x = user;
 	struct tcp_conn *c = x->c;
 
-	/* One chunk per zshm_recv(): ring_rx() frees its room at once. */
-	if (x->recs++)
+	/* A chunk of a large message ends a zshm_recv() call, so that
+	 * ring_rx() wakes a producer waiting for its room at once; so does an
+	 * express record waiting to be looked at before this one (version 4:
+	 * it may have to go first). */
+	if (x->recs++ && (off || !last || len > TCP_SHM_XMAX || x->recs > RING_CALL_RECS ||
+			  (x->s->x_on && zshm_rx_pending(&x->s->xrx))))
 		return -EINTR;
 	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
 		return -EINTR;

@@ -347,11 +347,16 @@ static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 	m = block_get(sizeof(*m) + len);
 	if (!m)
 		return -ENOMEM;
-	memset(m, 0, sizeof(*m));
-	m->msg.size = sizeof(m->msg);
-	m->msg.data = m + 1;
-	m->msg.device_ptr = NULL;
-	m->msg.release = tcp_msg_release;
+	/* The sender's address and key are filled whole when the message is
+	 * delivered (tcp_rx.c); until then nobody reads them. */
+	m->msg = (struct zap_msg){
+		.size = sizeof(m->msg),
+		.data = m + 1,
+		.release = tcp_msg_release,
+	};
+	m->next = NULL;
+	m->peer[0] = '\0';
+	m->peer_id[0] = '\0';
 	*out = m;
 	return 0;
 }

@@ -91,7 +91,9 @@ static _Thread_local struct {
 
 void tw_route_gen_next(struct tcp_wire *w)
 {
-	w->route_gen = atomic_fetch_add_explicit(&route_gens, 1, memory_order_relaxed) + 1;
+	uint64_t g = atomic_fetch_add_explicit(&route_gens, 1, memory_order_relaxed);
+
+	w->route_gen = g + 1;
 }
 
 static struct tcp_route *route_lookup(struct tcp_wire *w, const char *addr)

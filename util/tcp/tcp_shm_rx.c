@@ -60,8 +60,9 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	 * ring_rx() wakes a producer waiting for its room at once; so does an
 	 * express record waiting to be looked at before this one (version 4:
 	 * it may have to go first). */
-	if (x->recs++ && (off || !last || len > TCP_SHM_XMAX || x->recs > RING_CALL_RECS ||
-			  (x->s->x_on && zshm_rx_pending(&x->s->xrx))))
+	if (x->recs++ &&
+	    (off || !last || len > TCP_SHM_XMAX || x->recs > RING_CALL_RECS ||
+	     (x->s->x_on && zshm_rx_pending(&x->s->xrx))))
 		return -EINTR;
 	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
 		return -EINTR;

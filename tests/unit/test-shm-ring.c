@@ -423,11 +423,15 @@ static void test_producer_wait_and_close(void **state)
 	assert_true(zshm_tx_room(&p.tx) < room0);
 	/* Nobody waits yet: consuming says nothing. */
 	assert_true(zshm_recv(&p.rx, collect, &s) >= 0);
+	assert_false(zshm_rx_producer_flagged(&p.rx));
 	assert_false(zshm_rx_producer_waits(&p.rx));
 	zshm_tx_prepare_wait(&p.tx);
 	assert_true(zshm_recv(&p.rx, collect, &s) >= 0);
+	assert_true(zshm_rx_producer_flagged(&p.rx));
+	assert_true(zshm_rx_producer_flagged(&p.rx)); /* a look clears nothing */
 	assert_true(zshm_rx_producer_waits(&p.rx));
-	assert_false(zshm_rx_producer_waits(&p.rx)); /* cleared */
+	assert_false(zshm_rx_producer_flagged(&p.rx)); /* cleared */
+	assert_false(zshm_rx_producer_waits(&p.rx));
 	while (zshm_send(&p.tx, big, (size_t)1 << LOG2, &wake) == -EAGAIN)
 		assert_true(zshm_recv(&p.rx, collect, &s) >= 0);
 	assert_false(zshm_tx_mid(&p.tx));

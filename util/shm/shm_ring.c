@@ -474,6 +474,11 @@ bool zshm_rx_producer_waits(struct zshm_rx *rx)
 	       atomic_exchange(word32(rx->ctl, OFF_WAITING), 0);
 }
 
+bool zshm_rx_producer_flagged(const struct zshm_rx *rx)
+{
+	return atomic_load_explicit(word32(rx->ctl, OFF_WAITING), memory_order_relaxed) != 0;
+}
+
 void zshm_tx_prepare_wait(struct zshm_tx *tx)
 {
 	atomic_store(word32(tx->base, OFF_WAITING), 1);

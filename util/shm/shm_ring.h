@@ -207,6 +207,11 @@ uint64_t zshm_rx_published(const struct zshm_rx *rx);
  */
 bool zshm_rx_producer_waits(struct zshm_rx *rx);
 
+/* A look at the same flag, without the fence and without clearing it:
+ * false may be stale (zshm_rx_producer_waits() is the one that counts),
+ * but it costs no fence and no line of the producer's. */
+bool zshm_rx_producer_flagged(const struct zshm_rx *rx);
+
 /*
  * The producer found the ring full (-EAGAIN) and is about to wait:
  * announce it. The caller then calls zshm_send() once more, and waits only

@@ -476,7 +476,9 @@ bool zshm_rx_producer_waits(struct zshm_rx *rx)
 
 bool zshm_rx_producer_flagged(const struct zshm_rx *rx)
 {
-	return atomic_load_explicit(word32(rx->ctl, OFF_WAITING), memory_order_relaxed) != 0;
+	_Atomic uint32_t *waiting = word32(rx->ctl, OFF_WAITING);
+
+	return atomic_load_explicit(waiting, memory_order_relaxed) != 0;
 }
 
 void zshm_tx_prepare_wait(struct zshm_tx *tx)

@@ -147,7 +147,14 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 					return err;
 				continue;
 			}
-			if (c && c->tx_busy && express &&
+			/* A small message beside a large one (its part in
+			 * progress, or its sender between two parts): the
+			 * express ring, whose fence then stays before the
+			 * large message. Into the ring itself, it moved the
+			 * fence of the votes after it to its own place, past
+			 * parts that reach a ring's length ahead of the
+			 * reader (bench/MEASUREMENTS.md, "express-beside-big"). */
+			if (c && (c->tx_busy || c->big) && express &&
 			    tw_shm_express_ok(c, req->len)) {
 				c->x_users++;
 				req->state = TXQ_EXPRESS;

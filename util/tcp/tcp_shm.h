@@ -39,6 +39,12 @@
  * comes from the kernel a page fault at a time (bench/MEASUREMENTS.md,
  * "shm-batch-bytes"). */
 #define TCP_SHM_BATCH_BYTES (256u << 10)
+/* ... or this many bytes of the ring, whole messages or chunks of one: a
+ * producer faster than us keeps the ring from ever reading empty, and a
+ * round then went on to the end of a 64 MiB message before it delivered
+ * a small one taken between two of its chunks, 8 ms later
+ * (bench/MEASUREMENTS.md, "ring-round-bytes"). */
+#define TCP_SHM_ROUND_BYTES (1u << 20)
 /* Version 3: a large message's parts leave this much of a ring free, room
  * for the small messages of other senders meanwhile (3,000 of 64 B): an
  * eighth of the ring, 256 KiB: small messages waited no longer behind

@@ -25,13 +25,15 @@ struct ring_rx {
 	int got;
 	int recs;       /* chunks taken in this zshm_recv() call */
 	uint64_t bytes; /* delivered this round */
+	uint64_t taken; /* ring bytes taken this round, whole or not */
 	bool fenced;    /* the express ring's next record waits for the ring */
 };
 
 /* Whether this round delivered enough (see TCP_SHM_BATCH_BYTES). */
 static bool ring_batch_done(const struct ring_rx *x)
 {
-	return x->got >= TCP_SHM_BATCH || x->bytes >= TCP_SHM_BATCH_BYTES;
+	return x->got >= TCP_SHM_BATCH || x->bytes >= TCP_SHM_BATCH_BYTES ||
+	       x->taken >= TCP_SHM_ROUND_BYTES;
 }
 
 /*
@@ -67,9 +69,12 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
 		return -EINTR;
 	int r = tw_rx_chunk(x->w, c, x->tail, x->now, total, off, data, len, last);
-	if (!r && last) {
-		x->got++;
-		x->bytes += total;
+	if (!r) {
+		x->taken += len;
+		if (last) {
+			x->got++;
+			x->bytes += total;
+		}
 	}
 	return r;
 }

@@ -9,6 +9,8 @@
  *    fence and not before, whatever else is there: records written before
  *    the peer's switch (all visible at once) come out as the fences say,
  *    a whole message between two chunks of a large one included;
+ *  - a whole message between two chunks of a large one comes out before
+ *    the rest of a nearly full ring was read;
  *  - a peer that breaks the express ring is closed with the reason, after
  *    the messages it completed were delivered: a fence past the ring's
  *    end, a fence on records that are not there, a record that is not one
@@ -131,6 +133,37 @@ static void test_fence_order(void **state)
 	zap_close(ep);
 }
 
+/*
+ * A ring nearly full before the switch: a large message's first chunk, a
+ * whole message, then the large message's other 56 chunks. The whole
+ * message comes out before the endpoint read the ring to its end: a
+ * round stops after TCP_SHM_ROUND_BYTES (1 MiB) of records, and hands
+ * over what completed. Before, a round went on while the ring held
+ * records, so a sender that kept it full held a small message back until
+ * its large one completed (bench/MEASUREMENTS.md, "ring-round-bytes").
+ * Then the large one, whole.
+ */
+static void test_round_bound(void **state)
+{
+	struct zap_transport *ep = ep_open(4u << 20);
+	struct ring_peer rp, xp;
+	const uint32_t chunk = 32768, chunks = 57;
+	const uint64_t total = (uint64_t)chunk * chunks;
+	(void)state;
+
+	peer_attach(ep, &rp, &xp);
+	assert_true(ring_put(&rp, RING_FIRST, total, NULL, chunk));
+	assert_true(ring_put(&rp, RING_FIRST | RING_LAST, 2, "b1", 2));
+	for (uint32_t i = 1; i < chunks; i++)
+		assert_true(ring_put(&rp, i + 1 == chunks ? RING_LAST : 0, 0, NULL, chunk));
+	ring_peer_switch(&rp);
+	expect(ep, "b1", 2);
+	assert_true(atomic_load(ring_u64(&rp, RING_TAIL)) < rp.head);
+	expect(ep, NULL, total);
+	ring_peer_close(&rp);
+	zap_close(ep);
+}
+
 /* A peer whose express ring breaks in the way @bad lays out (after a good
  * express message): closed with @why, the good message delivered. */
 static void broken(uint64_t max, void (*bad)(struct ring_peer *, struct ring_peer *),
@@ -222,6 +255,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fence_order),
+		cmocka_unit_test(test_round_bound),
 		cmocka_unit_test(test_broken),
 	};
 

@@ -173,7 +173,7 @@ static size_t pollset_fixed(struct tcp_wire *w, struct tcp_waiter *me, int cfd)
  */
 static void pollset_clocks(struct tcp_wire *w, uint64_t now, int *timeout)
 {
-	uint64_t oldest_ms = UINT64_MAX;
+	uint64_t oldest = UINT64_MAX;
 
 	/* Only hot connections can have work without epoll saying so: a
 	 * partial frame, a paused allocation, a ring keep one hot. */
@@ -205,8 +205,8 @@ static void pollset_clocks(struct tcp_wire *w, uint64_t now, int *timeout)
 			*timeout = ms_min(*timeout,
 					  (int)(c->rx_since_ms + w->stall_ms - now));
 		}
-		if (c->rx_msg && c->rx_start_ms < oldest_ms) {
-			oldest_ms = c->rx_start_ms;
+		if (c->rx_msg && c->rx_start < oldest) {
+			oldest = c->rx_start;
 			w->oldest = c;
 		}
 	}

@@ -131,10 +131,10 @@ static size_t rx_first(const struct tcp_wire *w, uint64_t total, size_t have)
 
 /* @m becomes the message being received on @c (a new one for the stall
  * clock: stall_clock() tells messages apart by c->rx_opened). */
-static void rx_open(struct tcp_conn *c, struct tcp_rx_msg *m, uint64_t now)
+static void rx_open(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *m)
 {
 	c->rx_msg = m;
-	c->rx_start_ms = now;
+	c->rx_start = ++w->rx_starts;
 	c->rx_opened++;
 }
 
@@ -351,7 +351,7 @@ static int rx_part(struct tcp_wire *w, struct tcp_conn *c)
 	if (r)
 		return r;
 	c->rhead += TCP_HDR + 8;
-	rx_open(c, m, now_coarse_ms());
+	rx_open(w, c, m);
 	c->rx_off = 0;
 	c->rx_cap = first;
 	c->rx_len = (size_t)total;
@@ -413,7 +413,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 			memcpy((void *)m->msg.data, h + TCP_HDR, take);
 		c->rhead += TCP_HDR + take;
 		if (take < len) {
-			rx_open(c, m, now_coarse_ms());
+			rx_open(w, c, m);
 			c->rx_off = take;
 			c->rx_cap = first;
 			c->rx_len = (size_t)len;
@@ -534,7 +534,7 @@ int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tai
 		r = rx_new(w, c, first, total, true, &m);
 		if (r)
 			return r;
-		rx_open(c, m, now);
+		rx_open(w, c, m);
 		c->rx_len = (size_t)total;
 		c->rx_cap = first;
 	}

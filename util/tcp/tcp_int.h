@@ -299,7 +299,7 @@ struct tcp_conn {
 	uint64_t rx_charge;   /* bytes of the partial budget rx_msg holds */
 	uint64_t rx_total;    /* bytes read, ever */
 	uint64_t rx_since_ms; /* last progress on a partial frame; 0: none */
-	uint64_t rx_start; /* rx_msg's place among those started (w->rx_starts) */
+	uint64_t rx_start;    /* rx_msg's place among those started (w->rx_starts) */
 	uint64_t rx_opened;   /* messages that became rx_msg, ever */
 	/* The stall clock's window (stall_clock()): the message it counts
 	 * for (rx_opened then) and rx_off when it (re)started. */
@@ -462,8 +462,8 @@ struct tcp_wire {
 	size_t nconns;        /* mu: established connections not yet freed */
 	uint64_t partial_max; /* ZAP_TCP_PARTIAL_BYTES, read at open */
 	uint64_t rxq_max;     /* ZAP_TCP_RX_QUEUE_BYTES, read at open */
-	uint64_t partial_bytes;   /* leader: budget held by partial messages */
-	struct tcp_conn *oldest;  /* leader: the partial allowed past the budget */
+	uint64_t partial_bytes;  /* leader: budget held by partial messages */
+	struct tcp_conn *oldest; /* leader: the partial allowed past the budget */
 	/* leader: partial messages started so far. Their order, not a
 	 * millisecond clock: peers that started theirs in the same
 	 * millisecond took turns as the oldest, and two grew past the

@@ -7,13 +7,19 @@
  *   hol --stream SIZE [SECONDS (3)]
  *
  * A server process (default transport, its own endpoint) echoes every
- * message of at most 64 bytes and drops the others. The client endpoint
- * sends a 64 B ping every 200 us from one thread and waits for its echo,
- * while, with SIZE > 0, a second thread sends SIZE-byte messages to the
- * same server as fast as it can. Prints one line of key=value: the round
- * trip's median, p99 and max in microseconds, the pings done, and the
- * streaming rate of the large messages meanwhile. --stream only streams
- * SIZE-byte messages for SECONDS and prints the bandwidth.
+ * message of at most 64 bytes, with the time it received it written in,
+ * and drops the others. The client endpoint sends a 64 B ping every 200 us
+ * from one thread and waits for its echo, while, with SIZE > 0, a second
+ * thread sends SIZE-byte messages to the same server as fast as it can.
+ * Prints one line of key=value: the round trip's median, p99 and max in
+ * microseconds; the same split at the server's stamp (both processes read
+ * one CLOCK_MONOTONIC), the way there (send to the server's zap_recv()) and
+ * the way back; the pinger thread's context switches per ping (voluntary
+ * and involuntary, getrusage(RUSAGE_THREAD): 1 is the sleep between two
+ * pings, more is waits for the echo, a count that does not move with the
+ * VM's noise as times do); the pings done; and the streaming rate of the
+ * large messages meanwhile. --stream only streams SIZE-byte messages for
+ * SECONDS and prints the bandwidth.
  *
  * ZAP_SHM=off (bench/traffic.sh sets it) measures TCP, the default the
  * shared-memory ring. Loopback only. CPUS="a,b" pins the server to core a
@@ -28,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +42,9 @@
 #include <zap/zap.h>
 
 #define PING 64
+/* In a ping: the client's send time, then the server's receive time. */
+#define SENT_AT 8
+#define SEEN_AT 16
 
 static uint64_t now_ns(void)
 {
@@ -75,8 +85,15 @@ static void serve(struct zap_transport *t)
 		struct zap_msg *m;
 		if (zap_recv(t, NULL, &m))
 			break;
-		if (zap_msg_len(m) <= PING)
-			zap_send(t, zap_msg_peer(m), zap_msg_data(m), zap_msg_len(m), NULL);
+		size_t len = zap_msg_len(m);
+		if (len <= PING) {
+			char echo[PING];
+			uint64_t seen = now_ns();
+			memcpy(echo, zap_msg_data(m), len);
+			if (len >= SEEN_AT + sizeof(seen))
+				memcpy(echo + SEEN_AT, &seen, sizeof(seen));
+			zap_send(t, zap_msg_peer(m), echo, len, NULL);
+		}
 		zap_msg_release(m);
 	}
 }
@@ -118,6 +135,14 @@ static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 	return x < y ? -1 : x > y;
+}
+
+/* Sorts @v (@n > 0 values) and prints "@name_med_us=.. @name_p99_us=..". */
+static void print_spread(const char *name, uint64_t *v, long n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_u64);
+	printf("%s_med_us=%llu %s_p99_us=%llu ", name, (unsigned long long)v[n / 2], name,
+	       (unsigned long long)v[(size_t)((double)n * 0.99)]);
 }
 
 int main(int argc, char **argv)
@@ -186,10 +211,14 @@ int main(int argc, char **argv)
 	if (size)
 		usleep(100000);
 	uint64_t *rtt = calloc((size_t)pings, sizeof(*rtt));
+	uint64_t *there = calloc((size_t)pings, sizeof(*there));
+	uint64_t *back = calloc((size_t)pings, sizeof(*back));
+	struct rusage ru0, ru1;
 	long done = 0;
 	uint64_t next = now_ns();
 	uint64_t stop_at = secs > 0 ? now_ns() + (uint64_t)(secs * 1e9) : UINT64_MAX;
-	while (rtt && done < pings && now_ns() < stop_at) {
+	getrusage(RUSAGE_THREAD, &ru0);
+	while (rtt && there && back && done < pings && now_ns() < stop_at) {
 		/* Sleep, not spin, till the next ping: on a machine with few
 		 * cores a spinning pinger takes one from the two endpoints. */
 		struct timespec at = { (time_t)(next / 1000000000u), (long)(next % 1000000000u) };
@@ -197,6 +226,7 @@ int main(int argc, char **argv)
 			;
 		next += 200000;
 		uint64_t a = now_ns();
+		memcpy(ping + SENT_AT, &a, sizeof(a));
 		zap_ctx_set_timeout(ctx, 60000000000u);
 		if (zap_send(t, addr, ping, PING, ctx)) {
 			rc = 1;
@@ -208,6 +238,14 @@ int main(int argc, char **argv)
 				break;
 			}
 			bool echo = zap_msg_len(m) == PING;
+			if (echo) {
+				uint64_t sent, seen;
+				memcpy(&sent, (const char *)zap_msg_data(m) + SENT_AT, sizeof(sent));
+				memcpy(&seen, (const char *)zap_msg_data(m) + SEEN_AT, sizeof(seen));
+				echo = sent == a; /* ours, not a late one's */
+				there[done] = (seen - a) / 1000;
+				back[done] = (now_ns() - seen) / 1000;
+			}
 			zap_msg_release(m);
 			if (echo)
 				break;
@@ -219,6 +257,7 @@ int main(int argc, char **argv)
 			next = now_ns();
 	}
 	double el = (double)(now_ns() - t0) / 1e9;
+	getrusage(RUSAGE_THREAD, &ru1);
 	atomic_store(&s.stop, true);
 	if (size)
 		pthread_join(st, NULL);
@@ -227,14 +266,20 @@ int main(int argc, char **argv)
 		rc = 1;
 	} else {
 		qsort(rtt, (size_t)done, sizeof(*rtt), cmp_u64);
-		printf("size=%zu rtt_med_us=%llu rtt_p99_us=%llu rtt_max_us=%llu pings=%ld "
-		       "stream_MBps=%.0f stream_err=%d\n",
-		       size, (unsigned long long)rtt[done / 2],
+		printf("size=%zu rtt_med_us=%llu rtt_p99_us=%llu rtt_max_us=%llu ", size,
+		       (unsigned long long)rtt[done / 2],
 		       (unsigned long long)rtt[(size_t)((double)done * 0.99)],
-		       (unsigned long long)rtt[done - 1], done,
+		       (unsigned long long)rtt[done - 1]);
+		print_spread("there", there, done);
+		print_spread("back", back, done);
+		long cs = (ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw);
+		printf("ping_cs=%.2f pings=%ld stream_MBps=%.0f stream_err=%d\n",
+		       (double)cs / (double)done, done,
 		       (double)s.msgs * (double)size / el / 1e6, s.err);
 	}
 	free(rtt);
+	free(there);
+	free(back);
 	zap_ctx_free(ctx);
 	zap_close(t);
 	kill(srv, SIGKILL);

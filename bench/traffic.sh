@@ -31,6 +31,8 @@
 #          16 and 64 MiB messages to that peer (median, p99, max), over
 #          shared memory and over TCP, and 1 MiB streaming bandwidth
 #          (bench/hol). Best of REPS (lowest median; highest bandwidth).
+#          Also the median of each way (there: to the server's zap_recv();
+#          back: the echo) and the pinger's context switches per ping.
 #          Goals: behind 64 MiB the median within 3x and the p99 within
 #          10x of the idle round trip; with BASE=<build dir of the previous
 #          wire> its bench/hol runs beside, interleaved, and the 1 MiB
@@ -377,7 +379,8 @@ def bw(name):
 for tag in (["new", "base"] if base else ["new"]):
     for path in ("shm", "tcp"):
         print(f"  {tag} {path}:  {'streaming':>10}{'median us':>11}{'p99 us':>10}{'max us':>10}"
-              f"{'x idle med':>12}{'x idle p99':>12}{'stream MB/s':>13}")
+              f"{'x idle med':>12}{'x idle p99':>12}{'stream MB/s':>13}"
+              f"{'there med':>11}{'back med':>10}{'cs/ping':>9}")
         idle = best(f"{tag}.{path}.{sizes[0]}")
         for sz in sizes:
             d = best(f"{tag}.{path}.{sz}")
@@ -387,7 +390,10 @@ for tag in (["new", "base"] if base else ["new"]):
             xm = float(d["rtt_med_us"]) / float(idle["rtt_med_us"]) if idle else float("nan")
             xp = float(d["rtt_p99_us"]) / max(float(idle["rtt_p99_us"]), 1) if idle else float("nan")
             print(f"  {'':>12}{sz:>10}{float(d['rtt_med_us']):>11.0f}{float(d['rtt_p99_us']):>10.0f}"
-                  f"{float(d['rtt_max_us']):>10.0f}{xm:>12.2f}{xp:>12.2f}{float(d['stream_MBps']):>13.0f}")
+                  f"{float(d['rtt_max_us']):>10.0f}{xm:>12.2f}{xp:>12.2f}{float(d['stream_MBps']):>13.0f}"
+                  # a BASE build's bench/hol may not print these
+                  f"{d.get('there_med_us', '-'):>11}{d.get('back_med_us', '-'):>10}"
+                  f"{d.get('ping_cs', '-'):>9}")
         if tag == "new" and idle:
             d = best(f"new.{path}.{sizes[-1]}")
             if d:

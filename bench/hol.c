@@ -22,10 +22,17 @@
  * SECONDS and prints the bandwidth.
  *
  * ZAP_SHM=off (bench/traffic.sh sets it) measures TCP, the default the
- * shared-memory ring. Loopback only. CPUS="a,b" pins the server to core a
- * and the client to core b.
+ * shared-memory ring. CPUS="a,b" pins the server to core a and the client
+ * to core b.
+ *
+ * Loopback, unless HOL_NETNS names a network namespace (a file such as
+ * /run/netns/NAME) for the client and HOL_LISTEN the server's address on
+ * a link into it: a path that leaves the host as libzap sees it, whose
+ * rate a qdisc on the link can limit (bench/MEASUREMENTS.md,
+ * "unsent-bytes").
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -66,9 +73,9 @@ static void pin(int which)
 	sched_setaffinity(0, sizeof(set), &set);
 }
 
-static struct zap_transport *open_ep(void)
+static struct zap_transport *open_ep(const char *listen)
 {
-	struct zap_attr attr = { .size = sizeof(attr), .listen = "127.0.0.1:0" };
+	struct zap_attr attr = { .size = sizeof(attr), .listen = listen };
 	struct zap_transport *t = NULL;
 	int r = zap_pick("=default", 0, &attr, &t);
 
@@ -102,6 +109,7 @@ struct streamer {
 	struct zap_transport *t;
 	const char *peer;
 	size_t size;
+	uint64_t deadline_ns;
 	atomic_bool stop;
 	uint64_t msgs;
 	int err;
@@ -115,9 +123,10 @@ static void *stream_main(void *arg)
 	while (buf && !atomic_load(&s->stop)) {
 		struct zap_ctx *ctx = NULL;
 		/* A deadline, so that the thread stops however full the
-		 * path is when the pings are done. */
+		 * path is when the pings are done: 200 ms, or HOL_SEND_MS
+		 * for a slow link. */
 		zap_ctx_new(&ctx);
-		zap_ctx_set_timeout(ctx, 200000000u);
+		zap_ctx_set_timeout(ctx, s->deadline_ns);
 		int r = zap_send(s->t, s->peer, buf, s->size, ctx);
 		zap_ctx_free(ctx);
 		if (!r)
@@ -164,7 +173,8 @@ int main(int argc, char **argv)
 		return 2;
 	if (!srv) {
 		pin(0);
-		struct zap_transport *t = open_ep();
+		const char *listen = getenv("HOL_LISTEN");
+		struct zap_transport *t = open_ep(listen ? listen : "127.0.0.1:0");
 		zap_transport_address(t, addr, sizeof(addr));
 		if (write(pfd[1], addr, sizeof(addr)) != (ssize_t)sizeof(addr))
 			_exit(2);
@@ -174,7 +184,18 @@ int main(int argc, char **argv)
 	if (read(pfd[0], addr, sizeof(addr)) != (ssize_t)sizeof(addr))
 		return 2;
 	pin(1);
-	struct zap_transport *t = open_ep();
+	const char *ns = getenv("HOL_NETNS");
+	if (ns) {
+		int fd = open(ns, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+			perror("hol: HOL_NETNS");
+			kill(srv, SIGKILL);
+			return 2;
+		}
+		close(fd);
+	}
+	/* In a namespace: any address, so that dials leave by the link. */
+	struct zap_transport *t = open_ep(ns ? "0.0.0.0:0" : "127.0.0.1:0");
 	struct zap_ctx *ctx = NULL;
 	char ping[PING] = "ping";
 	struct zap_msg *m;
@@ -190,7 +211,9 @@ int main(int argc, char **argv)
 	}
 	zap_msg_release(m);
 
-	struct streamer s = { .t = t, .peer = addr, .size = size };
+	const char *dl = getenv("HOL_SEND_MS");
+	struct streamer s = { .t = t, .peer = addr, .size = size,
+			      .deadline_ns = (dl ? strtoull(dl, NULL, 10) : 200) * 1000000u };
 	pthread_t st;
 	uint64_t t0 = now_ns();
 	if (size)

@@ -826,8 +826,7 @@ int tw_conn_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail
 int tw_rx_sock(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
 	       struct tcp_rx_msg ***tail, uint64_t now, bool readable);
 int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
-		uint64_t now, uint64_t total, uint64_t off, const void *data, size_t len,
-		bool last);
+		uint64_t total, uint64_t off, const void *data, size_t len, bool last);
 int tw_rx_drop_partial(struct tcp_wire *w, struct tcp_conn *c);
 
 /* The name of @c's path for zap_peers() and events: "shm" once our

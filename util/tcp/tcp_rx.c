@@ -516,8 +516,7 @@ static int conn_rx_inner(struct tcp_wire *w, struct tcp_conn *c,
  * -EAGAIN (paused, as for TCP: the same chunk comes again) or an error.
  */
 int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tail,
-		uint64_t now, uint64_t total, uint64_t off, const void *data, size_t len,
-		bool last)
+		uint64_t total, uint64_t off, const void *data, size_t len, bool last)
 {
 	struct tcp_rx_msg *m = NULL;
 	int r;

@@ -21,7 +21,6 @@ struct ring_rx {
 	struct tcp_conn *c;
 	struct tcp_shm *s;
 	struct tcp_rx_msg ***tail;
-	uint64_t now; /* the round's coarse clock */
 	int got;
 	int recs;       /* chunks taken in this zshm_recv() call */
 	uint64_t bytes; /* delivered this round */
@@ -68,7 +67,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 		return -EINTR;
 	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
 		return -EINTR;
-	int r = tw_rx_chunk(x->w, c, x->tail, x->now, total, off, data, len, last);
+	int r = tw_rx_chunk(x->w, c, x->tail, total, off, data, len, last);
 	if (!r) {
 		x->taken += len;
 		if (last) {
@@ -115,7 +114,7 @@ static int x_record(void *user, uint64_t total, uint64_t off, const void *data,
 	if (ring_batch_done(x))
 		return -EINTR;
 	len -= sizeof(fence);
-	int r = tw_rx_chunk(x->w, x->c, x->tail, x->now, len, 0,
+	int r = tw_rx_chunk(x->w, x->c, x->tail, len, 0,
 			    (const unsigned char *)data + sizeof(fence), len, true);
 	if (!r) {
 		x->got++;
@@ -163,9 +162,9 @@ static int x_drain(struct tcp_conn *c, struct tcp_shm *s, struct ring_rx *x)
  * dropped. Results as tw_conn_rx().
  */
 static int ring_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s,
-		   struct tcp_rx_msg ***tail, uint64_t now, bool readable)
+		   struct tcp_rx_msg ***tail, bool readable)
 {
-	struct ring_rx x = { .w = w, .c = c, .s = s, .tail = tail, .now = now };
+	struct ring_rx x = { .w = w, .c = c, .s = s, .tail = tail };
 
 	c->rx_ready = false;
 	if (readable && !s->rx_gone) {
@@ -248,7 +247,7 @@ int tw_shm_rx(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path *p,
 {
 	struct tcp_shm *s = tw_shm_path(p);
 
-	return s->rx_on ? ring_rx(w, c, s, tail, now, readable)
+	return s->rx_on ? ring_rx(w, c, s, tail, readable)
 			: tw_rx_sock(w, c, p, tail, now, readable);
 }
 

@@ -212,8 +212,15 @@ int main(int argc, char **argv)
 	zap_msg_release(m);
 
 	const char *dl = getenv("HOL_SEND_MS");
+	char *dl_end = NULL;
+	unsigned long long send_ms = dl ? strtoull(dl, &dl_end, 10) : 200;
+	if (dl && (!*dl || *dl_end || !send_ms || send_ms > 3600000)) {
+		fprintf(stderr, "hol: HOL_SEND_MS=%s: want milliseconds, 1 to 3600000\n", dl);
+		kill(srv, SIGKILL);
+		return 2;
+	}
 	struct streamer s = { .t = t, .peer = addr, .size = size,
-			      .deadline_ns = (dl ? strtoull(dl, NULL, 10) : 200) * 1000000u };
+			      .deadline_ns = send_ms * 1000000u };
 	pthread_t st;
 	uint64_t t0 = now_ns();
 	if (size)
@@ -260,14 +267,16 @@ int main(int argc, char **argv)
 				rc = 1;
 				break;
 			}
-			bool echo = zap_msg_len(m) == PING;
-			if (echo) {
+			bool echo = false;
+			if (zap_msg_len(m) == PING) {
 				uint64_t sent, seen;
 				memcpy(&sent, (const char *)zap_msg_data(m) + SENT_AT, sizeof(sent));
 				memcpy(&seen, (const char *)zap_msg_data(m) + SEEN_AT, sizeof(seen));
 				echo = sent == a; /* ours, not a late one's */
-				there[done] = (seen - a) / 1000;
-				back[done] = (now_ns() - seen) / 1000;
+				if (echo) {
+					there[done] = (seen - a) / 1000;
+					back[done] = (now_ns() - seen) / 1000;
+				}
 			}
 			zap_msg_release(m);
 			if (echo)
@@ -288,11 +297,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "hol: no ping completed: %s\n", zap_last_error());
 		rc = 1;
 	} else {
-		qsort(rtt, (size_t)done, sizeof(*rtt), cmp_u64);
-		printf("size=%zu rtt_med_us=%llu rtt_p99_us=%llu rtt_max_us=%llu ", size,
-		       (unsigned long long)rtt[done / 2],
-		       (unsigned long long)rtt[(size_t)((double)done * 0.99)],
-		       (unsigned long long)rtt[done - 1]);
+		printf("size=%zu ", size);
+		print_spread("rtt", rtt, done); /* sorted: the last is the max */
+		printf("rtt_max_us=%llu ", (unsigned long long)rtt[done - 1]);
 		print_spread("there", there, done);
 		print_spread("back", back, done);
 		long cs = (ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw);

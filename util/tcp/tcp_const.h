@@ -93,6 +93,11 @@
  * connections from epoll per round (the rest stay ready for the next). */
 #define TCP_HOT_IDLE_MS 200u
 #define TCP_EPOLL_BATCH 64u
+/* The accept thread's yield between two handshake steps: one that took
+ * this long ran a busy thread, and then none for a while
+ * (tcp_handshake.c, let_others_run()). */
+#define TCP_HS_YIELD_LONG_NS 500000u
+#define TCP_HS_YIELD_PAUSE_NS 100000000u
 /* Hot connections past which those idle for less go cold as well: each is
  * one more socket in every round's poll() (tcp_int.h, "Readiness"). */
 #define TCP_HOT_MAX 32u

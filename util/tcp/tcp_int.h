@@ -517,7 +517,8 @@ struct tcp_wire {
 	 * way) */
 	struct zconn_pend_set pending;
 	int hs_epfd;
-	bool hs_burst; /* many TLS handshakes were under way (give_back()) */
+	bool hs_burst;              /* many TLS handshakes were under way (give_back()) */
+	uint64_t hs_yield_after_ns; /* accept thread: no yield before (let_others_run()) */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;

@@ -30,6 +30,12 @@
  * a link into it: a path that leaves the host as libzap sees it, whose
  * rate a qdisc on the link can limit (bench/MEASUREMENTS.md,
  * "unsent-bytes").
+ *
+ * HOL_FIFO=1 runs the pinging thread SCHED_FIFO (root, or CAP_SYS_NICE),
+ * so that the kernel hands it the core the moment it is woken, whatever
+ * the streaming thread beside it is doing: what is left of its waits is
+ * then not the wait for the core (bench/MEASUREMENTS.md,
+ * "shm-way-back-wakes").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -245,6 +251,18 @@ int main(int argc, char **argv)
 	uint64_t *back = calloc((size_t)pings, sizeof(*back));
 	struct rusage ru0, ru1;
 	long done = 0;
+	const char *fifo = getenv("HOL_FIFO");
+	if (fifo && strcmp(fifo, "0") != 0) {
+		struct sched_param sp = { .sched_priority = 1 };
+		int e = strcmp(fifo, "1") ? EINVAL
+					  : pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+		if (e) {
+			fprintf(stderr, "hol: HOL_FIFO=%s: %s (want 0 or 1; 1 needs CAP_SYS_NICE)\n",
+				fifo, strerror(e));
+			kill(srv, SIGKILL);
+			return 2;
+		}
+	}
 	uint64_t next = now_ns();
 	uint64_t stop_at = secs > 0 ? now_ns() + (uint64_t)(secs * 1e9) : UINT64_MAX;
 	getrusage(RUSAGE_THREAD, &ru0);

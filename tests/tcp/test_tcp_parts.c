@@ -10,6 +10,9 @@
  *    in the order it sent them (sizes up to the maximum);
  *  - a small message sent while a large one is on its way is delivered
  *    before the large one completes (no head-of-line blocking);
+ *  - while a large message's sender waits for room, leading, receivers of
+ *    its endpoint keep their deadline, are woken by a cancel, and get a
+ *    message from the peer;
  *  - a previous-version (2) peer interoperates either way: as dialer
  *    (answered in version 2, sent whole DATA frames) and as acceptor
  *    (which closes at a HELLO of version 3 or 4; the dialer offers each
@@ -241,6 +244,36 @@ static void *one_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Connect @s to @r (and, with the ring, set it up), then start @large on
+ * its thread @tl: a MAX_MSG message from @s to @r, which reads nothing
+ * meanwhile, so more than any socket buffer or ring holds of it stays on
+ * the sender's side.
+ */
+static void start_large(struct zap_transport *r, struct zap_transport *s, const char *ra,
+			struct one *large, pthread_t *tl)
+{
+	assert_int_equal(zap_send(s, ra, "hello, peer", 11, NULL), 0);
+	struct zap_msg *m = recv_within(r, 10000);
+	zap_msg_release(m);
+	assert_int_equal(pthread_create(tl, NULL, one_main, large), 0);
+	while (!atomic_load(&large->started))
+		zt_sleep_ms(1);
+	zt_sleep_ms(200); /* its first parts are out (if not, still passes) */
+}
+
+/* The next message on @t: @len bytes from thread @thread, whole and
+ * correct. */
+static void expect_msg(struct zap_transport *t, size_t len, uint32_t thread)
+{
+	struct zap_msg *m = recv_within(t, 60000);
+	struct tag tg = check_msg(m);
+
+	assert_int_equal(zap_msg_len(m), len);
+	assert_int_equal(tg.thread, thread);
+	zap_msg_release(m);
+}
+
 static void test_small_passes_large(void **state)
 {
 	struct zap_transport *r = ep_open(), *s = ep_open();
@@ -249,37 +282,96 @@ static void test_small_passes_large(void **state)
 	(void)state;
 
 	ep_addr(r, ra);
-	/* Connect first (and, with the ring, set it up). */
-	assert_int_equal(zap_send(s, ra, "hello, peer", 11, NULL), 0);
-	struct zap_msg *m = recv_within(r, 10000);
-	zap_msg_release(m);
-	/* r reads nothing meanwhile: more than any socket buffer or ring
-	 * holds of the large one stays on the sender's side. */
 	struct one large = { .t = s, .peer = ra, .len = MAX_MSG, .thread = 1 };
-	assert_int_equal(pthread_create(&tl, NULL, one_main, &large), 0);
-	while (!atomic_load(&large.started))
-		zt_sleep_ms(1);
-	zt_sleep_ms(200); /* its first parts are out (if not, still passes) */
+	start_large(r, s, ra, &large, &tl);
 	struct one small = { .t = s, .peer = ra, .len = 64, .thread = 2 };
 	assert_int_equal(pthread_create(&ts, NULL, one_main, &small), 0);
 	while (!atomic_load(&small.started))
 		zt_sleep_ms(1);
 	zt_sleep_ms(50);
 	/* The small one goes between two parts, so it completes first. */
-	m = recv_within(r, 60000);
-	struct tag t = check_msg(m);
-	assert_int_equal(zap_msg_len(m), 64);
-	assert_int_equal(t.thread, 2);
-	zap_msg_release(m);
-	m = recv_within(r, 60000);
-	t = check_msg(m);
-	assert_int_equal(zap_msg_len(m), MAX_MSG);
-	assert_int_equal(t.thread, 1);
-	zap_msg_release(m);
+	expect_msg(r, 64, 2);
+	expect_msg(r, MAX_MSG, 1);
 	pthread_join(tl, NULL);
 	pthread_join(ts, NULL);
 	assert_int_equal(large.rc, 0);
 	assert_int_equal(small.rc, 0);
+	zap_close(s);
+	zap_close(r);
+}
+
+/* ---- a receiver while a sender of its endpoint leads ---------------------- */
+
+struct cancelled {
+	struct zap_transport *t;
+	struct zap_ctx *ctx;
+	atomic_bool started;
+	int rc;
+};
+
+static void *cancelled_main(void *arg)
+{
+	struct cancelled *c = arg;
+	struct zap_msg *m = NULL;
+
+	atomic_store(&c->started, true);
+	c->rc = zap_recv(c->t, c->ctx, &m);
+	if (!c->rc)
+		zap_msg_release(m);
+	return NULL;
+}
+
+/*
+ * s streams a large message to r, which reads nothing: s's sender waits
+ * for room, leading s's progress. Receivers of s meanwhile (they yield to
+ * that sender for a while before they sleep; tcp_progress.c,
+ * follow_by_yielding()) keep their deadline, are woken by a cancel, and
+ * get a message r sends them; then the large message arrives whole.
+ */
+static void test_recv_beside_leading_sender(void **state)
+{
+	struct zap_transport *r = ep_open(), *s = ep_open();
+	char ra[ZAP_PEER_MAX], sa[ZAP_PEER_MAX];
+	struct zap_ctx *ctx;
+	struct zap_msg *m = NULL;
+	pthread_t tl, tc;
+	(void)state;
+
+	ep_addr(r, ra);
+	ep_addr(s, sa);
+	struct one large = { .t = s, .peer = ra, .len = MAX_MSG, .thread = 1 };
+	start_large(r, s, ra, &large, &tl);
+
+	/* A deadline. */
+	assert_int_equal(zap_ctx_new(&ctx), 0);
+	assert_int_equal(zap_ctx_set_timeout(ctx, 100 * 1000000ull), 0);
+	uint64_t t0 = zt_now_ns();
+	m = NULL;
+	assert_int_equal(zap_recv(s, ctx, &m), -ETIMEDOUT);
+	assert_null(m);
+	assert_true(zt_now_ns() - t0 >= 95 * 1000000ull);
+	zap_ctx_free(ctx);
+
+	/* A cancel. */
+	struct cancelled c = { .t = s };
+	assert_int_equal(zap_ctx_new(&c.ctx), 0);
+	assert_int_equal(pthread_create(&tc, NULL, cancelled_main, &c), 0);
+	while (!atomic_load(&c.started))
+		zt_sleep_ms(1);
+	zt_sleep_ms(50);
+	zap_ctx_cancel(c.ctx);
+	pthread_join(tc, NULL);
+	assert_int_equal(c.rc, -ECANCELED);
+	zap_ctx_free(c.ctx);
+
+	/* A message the other way, while the large one still waits. */
+	unsigned char vote[64];
+	make_msg(vote, sizeof(vote), 2, 0);
+	assert_int_equal(zap_send(r, sa, vote, sizeof(vote), NULL), 0);
+	expect_msg(s, sizeof(vote), 2);
+	expect_msg(r, MAX_MSG, 1);
+	pthread_join(tl, NULL);
+	assert_int_equal(large.rc, 0);
 	zap_close(s);
 	zap_close(r);
 }
@@ -916,6 +1008,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mixed_senders),
 		cmocka_unit_test(test_small_passes_large),
+		cmocka_unit_test(test_recv_beside_leading_sender),
 		cmocka_unit_test(test_deadline_between_parts),
 		cmocka_unit_test(test_v2_dialer),
 		cmocka_unit_test(test_v2_acceptor),

@@ -98,6 +98,11 @@
  * (tcp_handshake.c, let_others_run()). */
 #define TCP_HS_YIELD_LONG_NS 500000u
 #define TCP_HS_YIELD_PAUSE_NS 100000000u
+/* A receiver that finds a sender of its own process leading while it waits
+ * for room on a ring yields the core to it, looking at the queue between
+ * two yields, for at most this long before it sleeps (tcp_progress.c,
+ * follow_by_yielding()). */
+#define TCP_FOLLOW_YIELD_NS 100000u
 /* Hot connections past which those idle for less go cold as well: each is
  * one more socket in every round's poll() (tcp_int.h, "Readiness"). */
 #define TCP_HOT_MAX 32u

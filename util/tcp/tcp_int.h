@@ -55,7 +55,9 @@
  * queue, send on a full socket or busy connection) either becomes the one
  * *leader*, which polls every established connection and reads whatever is
  * there into the shared message queue, or waits on a condition variable as
- * a follower until the leader (or anyone) changes something. A sender
+ * a follower until the leader (or anyone) changes something (a receiver
+ * behind a leading sender of its process yields to it first for a while,
+ * tcp_progress.c, follow_by_yielding()). A sender
  * blocked on a full socket therefore still drains inbound data (as leader,
  * or because someone else leads), so two peers sending large messages to
  * each other cannot deadlock.
@@ -542,6 +544,7 @@ struct tcp_wire {
 	struct tcp_waiter *waiters;
 	unsigned nwaiters;
 	bool leader;
+	bool follow_yielding; /* a receiver yields to a leading sender (tcp_progress.c) */
 	struct tcp_waiter *lead; /* the leader's waiter, while there is one */
 
 	/* leader-private poll set, and the cold connections epoll reported */

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,6 +511,43 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx
 }
 
 /*
+ * A receiver's wait as a follower while a sender of this process leads,
+ * waiting for room on its path (mu held, @me on the waiter list):
+ * yield the core, asking for it back (tw_core_wanted: the stream yields
+ * at its next record), and look again, until a message is queued, the
+ * lead is free, or TCP_FOLLOW_YIELD_NS have passed; one receiver at a
+ * time, the others sleep. True: stop waiting.
+ *
+ * Why: behind a stream over a ring, three threads are busy on two cores
+ * and nobody spins; a receiver that slept here was woken when the
+ * stream's round ended (a wake-up costs this VM 4-6 us, at any priority),
+ * took the lead and slept again in poll() for its message's datagram: the
+ * 64 B echo's way back was 11-15 us against 0-1 us idle
+ * (bench/MEASUREMENTS.md, "shm-way-back-wakes").
+ */
+static bool follow_by_yielding(struct tcp_wire *w, struct tcp_waiter *me,
+			       struct zap_ctx *ctx)
+{
+	TW_HELD(w);
+	bool done = false;
+
+	if (me->tx || w->follow_yielding || !w->lead || !w->lead->tx)
+		return false;
+	w->follow_yielding = true;
+	uint64_t end = now_ns() + TCP_FOLLOW_YIELD_NS;
+	do {
+		atomic_store_explicit(&tw_core_wanted, true, memory_order_relaxed);
+		tw_unlock(w);
+		sched_yield();
+		tw_lock(w);
+		done = w->qhead || !w->leader || me->ctx_fired ||
+		       tw_wait_check(w, me, ctx);
+	} while (!done && w->lead && w->lead->tx && now_ns() < end);
+	w->follow_yielding = false;
+	return done;
+}
+
+/*
  * Wait for something to change (mu held): lead one poll round if nobody
  * does, else sleep as a follower until woken or the ctx deadline.
  */
@@ -536,8 +574,10 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 	w->nwaiters++;
 	if (me->ctx_fd >= 0 || me->out_fd >= 0)
 		tw_kick(w); /* the leader must add our fds to its set */
-	int tmo = w->host->ctx_timeout_ms(ctx);
-	if (tmo < 0) {
+	int tmo = 0;
+	if (follow_by_yielding(w, me, ctx)) {
+		/* it found what a wake-up would have brought */
+	} else if ((tmo = w->host->ctx_timeout_ms(ctx)) < 0) {
 		tw_cond_wait(w);
 	} else {
 		struct timespec ts;

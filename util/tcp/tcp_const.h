@@ -99,7 +99,7 @@
 #define TCP_HS_YIELD_LONG_NS 500000u
 #define TCP_HS_YIELD_PAUSE_NS 100000000u
 /* A receiver that finds a sender of its own process leading while it waits
- * for room on a ring yields the core to it, looking at the queue between
+ * for room on its path yields the core to it, looking at the queue between
  * two yields, for at most this long before it sleeps (tcp_progress.c,
  * follow_by_yielding()). */
 #define TCP_FOLLOW_YIELD_NS 100000u

@@ -525,13 +525,18 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx
  * 64 B echo's way back was 11-15 us against 0-1 us idle
  * (bench/MEASUREMENTS.md, "shm-way-back-wakes").
  */
+static bool sender_leads(const struct tcp_wire *w)
+{
+	return w->lead && w->lead->tx;
+}
+
 static bool follow_by_yielding(struct tcp_wire *w, struct tcp_waiter *me,
 			       struct zap_ctx *ctx)
 {
 	TW_HELD(w);
 	bool done = false;
 
-	if (me->tx || w->follow_yielding || !w->lead || !w->lead->tx)
+	if (me->tx || w->follow_yielding || !sender_leads(w))
 		return false;
 	w->follow_yielding = true;
 	uint64_t end = now_ns() + TCP_FOLLOW_YIELD_NS;
@@ -542,7 +547,7 @@ static bool follow_by_yielding(struct tcp_wire *w, struct tcp_waiter *me,
 		tw_lock(w);
 		done = w->qhead || !w->leader || me->ctx_fired ||
 		       tw_wait_check(w, me, ctx);
-	} while (!done && w->lead && w->lead->tx && now_ns() < end);
+	} while (!done && sender_leads(w) && now_ns() < end);
 	w->follow_yielding = false;
 	return done;
 }
@@ -574,21 +579,23 @@ int tw_wait_step(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx)
 	w->nwaiters++;
 	if (me->ctx_fd >= 0 || me->out_fd >= 0)
 		tw_kick(w); /* the leader must add our fds to its set */
-	int tmo = 0;
-	if (follow_by_yielding(w, me, ctx)) {
-		/* it found what a wake-up would have brought */
-	} else if ((tmo = w->host->ctx_timeout_ms(ctx)) < 0) {
-		tw_cond_wait(w);
-	} else {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += tmo / 1000;
-		ts.tv_nsec += (long)(tmo % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
+	/* Yielding may find what a wake-up would have brought; if not,
+	 * sleep, with the deadline as it stands after the yields. */
+	if (!follow_by_yielding(w, me, ctx)) {
+		int tmo = w->host->ctx_timeout_ms(ctx);
+		if (tmo < 0) {
+			tw_cond_wait(w);
+		} else {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_sec += tmo / 1000;
+			ts.tv_nsec += (long)(tmo % 1000) * 1000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			tw_cond_timedwait(w, &ts);
 		}
-		tw_cond_timedwait(w, &ts);
 	}
 	waiter_del(w, me);
 	me->ctx_fired = false;

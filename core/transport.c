@@ -150,9 +150,14 @@ static int enter(struct zap_transport *t)
 static pthread_key_t send_ctx_key;
 static pthread_once_t send_ctx_once = PTHREAD_ONCE_INIT;
 static bool send_ctx_ok;
+static _Thread_local struct zap_ctx *send_ctx_mine
+	__attribute__((tls_model("initial-exec")));
 
 static void send_ctx_free(void *c)
 {
+	/* At this thread's exit, on this thread: a send from a later
+	 * destructor makes a new one. */
+	send_ctx_mine = NULL;
 	zap_ctx_free(c);
 }
 
@@ -170,19 +175,21 @@ static void send_ctx_init(void)
  */
 static struct zap_ctx *send_ctx(uint64_t timeout_ms)
 {
-	struct zap_ctx *c;
+	/* The key frees it at thread exit; the thread-local (initial-exec:
+	 * no __tls_get_addr() call) finds it without pthread_once() and
+	 * pthread_getspecific() on every send (bench/MEASUREMENTS.md,
+	 * "recv-tls"). */
+	struct zap_ctx *c = send_ctx_mine;
 
-	pthread_once(&send_ctx_once, send_ctx_init);
-	if (!send_ctx_ok)
-		return NULL;
-	c = pthread_getspecific(send_ctx_key);
 	if (!c) {
-		if (zap_ctx_new(&c))
+		pthread_once(&send_ctx_once, send_ctx_init);
+		if (!send_ctx_ok || zap_ctx_new(&c))
 			return NULL;
 		if (pthread_setspecific(send_ctx_key, c)) {
 			zap_ctx_free(c);
 			return NULL;
 		}
+		send_ctx_mine = c;
 	}
 	zap_ctx_set_timeout(c, timeout_ms > UINT64_MAX / 1000000 ? UINT64_MAX
 								 : timeout_ms * 1000000);

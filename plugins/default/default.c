@@ -77,6 +77,33 @@ _Static_assert((size_t)(7u << (MID_LOG2 + MID_CLASSES / 4 - 3)) < CACHE_MIN &&
 		       (size_t)(4u << (MID_LOG2 + MID_CLASSES / 4 - 2)) == CACHE_MIN,
 	       "the mid classes end where the large cache begins");
 
+/*
+ * A received message's block: the wire's record, then the block's usable
+ * bytes, then the payload. A block keeps @cap while it is cached (the
+ * lists link blocks through their first bytes only), so a release does not
+ * ask malloc_usable_size() (bench/MEASUREMENTS.md, "recv-tls").
+ */
+struct rx_block {
+	struct tcp_rx_msg rx; /* first: &rx.msg is the zap_msg */
+	size_t cap;
+};
+
+/* The usable bytes of @p, a block cached or handed out before. */
+static size_t block_cap(const void *p)
+{
+	return ((const struct rx_block *)p)->cap;
+}
+
+/* A new block of @n bytes (at least a struct rx_block), its cap set. */
+static void *block_new(size_t n)
+{
+	struct rx_block *b = malloc(n);
+
+	if (b)
+		b->cap = malloc_usable_size(b);
+	return b;
+}
+
 /* The largest class not above @n bytes (MID_MIN <= @n < CACHE_MIN). */
 static unsigned mid_class(size_t n)
 {
@@ -136,11 +163,23 @@ static void free_list(void *gone)
  */
 #define SMALL_BYTES 512u
 #define SMALL_KEEP 64u
+_Static_assert(sizeof(struct rx_block) + 200 < SMALL_BYTES,
+	       "a small block holds the record and a vote");
+/*
+ * initial-exec: each message's allocation and release reach the list
+ * without a __tls_get_addr() call, which the default (dynamic) model for
+ * a shared library's thread-locals costs: four of those a 64 B message
+ * were 44 of the receiving side's instructions (bench/MEASUREMENTS.md,
+ * "recv-tls"). This file is linked into libzap.so only, which programs
+ * load at start-up, where the model costs nothing; a dlopen() of libzap
+ * takes the list's 16 bytes from the static TLS that glibc keeps spare
+ * for that.
+ */
 static _Thread_local struct small_list {
 	void *head; /* each block's first bytes: the next */
 	unsigned n;
 	bool keyed; /* small_key holds it: freed at the thread's exit */
-} small_blocks;
+} small_blocks __attribute__((tls_model("initial-exec")));
 static pthread_key_t small_key;
 static pthread_once_t small_once = PTHREAD_ONCE_INIT;
 static bool small_key_ok;
@@ -152,6 +191,7 @@ static void small_free(void *arg)
 	free_list(l->head);
 	l->head = NULL;
 	l->n = 0;
+	l->keyed = false; /* a release in a later destructor keys it again */
 }
 
 static void small_init(void)
@@ -183,7 +223,7 @@ static void *small_get(void)
 	void *p = small_blocks.head;
 
 	if (!p)
-		return malloc(SMALL_BYTES);
+		return block_new(SMALL_BYTES);
 	memcpy(&small_blocks.head, p, sizeof(void *));
 	small_blocks.n--;
 	return p;
@@ -209,14 +249,14 @@ static void *block_get(size_t need)
 			p = mid_list[i];
 			if (p) {
 				memcpy(&mid_list[i], p, sizeof(void *));
-				mid_bytes -= malloc_usable_size(p);
+				mid_bytes -= block_cap(p);
 			}
 			pthread_mutex_unlock(&cache_mu);
-			return p ? p : malloc(mid_size(i));
+			return p ? p : block_new(mid_size(i));
 		}
 	}
 	p = cache_take(need);
-	return p ? p : malloc(need);
+	return p ? p : block_new(need);
 }
 
 /*
@@ -232,7 +272,7 @@ static void mid_evict(unsigned keep, size_t cap, void **gone)
 		while (i != keep && mid_list[i] && mid_bytes + cap > MID_BYTES) {
 			void *v = mid_list[i];
 			memcpy(&mid_list[i], v, sizeof(void *));
-			mid_bytes -= malloc_usable_size(v);
+			mid_bytes -= block_cap(v);
 			memcpy(v, gone, sizeof(void *));
 			*gone = v;
 		}
@@ -331,7 +371,7 @@ static void tcp_msg_release(struct zap_msg *m)
 {
 	/* The record and payload are one allocation, independent of the
 	 * transport, so messages outlive zap_close(). */
-	size_t cap = malloc_usable_size(m);
+	size_t cap = block_cap(m);
 
 	if (!small_put(m, cap) && !cache_put(m, cap))
 		free(m);
@@ -339,19 +379,20 @@ static void tcp_msg_release(struct zap_msg *m)
 
 static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 {
-	struct tcp_rx_msg *m;
+	struct rx_block *b;
 
 	(void)user;
-	if (len > SIZE_MAX - sizeof(*m))
+	if (len > SIZE_MAX - sizeof(*b))
 		return -ENOMEM;
-	m = block_get(sizeof(*m) + len);
-	if (!m)
+	b = block_get(sizeof(*b) + len);
+	if (!b)
 		return -ENOMEM;
+	struct tcp_rx_msg *m = &b->rx;
 	/* The sender's address and key are filled whole when the message is
 	 * delivered (tcp_rx.c); until then nobody reads them. */
 	m->msg = (struct zap_msg){
 		.size = sizeof(m->msg),
-		.data = m + 1,
+		.data = b + 1,
 		.release = tcp_msg_release,
 	};
 	m->next = NULL;
@@ -364,21 +405,22 @@ static int tcp_msg_alloc(void *user, size_t len, struct tcp_rx_msg **out)
 /* Grow a message as its bytes arrive (the wire asks; see tcp_wire.h). */
 static int tcp_msg_grow(void *user, size_t len, struct tcp_rx_msg **mp)
 {
-	struct tcp_rx_msg *m;
+	struct rx_block *b = (struct rx_block *)*mp;
 
 	(void)user;
-	if (len > SIZE_MAX - sizeof(*m))
+	if (len > SIZE_MAX - sizeof(*b))
 		return -ENOMEM;
 	/* A cached block is often larger than the first part asked for:
 	 * growing within it moves nothing (realloc() would hand the rest
 	 * back, and the next step would fault it in again). */
-	if (malloc_usable_size(*mp) >= sizeof(*m) + len)
+	if (b->cap >= sizeof(*b) + len)
 		return 0;
-	m = realloc(*mp, sizeof(*m) + len);
-	if (!m)
+	b = realloc(b, sizeof(*b) + len);
+	if (!b)
 		return -ENOMEM;
-	m->msg.data = m + 1;
-	*mp = m;
+	b->cap = malloc_usable_size(b);
+	b->rx.msg.data = b + 1;
+	*mp = &b->rx;
 	return 0;
 }
 

@@ -27,9 +27,14 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 	memcpy(m->peer, c->raddr, sizeof(m->peer));
 	m->msg.peer = m->peer;
 	/* TLS: the key that proved itself on this connection; plaintext
-	 * Unix socket: the peer's credentials (tcp_unix.c). */
-	memcpy(m->peer_id, c->tls ? c->fp : c->ident, sizeof(m->peer_id));
-	m->msg.peer_id = c->tls || c->ident[0] ? m->peer_id : NULL;
+	 * Unix socket: the peer's credentials (tcp_unix.c). Neither: no copy,
+	 * and no key (a 64 B message's copies were most of this function). */
+	if (c->tls || c->ident[0]) {
+		memcpy(m->peer_id, c->tls ? c->fp : c->ident, sizeof(m->peer_id));
+		m->msg.peer_id = m->peer_id;
+	} else {
+		m->msg.peer_id = NULL;
+	}
 	m->next = NULL;
 	/* The leader is their only writer: no locked instruction here. */
 	tw_add1(&c->rx_msgs, 1);

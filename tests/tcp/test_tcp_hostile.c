@@ -6,7 +6,9 @@
  * partial messages against the partial-message budget, a flood against the
  * receive queue's limit, and a frame header left half sent.
  */
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 
 #include "tcp_ep.h"
 
@@ -393,6 +395,49 @@ static void *stuck_send(void *p)
 }
 
 /*
+ * B, with a 1 MiB receive queue, whose application is busy in a send that
+ * cannot finish (to a sink at @sink that accepts, answers HELLO and never
+ * reads again) and takes no messages: the send's thread leads progress.
+ */
+struct busy_b {
+	struct zap_transport *b;
+	char addr[ZAP_PEER_MAX];
+	struct fake_acceptor f;
+	pthread_t fth, sth;
+	struct stuck_arg sa;
+};
+
+static void busy_b_start(struct busy_b *x, const char *sink)
+{
+	setenv("ZAP_TCP_RX_QUEUE_BYTES", "1048576", 1);
+	x->b = ep_open();
+	unsetenv("ZAP_TCP_RX_QUEUE_BYTES");
+	ep_addr(x->b, x->addr);
+	x->f = (struct fake_acceptor){.mode = 3};
+	fake_listen(&x->f, sink);
+	pthread_create(&x->fth, NULL, fake_accept, &x->f);
+	x->sa = (struct stuck_arg){.t = x->b};
+	snprintf(x->sa.peer, sizeof(x->sa.peer), "%s", x->f.addr);
+	pthread_create(&x->sth, NULL, stuck_send, &x->sa);
+	usleep(200000);
+}
+
+/* The busy send ends at its deadline. */
+static void busy_b_send_ends(struct busy_b *x)
+{
+	pthread_join(x->sth, NULL);
+	assert_int_equal(x->sa.rc, -ETIMEDOUT);
+}
+
+static void busy_b_close(struct busy_b *x)
+{
+	zap_close(x->b);
+	shutdown(x->f.lfd, SHUT_RDWR);
+	pthread_join(x->fth, NULL);
+	close(x->f.lfd);
+}
+
+/*
  * B's application is busy in a send that cannot finish and takes no
  * messages, while A floods it with 100 MiB. B reads no more than its queue
  * limit (1 MiB here) and TCP holds A back; when B drains, everything
@@ -400,32 +445,19 @@ static void *stuck_send(void *p)
  */
 static void test_rx_queue_bounded(void **state)
 {
-	char ab[ZAP_PEER_MAX];
+	struct busy_b x;
+	pthread_t ath;
 	(void)state;
 
-	setenv("ZAP_TCP_RX_QUEUE_BYTES", "1048576", 1);
-	struct zap_transport *b = ep_open();
-	unsetenv("ZAP_TCP_RX_QUEUE_BYTES");
-	struct zap_transport *a = ep_open();
-	ep_addr(b, ab);
-
-	/* A sink that accepts, answers HELLO, and never reads again. */
-	struct fake_acceptor f = {.mode = 3};
-	fake_listen(&f, "127.0.0.5");
-	pthread_t fth, sth, ath;
-	pthread_create(&fth, NULL, fake_accept, &f);
-	struct stuck_arg sa2 = {.t = b};
-	snprintf(sa2.peer, sizeof(sa2.peer), "%s", f.addr);
-	pthread_create(&sth, NULL, stuck_send, &sa2);
-	usleep(200000);
-	struct flood_arg fa = {.t = a, .peer = ab};
+	busy_b_start(&x, "127.0.0.5");
+	struct zap_transport *a = ep_open(), *b = x.b;
+	struct flood_arg fa = {.t = a, .peer = x.addr};
 	pthread_create(&ath, NULL, flood_main, &fa);
 	pthread_join(ath, NULL);
 	fprintf(stderr, "# A sent %u of 1600 64 KiB messages while B did not drain\n",
 		fa.sent);
 	assert_true(fa.sent < 400); /* 1 MiB queue + socket buffers, not 100 MiB */
-	pthread_join(sth, NULL);
-	assert_int_equal(sa2.rc, -ETIMEDOUT);
+	busy_b_send_ends(&x);
 	/* Nothing lost: what A sent arrives, in order. */
 	for (unsigned i = 0; i < fa.sent; i++) {
 		struct zap_msg *m = recv_ok(b);
@@ -435,10 +467,70 @@ static void test_rx_queue_bounded(void **state)
 		zap_msg_release(m);
 	}
 	zap_close(a);
-	zap_close(b);
-	shutdown(f.lfd, SHUT_RDWR);
-	pthread_join(fth, NULL);
-	close(f.lfd);
+	busy_b_close(&x);
+}
+
+/*
+ * The same bound against empty messages, which carry no payload: a raw
+ * peer writes 0-byte DATA frames as fast as B reads them while B's
+ * application takes none. Each queued message counts its record as well
+ * as its payload; before, the queue never filled, and B read every frame
+ * into memory (a block each) for as long as the peer wrote.
+ */
+#define EMPTY_FRAME 16u      /* an empty DATA frame: its header */
+#define EMPTY_BATCH 4096u    /* frames per write */
+#define EMPTY_MAX (1u << 20) /* frames the peer offers at most */
+static void test_rx_queue_bounded_empty(void **state)
+{
+	struct busy_b x;
+	unsigned char hello[256];
+	(void)state;
+
+	busy_b_start(&x, "127.0.0.7");
+	struct zap_transport *b = x.b;
+	int fd = raw_connect_from(x.addr, "127.0.0.8");
+	write_all(fd, hello, hello_addr(hello, "127.0.0.8:9"));
+	unsigned char *frames = malloc(EMPTY_BATCH * EMPTY_FRAME);
+	assert_non_null(frames);
+	for (unsigned i = 0; i < EMPTY_BATCH; i++)
+		zt_wire_hdr(frames + (size_t)i * EMPTY_FRAME, 2, 0);
+	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+	/* Write until B pushes back: nothing could be written for a second
+	 * (three polls of 300 ms one after the other: a busy machine may
+	 * hold B's leader for one). */
+	size_t wrote = 0, off = 0;
+	for (int idle = 0; idle < 3 && wrote < (size_t)EMPTY_MAX * EMPTY_FRAME;) {
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		if (poll(&pfd, 1, 300) != 1) {
+			idle++;
+			continue;
+		}
+		idle = 0;
+		ssize_t k = write(fd, frames + off, EMPTY_BATCH * EMPTY_FRAME - off);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		assert_true(k > 0);
+		wrote += (size_t)k;
+		off = (off + (size_t)k) % (EMPTY_BATCH * EMPTY_FRAME);
+	}
+	struct zap_stats st = {.size = sizeof(st)};
+	assert_int_equal(zap_stats(b, &st), 0);
+	fprintf(stderr,
+		"# the peer wrote %zu empty frames; B queued %llu messages (limit 1 MiB)\n",
+		wrote / EMPTY_FRAME, (unsigned long long)st.rxq_msgs);
+	/* 1 MiB of records (a few thousand), and the frames of the round
+	 * that filled it; not what the peer wrote. */
+	assert_true(st.rxq_msgs < 20000);
+	busy_b_send_ends(&x);
+	/* Nothing lost: every whole frame the peer wrote arrives. */
+	for (size_t i = 0; i < wrote / EMPTY_FRAME; i++) {
+		struct zap_msg *m = recv_ok(b);
+		assert_int_equal(zap_msg_len(m), 0);
+		zap_msg_release(m);
+	}
+	free(frames);
+	close(fd);
+	busy_b_close(&x);
 }
 
 /* A peer that stops in the middle of a frame header is dropped too. */
@@ -468,6 +560,7 @@ int main(void)
 	static const struct CMUnitTest fixed[] = {
 		cmocka_unit_test(test_partial_budget_and_stall),
 		cmocka_unit_test(test_rx_queue_bounded),
+		cmocka_unit_test(test_rx_queue_bounded_empty),
 		cmocka_unit_test(test_partial_header_stall),
 	};
 	enum { NF = sizeof(fixed) / sizeof(fixed[0]),

@@ -48,7 +48,7 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	w->qhead = m->next;
 	w->qbytes -= m->msg.len;
 	w->qmsgs--;
-	if (w->q_full && w->qbytes < w->rxq_max) {
+	if (w->q_full && !tw_rxq_full(w)) {
 		/* Room again: the leader reads connections again. */
 		w->q_full = false;
 		if (w->leader)

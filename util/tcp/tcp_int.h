@@ -581,6 +581,19 @@ static inline void tw_note_holder(struct tcp_wire *w, bool held)
 #define TW_HELD(w) ((void)(w))
 #endif
 
+/*
+ * Whether the receive queue is at ZAP_TCP_RX_QUEUE_BYTES (mu held): each
+ * message counts its payload (w->qbytes, the rxq_bytes gauge) and the
+ * record that holds it. Counting the payload alone, a peer's empty
+ * messages never filled the queue, and an endpoint whose application took
+ * none read them for as long as it had memory (test_tcp_hostile.c,
+ * test_rx_queue_bounded_empty).
+ */
+static inline bool tw_rxq_full(const struct tcp_wire *w)
+{
+	return w->qbytes + (uint64_t)w->qmsgs * sizeof(struct tcp_rx_msg) >= w->rxq_max;
+}
+
 static inline void tw_lock(struct tcp_wire *w)
 {
 	pthread_mutex_lock(&w->mu);

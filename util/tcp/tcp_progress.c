@@ -234,7 +234,7 @@ static size_t pollset_conns(struct tcp_wire *w, size_t n, int *timeout)
 
 	/* The application is not taking messages: read nothing, so that
 	 * TCP pushes back on the senders. A recv that drains kicks. */
-	w->q_full = w->qbytes >= w->rxq_max;
+	w->q_full = tw_rxq_full(w);
 	w->oldest = NULL;
 	tw_idle_scan(w, now);
 	if (w->next_idle_ms != UINT64_MAX)

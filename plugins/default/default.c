@@ -151,8 +151,10 @@ static void free_list(void *gone)
 }
 
 /*
- * Small blocks (the record of a message of up to about 250 bytes: votes,
- * queries) stay on a list of the thread that released them, at most
+ * Small blocks (the record of a message of up to 368 bytes: votes,
+ * queries; 256-byte messages took the mid-sized path, a ninth more of the
+ * receiving side's instructions, before SMALL_BYTES grew from 512 to 640:
+ * bench/MEASUREMENTS.md, "recv-tls") stay on a list of the thread that released them, at most
  * SMALL_KEEP, with no lock: a stream of them cost two rounds of cache_mu,
  * the class arithmetic and two malloc_usable_size() a message, a sixth of
  * the receiving side's instructions (bench/instructions.sh;
@@ -161,10 +163,10 @@ static void free_list(void *gone)
  * SMALL_KEEP * SMALL_BYTES, is a cost of each thread that releases
  * messages, also after the last endpoint closed.
  */
-#define SMALL_BYTES 512u
+#define SMALL_BYTES 640u
 #define SMALL_KEEP 64u
-_Static_assert(sizeof(struct rx_block) + 200 < SMALL_BYTES,
-	       "a small block holds the record and a vote");
+_Static_assert(sizeof(struct rx_block) + 256 < SMALL_BYTES,
+	       "a small block holds the record and a 256-byte message");
 /*
  * initial-exec: each message's allocation and release reach the list
  * without a __tls_get_addr() call, which the default (dynamic) model for

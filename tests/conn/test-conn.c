@@ -157,6 +157,15 @@ static void test_peer_norm(void **state)
 	assert_int_equal(zconn_peer_norm("10.0.0.1:5#", true, out, sizeof(out), why,
 					 sizeof(why)),
 			 -EINVAL);
+	/* Its own normal form (a send uses it without the copy): no key, and
+	 * room for it; a name that fills the buffer is refused as too long. */
+	assert_true(zconn_peer_plain("10.0.0.1:5", sizeof(out)));
+	assert_false(zconn_peer_plain(up, sizeof(out)));
+	assert_false(zconn_peer_plain("10.0.0.1:5", 10));
+	assert_true(zconn_peer_plain("10.0.0.1:5", 11));
+	assert_int_equal(zconn_peer_norm("10.0.0.1:5", false, out, 10, why, sizeof(why)),
+			 -EINVAL);
+	assert_non_null(strstr(why, "too long"));
 }
 
 /* Join and match: a keyed name serves its own key, a keyless address any

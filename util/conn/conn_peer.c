@@ -133,6 +133,11 @@ refuse:
 	return rc;
 }
 
+bool zconn_peer_plain(const char *peer, size_t ol)
+{
+	return !strchr(peer, '#') && strnlen(peer, ol) < ol;
+}
+
 int zconn_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why,
 		    size_t whylen)
 {
@@ -140,13 +145,13 @@ int zconn_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why,
 	size_t len = strlen(peer), al;
 	unsigned char fp[32];
 
+	if (zconn_peer_plain(peer, ol)) {
+		memmove(out, peer, len + 1);
+		return 0;
+	}
 	if (len >= ol) {
 		snprintf(why, whylen, "peer address too long");
 		return -EINVAL;
-	}
-	if (!key) {
-		memmove(out, peer, len + 1);
-		return 0;
 	}
 	/* "host:port#sha256:<hex>": TLS only, the key in lower case so that
 	 * it finds the route a received message's peer string names. */

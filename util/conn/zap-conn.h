@@ -75,6 +75,11 @@ int zconn_identity(const char *claim, const struct sockaddr *src, socklen_t sl,
 int zconn_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why,
 		    size_t whylen);
 
+/* Whether @peer is its own normal form for an @ol-byte buffer: no key,
+ * and shorter than @ol. zconn_peer_norm() copies such a one unchanged, so
+ * a caller that can use @peer as given skips the copy. */
+bool zconn_peer_plain(const char *peer, size_t ol);
+
 /* "@addr#@fp" into @out (@fp "": @addr alone); @out may be @addr.
  * 0, or -ENAMETOOLONG. */
 int zconn_peer_join(const char *addr, const char *fp, char *out, size_t ol);

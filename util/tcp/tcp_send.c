@@ -282,10 +282,10 @@ static int send_check(struct tcp_wire *w, const char **peer, const struct zap_io
 			       " (ZAP_MAX_MSG_BYTES)",
 			       w->dom, msgs[0].len, w->max_msg);
 	/* "host:port#sha256:<hex>" normalised (zap-conn.h) so that it finds
-	 * the route a received message's peer string names. An address
-	 * without a key is its own normal form: no copy (a tenth of a 64 B
-	 * send's instructions; bench/MEASUREMENTS.md, "recv-tls"). */
-	if (!strchr(*peer, '#') && strnlen(*peer, ZAP_PEER_MAX) < ZAP_PEER_MAX)
+	 * the route a received message's peer string names; one that is
+	 * its own normal form is used as given, without the copy (a tenth of a
+	 * 64 B send's instructions; bench/MEASUREMENTS.md, "recv-tls"). */
+	if (zconn_peer_plain(*peer, ZAP_PEER_MAX))
 		return 0;
 	char why[ZAP_PEER_MAX + 96];
 	int r = zconn_peer_norm(*peer, w->tls != NULL, norm, ZAP_PEER_MAX, why,

@@ -152,16 +152,17 @@ static void free_list(void *gone)
 
 /*
  * Small blocks (the record of a message of up to 368 bytes: votes,
- * queries; 256-byte messages took the mid-sized path, a ninth more of the
- * receiving side's instructions, before SMALL_BYTES grew from 512 to 640:
- * bench/MEASUREMENTS.md, "recv-tls") stay on a list of the thread that released them, at most
+ * queries) stay on a list of the thread that released them, at most
  * SMALL_KEEP, with no lock: a stream of them cost two rounds of cache_mu,
  * the class arithmetic and two malloc_usable_size() a message, a sixth of
  * the receiving side's instructions (bench/instructions.sh;
  * bench/MEASUREMENTS.md, "recv-instructions"). A thread's list is freed
  * when it exits (small_key's destructor), so what it holds, at most
  * SMALL_KEEP * SMALL_BYTES, is a cost of each thread that releases
- * messages, also after the last endpoint closed.
+ * messages, also after the last endpoint closed. 640 bytes, not 512, so
+ * that a 256-byte message is one: it took the mid-sized path before, a
+ * ninth more of the receiving side's instructions (bench/MEASUREMENTS.md,
+ * "recv-tls").
  */
 #define SMALL_BYTES 640u
 #define SMALL_KEEP 64u

@@ -510,6 +510,12 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx
 	return 0;
 }
 
+/* A sender leads: it waits for room on its path (mu held). */
+static bool sender_leads(const struct tcp_wire *w)
+{
+	return w->lead && w->lead->tx;
+}
+
 /*
  * A receiver's wait as a follower while a sender of this process leads,
  * waiting for room on its path (mu held, @me on the waiter list):
@@ -525,11 +531,6 @@ int tw_wait_check(struct tcp_wire *w, struct tcp_waiter *me, struct zap_ctx *ctx
  * 64 B echo's way back was 11-15 us against 0-1 us idle
  * (bench/MEASUREMENTS.md, "shm-way-back-wakes").
  */
-static bool sender_leads(const struct tcp_wire *w)
-{
-	return w->lead && w->lead->tx;
-}
-
 static bool follow_by_yielding(struct tcp_wire *w, struct tcp_waiter *me,
 			       struct zap_ctx *ctx)
 {

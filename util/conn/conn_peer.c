@@ -133,11 +133,6 @@ refuse:
 	return rc;
 }
 
-bool zconn_peer_plain(const char *peer, size_t ol)
-{
-	return !strchr(peer, '#') && strnlen(peer, ol) < ol;
-}
-
 int zconn_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why,
 		    size_t whylen)
 {

@@ -37,6 +37,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -77,8 +78,12 @@ int zconn_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why,
 
 /* Whether @peer is its own normal form for an @ol-byte buffer: no key,
  * and shorter than @ol. zconn_peer_norm() copies such a one unchanged, so
- * a caller that can use @peer as given skips the copy. */
-bool zconn_peer_plain(const char *peer, size_t ol);
+ * a caller that can use @peer as given skips the copy. Inline: a call
+ * cost a 64 B send 15 instructions (2%). */
+static inline bool zconn_peer_plain(const char *peer, size_t ol)
+{
+	return !strchr(peer, '#') && strnlen(peer, ol) < ol;
+}
 
 /* "@addr#@fp" into @out (@fp "": @addr alone); @out may be @addr.
  * 0, or -ENAMETOOLONG. */

@@ -46,12 +46,23 @@
 #          plugin's block cache, and from a few KiB on measures glibc's
 #          page faults (the sweep has those sizes). No UCX column:
 #          ucx_perftest has no test of several threads sharing an endpoint.
+#   rate64 (issue 33's 64 B rate goal, on one placement of the VM's CPUs)
+#          REPS reps of four runs one after the other: the ring alone
+#          (bench/ring_rate: util/shm without the library, both sides
+#          spinning, the producer as far ahead as the ring lets it),
+#          zap-perf's rate test (a zap_send() per message, at most 128
+#          unacknowledged, an ack every 64), zap-perf's stream (a
+#          zap_send() per message, no acks: the shape of UCX's test) and
+#          ucx_perftest tag_bw over UCX_TLS=posix,self; each rep's ratios
+#          to UCX and their medians. Why: the sweep's best-of-REPS figures
+#          come from runs minutes apart, and this VM moves both libzap's
+#          and UCX's 64 B rates by 2x or more from one minute to the next.
 #
 # Before measuring, it lists the processes that kept a core busy for a
 # second, and stops when one is a leftover zap-perf or ucx_perftest.
 #
 # usage: bench/traffic.sh [BUILD_DIR]     (default: build)
-# env:   SECTIONS (sweep; "sweep,peers,hol,senders" or "all") REPS (3) CPUS ("0,1")
+# env:   SECTIONS (sweep; "sweep,peers,hol,senders,rate64" or "all") REPS (3) CPUS ("0,1")
 #        HOL_SIZES (0,1M,16M,64M) HOL_PINGS (5000) HOL_SECONDS (20: at most, per
 #        run) BASE (unset): the hol section
 #        PEERS (0,1000,10000) BURST (5000) PINGS (20000): the peers section
@@ -453,5 +464,58 @@ for path in ("shm", "tcp"):
             line += (f"{o:>12.0f}" if o else f"{'-':>12}")
             line += (f"{n / o:>10.2f}" if n and o else f"{'-':>10}")
         print(line)
+PY
+fi
+
+if section rate64; then
+	need_built "$build/bench/ring_rate"
+	echo
+	echo "== rate64: 64 B messages/s over shared memory, the contenders alternating, $REPS reps, cores $CPUS"
+	for rep in $(seq "$REPS"); do
+		"$build/bench/ring_rate" 64 4000000 "$CPUS" > "$tmp/r64.ring.$rep" ||
+			echo "  ring_rate failed" >&2
+		perf_json "$tmp/r64.rate.$rep" -u ZAP_SHM -- -s 64 -T rate -m 2000000 -w 64 ||
+			echo "  zap-perf (rate) failed" >&2
+		perf_json "$tmp/r64.stream.$rep" -u ZAP_SHM -- -s 64 -T bw -b 256M ||
+			echo "  zap-perf (stream) failed" >&2
+		$have_ucx && ucx_final posix,self tag_bw 64 2000000 -w 200001 > "$tmp/r64.ucx.$rep"
+	done
+	python3 - "$tmp" "$REPS" <<'PY'
+import json, statistics, sys
+tmp, reps = sys.argv[1], int(sys.argv[2])
+def zap(name, r, test):
+    try:
+        doc = json.load(open(f"{tmp}/r64.{name}.{r}"))
+    except (OSError, ValueError):
+        return None
+    if doc.get("path") != "shm":
+        print(f"  note: rep {r}'s {name} run took path {doc.get('path')}, not shm: left out")
+        return None
+    return next((x["msgs_per_s"] for x in doc["results"] if x["test"] == test), None)
+def field(name, r, i):
+    try:
+        f = open(f"{tmp}/r64.{name}.{r}").read().split()
+        return float(f[i])
+    except (OSError, IndexError, ValueError):
+        return None
+rows = []
+for r in range(1, reps + 1):
+    row = (field("ring", r, 3), zap("rate", r, "rate"), zap("stream", r, "bandwidth"),
+           field("ucx", r, 8))
+    if all(row):
+        rows.append(row)
+print(f"  {'ring alone':>12}{'zap rate':>11}{'zap stream':>12}{'UCX posix':>11}"
+      f"{'rate/UCX':>10}{'stream/UCX':>12}{'ring/UCX':>10}")
+for ring, rate, stream, ucx in rows:
+    print(f"  {ring:>12.0f}{rate:>11.0f}{stream:>12.0f}{ucx:>11.0f}"
+          f"{rate / ucx:>10.2f}{stream / ucx:>12.2f}{ring / ucx:>10.2f}")
+if rows:
+    med = lambda k: statistics.median(row[k] / row[3] for row in rows)
+    print(f"  median of the reps' ratios: rate/UCX {med(1):.2f}, stream/UCX {med(2):.2f}, "
+          f"ring/UCX {med(0):.2f}")
+    print("  goal, by the median ratio: 64 B rate with zap_send() >= UCX posix: "
+          + ("ok" if med(1) >= 1 else "MISSED"))
+else:
+    print("  no complete rep (ucx_perftest missing, or a run failed)")
 PY
 fi

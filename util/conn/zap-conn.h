@@ -82,7 +82,11 @@ int zconn_peer_norm(const char *peer, bool tls, char *out, size_t ol, char *why,
  * cost a 64 B send 15 instructions (2%). */
 static inline bool zconn_peer_plain(const char *peer, size_t ol)
 {
-	return !strchr(peer, '#') && strnlen(peer, ol) < ol;
+	/* One pass: the first '#' or the end (strchr() and strnlen() were
+	 * two, 38 instructions of a 64 B send). */
+	const char *e = strchrnul(peer, '#');
+
+	return !*e && (size_t)(e - peer) < ol;
 }
 
 /* "@addr#@fp" into @out (@fp "": @addr alone); @out may be @addr.

@@ -402,8 +402,8 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
  * thread), and a frame written after the peer's FIN is taken by the
  * kernel and lost if the peer went away: a peer restarted at the same
  * address would silently miss it. A connection not used since the last
- * clock tick (now_coarse_ms(): 1-4 ms) is checked (one poll; a busy one is
- * not):
+ * clock tick (@now, now_coarse_ms(): 1-4 ms) is checked here, one poll
+ * (tw_conn_check() takes a busy one as it is without calling this):
  *  - TW_CONN_SHUT: the peer shut its side; @c is retired as its FIN would
  *    retire it, and the sender picks another or dials;
  *  - TW_CONN_STALLED: data waits unread on @c and none was read for
@@ -411,14 +411,12 @@ static bool peer_live(const struct tcp_wire *w, const struct tcp_peer *p)
  *    (struct tcp_route says what the sender does then);
  *  - TW_CONN_OK otherwise.
  */
-int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c)
+int tw_conn_check_at(struct tcp_wire *w, struct tcp_conn *c, uint64_t now)
 {
 	TW_HELD(w);
 	struct pollfd pfd = { .fd = c->fd, .events = POLLIN | POLLRDHUP };
-	uint64_t now = now_coarse_ms();
-	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
-	if (now == last || poll(&pfd, 1, 0) != 1)
+	if (poll(&pfd, 1, 0) != 1)
 		return TW_CONN_OK;
 	if (!(pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		return now - atomic_load_explicit(&c->rx_ms, memory_order_relaxed) >=

@@ -706,7 +706,16 @@ static inline struct tcp_conn *tw_pend_conn(struct zconn_pend *p)
 	return (struct tcp_conn *)((char *)p - offsetof(struct tcp_conn, pend));
 }
 enum { TW_CONN_OK, TW_CONN_SHUT, TW_CONN_STALLED };
-int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c);
+int tw_conn_check_at(struct tcp_wire *w, struct tcp_conn *c, uint64_t now);
+/* A connection that sent or received within this millisecond (@now, the
+ * coarse clock) is taken as it is, inline: what nearly every send of a
+ * stream asks; else tw_conn_check_at() looks. */
+static inline int tw_conn_check(struct tcp_wire *w, struct tcp_conn *c, uint64_t now)
+{
+	if (now == atomic_load_explicit(&c->last_ms, memory_order_relaxed))
+		return TW_CONN_OK;
+	return tw_conn_check_at(w, c, now);
+}
 static inline void tw_touch(struct tcp_conn *c, uint64_t now)
 {
 	atomic_store_explicit(&c->last_ms, now, memory_order_relaxed);
@@ -829,7 +838,8 @@ void tw_shm_accept_ready(struct tcp_wire *w, const struct pollfd *pfd, size_t n)
 /* tcp_shm.c: version 4's express ring (mu held) */
 bool tw_shm_express_ok(const struct tcp_conn *c, size_t len);
 int tw_shm_express(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len);
-int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len);
+int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
+		  uint64_t now);
 
 /* tcp_rx.c: the leader reads @c (mu released), delivering onto *@tail;
  * 0, a negative error or one of these (c->rx_res) */

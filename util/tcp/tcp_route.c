@@ -81,13 +81,18 @@ void tw_route_add(struct tcp_wire *w, struct tcp_route *r)
  * Valid while its wire's route_gen is the one it was found under: every
  * route freed moves route_gen on, to a value no wire had before (so a
  * wire opened where a closed one was has none of its routes' values).
+ * initial-exec, as default.c's small blocks, for the same reason: no
+ * __tls_get_addr() call in every send ("recv-tls"). In libzap.so that
+ * costs nothing; the uma plugin, which links this wire too and is
+ * dlopen()ed, takes these 24 bytes from the static TLS glibc keeps spare
+ * for such libraries.
  */
 static atomic_uint_fast64_t route_gens;
 static _Thread_local struct {
 	const struct tcp_wire *w;
 	uint64_t gen;
 	struct tcp_route *r;
-} route_last;
+} route_last __attribute__((tls_model("initial-exec")));
 
 void tw_route_gen_next(struct tcp_wire *w)
 {

@@ -137,11 +137,13 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 			}
 			if (c && req->len > c->peer_max)
 				return send_too_big(w, c, req->len);
-			int state = c && !c->tx_busy ? tw_conn_check(w, c) : TW_CONN_OK;
+			uint64_t now = now_coarse_ms();
+			int state = c && !c->tx_busy ? tw_conn_check(w, c, now)
+						     : TW_CONN_OK;
 			if (state == TW_CONN_SHUT)
 				continue;
 			if ((r->contested || state == TW_CONN_STALLED) &&
-			    now_coarse_ms() - r->verify_ms >= TCP_VERIFY_MS) {
+			    now - r->verify_ms >= TCP_VERIFY_MS) {
 				err = send_verify(w, r, peer, ctx);
 				if (err)
 					return err;
@@ -163,7 +165,7 @@ static int send_claim(struct tcp_wire *w, const char *peer, struct tcp_waiter *m
 			}
 			/* ... or, its tx side free, straight into its ring. */
 			if (c && !c->tx_busy && express &&
-			    !tw_shm_direct(w, c, req->buf, req->len)) {
+			    !tw_shm_direct(w, c, req->buf, req->len, now)) {
 				req->state = TXQ_DONE;
 				req->err = 0;
 				req->done = TCP_HDR + req->len;

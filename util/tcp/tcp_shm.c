@@ -583,9 +583,10 @@ int tw_shm_express(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size
  * (bench/MEASUREMENTS.md, "shm-direct"). A wake-up (the consumer sleeps:
  * low traffic) is sent under mu too. 0; -EAGAIN: not now, nothing
  * written (the caller takes the tx side the usual way, which waits for
- * room or says what is wrong).
+ * room or says what is wrong). @now: now_coarse_ms(), the caller's.
  */
-int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len)
+int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_t len,
+		  uint64_t now)
 {
 	TW_HELD(w);
 	struct tcp_shm *s = tw_shm_of(c);
@@ -601,7 +602,7 @@ int tw_shm_direct(struct tcp_wire *w, struct tcp_conn *c, const void *buf, size_
 	if (wake)
 		tw_shm_wake(s);
 	shm_sent(w, c, len);
-	tw_touch(c, now_coarse_ms());
+	tw_touch(c, now);
 	return 0;
 }
 

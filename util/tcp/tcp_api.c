@@ -31,14 +31,16 @@
 
 int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 {
-	struct tcp_waiter me = { .ctx_fd = -1, .out_fd = -1 };
 	int err = 0;
 
 	tw_lock(w);
-	while (!w->qhead) {
-		err = tw_wait_step(w, &me, ctx);
-		if (err)
-			goto out;
+	if (!w->qhead) {
+		struct tcp_waiter me = { .ctx_fd = -1, .out_fd = -1 };
+		do {
+			err = tw_wait_step(w, &me, ctx);
+			if (err)
+				goto out;
+		} while (!w->qhead);
 	}
 	if (atomic_load(&w->shut)) {
 		err = -ESHUTDOWN;
@@ -56,8 +58,8 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	}
 	if (!w->qhead)
 		w->qtail = NULL;
-	else
-		tw_notify(w, false); /* more for other receivers */
+	else if (w->nwaiters || w->lead)
+		tw_notify(w, false); /* more for other receivers, if any wait */
 	m->next = NULL;
 	*out = &m->msg;
 out:

@@ -24,7 +24,15 @@ static void deliver(struct tcp_conn *c, struct tcp_rx_msg *m, size_t len,
 		    struct tcp_rx_msg ***tail)
 {
 	m->msg.len = len;
-	memcpy(m->peer, c->raddr, sizeof(m->peer));
+	/* An address that ends within its first 64 bytes (a 0 there: the
+	 * string's end is at or before it) needs only those: a line, not
+	 * two. */
+	_Static_assert(sizeof(c->raddr) > 64 && sizeof(m->peer) == sizeof(c->raddr),
+		       "a peer's address has a first line and more");
+	if (!c->raddr[63])
+		memcpy(m->peer, c->raddr, 64);
+	else
+		memcpy(m->peer, c->raddr, sizeof(m->peer));
 	m->msg.peer = m->peer;
 	/* TLS: the key that proved itself on this connection; plaintext
 	 * Unix socket: the peer's credentials (tcp_unix.c). Neither: no copy,
@@ -81,6 +89,20 @@ static void budget_put(struct tcp_wire *w, struct tcp_conn *c)
 	budget_give(w, c, c->rx_charge);
 }
 
+/* The allocator said @r for @len bytes (rx_alloc()): give back the
+ * @charged budget, and pause @c (-EAGAIN) or say why it fails. */
+static int rx_alloc_failed(struct tcp_wire *w, struct tcp_conn *c, size_t len,
+			   uint64_t charged, int r)
+{
+	budget_give(w, c, charged);
+	if (r == -EAGAIN)
+		c->alloc_wait = true;
+	else
+		snprintf(c->rx_why, sizeof(c->rx_why), "cannot allocate %zu bytes: %s",
+			 len, strerror(-r));
+	return r;
+}
+
 /*
  * A message record of @len bytes from the allocator, for a frame or a
  * ring message, for which @charged bytes of the budget were taken. On
@@ -93,15 +115,7 @@ static int rx_alloc(struct tcp_wire *w, struct tcp_conn *c, size_t len, uint64_t
 {
 	int r = w->alloc.alloc(w->alloc.user, len, m);
 
-	if (!r)
-		return 0;
-	budget_give(w, c, charged);
-	if (r == -EAGAIN)
-		c->alloc_wait = true;
-	else
-		snprintf(c->rx_why, sizeof(c->rx_why), "cannot allocate %zu bytes: %s",
-			 len, strerror(-r));
-	return r;
+	return r ? rx_alloc_failed(w, c, len, charged, r) : 0;
 }
 
 /*
@@ -527,9 +541,12 @@ int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tai
 	int r;
 
 	if (!off && last) {
-		r = rx_new(w, c, (size_t)total, total, false, &m);
+		/* Whole (every small message): the allocator straight, no
+		 * budget; deliver() sets the length (rx_new() and rx_alloc()
+		 * around it were 35 instructions of a 64 B message). */
+		r = w->alloc.alloc(w->alloc.user, (size_t)total, &m);
 		if (r)
-			return r;
+			return rx_alloc_failed(w, c, (size_t)total, 0, r);
 		memcpy((void *)m->msg.data, data, len);
 		goto whole;
 	}

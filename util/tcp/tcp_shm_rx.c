@@ -63,7 +63,7 @@ static int ring_chunk(void *user, uint64_t total, uint64_t off, const void *data
 	 * it may have to go first). */
 	if (x->recs++ &&
 	    (off || !last || len > TCP_SHM_XMAX || x->recs > RING_CALL_RECS ||
-	     (x->s->x_on && zshm_rx_pending(&x->s->xrx))))
+	     (x->s->x_on && zshm_rx_waiting(&x->s->xrx))))
 		return -EINTR;
 	if (!off && (last || !c->rx_msg) && ring_batch_done(x))
 		return -EINTR;

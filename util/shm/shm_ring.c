@@ -16,7 +16,7 @@
 #define OFF_VERSION 8u
 #define OFF_LOG2 12u
 #define OFF_HEAD 64u
-#define OFF_CLOSED 76u
+#define OFF_CLOSED ZSHM_OFF_CLOSED
 #define OFF_TAIL 128u
 #define OFF_WAITING 136u
 #define REC_HDR 8u
@@ -494,18 +494,7 @@ uint64_t zshm_tx_room(const struct zshm_tx *tx)
 	return r < 0 ? 0 : (uint64_t)r;
 }
 
-bool zshm_tx_mid(const struct zshm_tx *tx)
-{
-	return tx->mid || tx->msg_off;
-}
-
 void zshm_rx_close(struct zshm_rx *rx)
 {
 	atomic_store(word32(rx->ctl, OFF_CLOSED), 1);
-}
-
-bool zshm_tx_peer_closed(const struct zshm_tx *tx)
-{
-	return atomic_load_explicit(word32(tx->base, OFF_CLOSED), memory_order_relaxed) !=
-	       0;
 }

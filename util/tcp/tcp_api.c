@@ -58,8 +58,8 @@ int tcp_wire_recv(struct tcp_wire *w, struct zap_ctx *ctx, struct zap_msg **out)
 	}
 	if (!w->qhead)
 		w->qtail = NULL;
-	else if (w->nwaiters || w->lead)
-		tw_notify(w, false); /* more for other receivers, if any wait */
+	else
+		tw_notify(w, false); /* more for other receivers */
 	m->next = NULL;
 	*out = &m->msg;
 out:

@@ -130,26 +130,6 @@ void tw_kick(struct tcp_wire *w)
 	(void)r;
 }
 
-void tw_wake_all(struct tcp_wire *w)
-{
-	if (w->nwaiters)
-		pthread_cond_broadcast(&w->cond);
-}
-
-/*
- * Something a waiter may be waiting for changed (mu held). Followers sleep
- * on the condition variable; the leader sleeps in poll(), so it needs the
- * eventfd, but only if it waits for this kind of change: that keeps the
- * single-threaded paths free of extra system calls.
- */
-void tw_notify(struct tcp_wire *w, bool tx)
-{
-	TW_HELD(w);
-	tw_wake_all(w);
-	if (w->lead && w->lead->tx == tx)
-		tw_kick(w);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Connection table (all under w->mu)                                        */
 /* ------------------------------------------------------------------------ */

@@ -643,8 +643,27 @@ int tw_spin_poll(struct tcp_spin *s, struct pollfd *pfd, size_t n, int timeout,
 		 bool (*ready)(void *arg, bool sleeping), void *arg, bool rings);
 void tw_conn_set_src(struct tcp_conn *c, const struct sockaddr *sa, socklen_t sl);
 void tw_kick(struct tcp_wire *w);
-void tw_wake_all(struct tcp_wire *w);
-void tw_notify(struct tcp_wire *w, bool tx);
+/* Inline, both: zap_recv() notifies for every message it leaves queued,
+ * and nearly always nobody waits (a call was 15 instructions of a 64 B
+ * message). */
+static inline void tw_wake_all(struct tcp_wire *w)
+{
+	if (w->nwaiters)
+		pthread_cond_broadcast(&w->cond);
+}
+/*
+ * Something a waiter may be waiting for changed (mu held). Followers sleep
+ * on the condition variable; the leader sleeps in poll(), so it needs the
+ * eventfd, but only if it waits for this kind of change: that keeps the
+ * single-threaded paths free of extra system calls.
+ */
+static inline void tw_notify(struct tcp_wire *w, bool tx)
+{
+	TW_HELD(w);
+	tw_wake_all(w);
+	if (w->lead && w->lead->tx == tx)
+		tw_kick(w);
+}
 
 /* tcp_conn.c: the connection table, all under w->mu */
 void tw_retire(struct tcp_conn *c);

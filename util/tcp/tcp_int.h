@@ -127,9 +127,13 @@
  * them. A connection's tx_msgs/tx_bytes are under mu (every writer of
  * frames already holds it when it learns what went out); its rx_msgs and
  * rx_bytes have one writer, the leader, which adds with a relaxed load
- * and store (tw_add1()), so readers under mu see a recent value. Rare
- * events (connections opened and closed, upgrades, drops) are relaxed
- * atomic adds on the wire (w->st_*). A freed connection's traffic moves
+ * and store (tw_add1()), so readers under mu see a recent value. So do
+ * the wire's per-message counters: st_tx_frames (every writer holds mu)
+ * and st_rx_frames and st_rx_reads (the leader's); zap_stats() reads them
+ * with relaxed loads, without mu. st_tx_calls counts socket writes by tx
+ * sides' owners, which do not hold mu, and rare events (connections
+ * opened and closed, upgrades, drops) are relaxed atomic adds on the wire
+ * (w->st_*, tw_count()). A freed connection's traffic moves
  * into w->gone_* (mu) in tw_reap(), so the totals never go back.
  * Every connection that is dialed (connect() done) or accepted is closed
  * exactly once, under one enum zap_close_reason: established ones by
@@ -480,7 +484,8 @@ struct tcp_wire {
 	bool keep_cc;             /* ZAP_TCP_SAME_HOST_CC=keep, read at open */
 	char bound[ZAP_PEER_MAX]; /* literal bound address, sent in HELLO */
 	char addr[ZAP_PEER_MAX];  /* sendable form, for tcp_wire_address() */
-	/* tcp_wire_stats() (relaxed atomics): system calls and frames */
+	/* tcp_wire_stats() (relaxed atomics): system calls and frames; who
+	 * writes them and how: "Counters" above */
 	_Atomic uint64_t st_tx_calls, st_tx_frames, st_rx_reads, st_rx_frames;
 	/* tcp_wire_obs() (relaxed atomics, rare events; see "Counters") */
 	_Atomic uint64_t st_dialed, st_accepted, st_closed[ZAP_CLOSE_REASON_SLOTS];
@@ -786,7 +791,8 @@ static inline void tw_count(_Atomic uint64_t *n, uint64_t k)
 {
 	atomic_fetch_add_explicit(n, k, memory_order_relaxed);
 }
-/* Add to a counter only one thread writes: no locked instruction. */
+/* Add to a counter only one thread writes at a time (the leader, or
+ * writers that hold mu): no locked instruction. */
 static inline void tw_add1(_Atomic uint64_t *n, uint64_t k)
 {
 	atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + k,

@@ -234,7 +234,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		c->rhead += (size_t)k;
 	} else {
 		k = tw_io_read(c, (char *)m->msg.data + c->rx_off, want);
-		tw_count(&w->st_rx_reads, 1);
+		tw_add1(&w->st_rx_reads, 1);
 		if (k > 0)
 			c->rx_total += (size_t)k;
 	}
@@ -252,7 +252,7 @@ static int rx_payload(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg 
 		c->rx_big = c->rx_len >= TCP_RBUF;
 		budget_put(w, c);
 		deliver(c, m, c->rx_len, tail);
-		tw_count(&w->st_rx_frames, 1);
+		tw_add1(&w->st_rx_frames, 1);
 		c->rx_ready = true;
 		return 0;
 	}
@@ -442,7 +442,7 @@ static int rx_frames(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg *
 		deliver(c, m, (size_t)len, tail);
 		c->rx_big = false;
 		(*got)++;
-		tw_count(&w->st_rx_frames, 1);
+		tw_add1(&w->st_rx_frames, 1);
 	}
 	return RX_MORE;
 }
@@ -471,7 +471,7 @@ static int rx_fill(struct tcp_wire *w, struct tcp_conn *c)
 	if (c->rx_big && c->rlen < TCP_HDR)
 		room = TCP_HDR - c->rlen;
 	ssize_t k = tw_io_read(c, c->rbuf + c->rlen, room);
-	tw_count(&w->st_rx_reads, 1);
+	tw_add1(&w->st_rx_reads, 1);
 	if (k > 0) {
 		c->rx_total += (size_t)k;
 		c->rlen += (size_t)k;
@@ -574,7 +574,7 @@ int tw_rx_chunk(struct tcp_wire *w, struct tcp_conn *c, struct tcp_rx_msg ***tai
 	budget_put(w, c);
 whole:
 	deliver(c, m, (size_t)total, tail);
-	tw_count(&w->st_rx_frames, 1);
+	tw_add1(&w->st_rx_frames, 1);
 	return 0;
 }
 

@@ -260,7 +260,7 @@ static int ring_switch(struct tcp_wire *w, struct tcp_conn *c, struct tcp_shm *s
 static void shm_sent(struct tcp_wire *w, struct tcp_conn *c, size_t len)
 {
 	TW_HELD(w);
-	tw_count(&w->st_tx_frames, 1);
+	tw_add1(&w->st_tx_frames, 1);
 	c->tx_msgs++;
 	c->tx_bytes += len;
 }
@@ -494,7 +494,7 @@ static int shm_send_part(struct tcp_wire *w, struct tcp_conn *c, struct tcp_path
 			       "%s: send to %s: the peer broke the shared-memory ring",
 			       w->dom, c->raddr);
 	if (!r)
-		tw_count(&w->st_tx_frames, 1);
+		tw_add1(&w->st_tx_frames, 1);
 	/* Small ones queued meanwhile: into the room kept for them. Their
 	 * senders, woken, may share our core, which we would otherwise keep
 	 * to the end of our time slice (their p99 behind 64 MiB: 1.2-3.1 ms

@@ -329,7 +329,7 @@ static void batch_finish(struct tcp_wire *w, struct tcp_conn *c, struct txbatch 
 			r->err = -ECONNABORTED;
 		r->state = TXQ_DONE;
 	}
-	tw_count(&w->st_tx_frames, whole);
+	tw_add1(&w->st_tx_frames, whole);
 	if (b->n > b->own)
 		tw_notify(w, true);
 }
@@ -426,7 +426,7 @@ void tw_txq_taken(struct tcp_wire *w, struct tcp_conn *c, struct tcp_txreq **req
 	}
 	for (size_t i = n; i-- > wrote;)
 		txq_push_front(c, req[i]);
-	tw_count(&w->st_tx_frames, wrote);
+	tw_add1(&w->st_tx_frames, wrote);
 	if (n)
 		tw_notify(w, true);
 }

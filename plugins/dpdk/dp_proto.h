@@ -71,8 +71,9 @@
  * or a fragment that continues no message held) retires the stream and
  * answers its later frames with RST, never ACK; a sender given RST for its
  * current stream gives it up (as at peer_timeout). A sender resuming a
- * message after more than peer_timeout with everything acknowledged gives
- * it up at once (the receiver dropped the start, or forgot the peer).
+ * message more than peer_timeout after its newest fragment first went
+ * out, with everything acknowledged, gives it up at once (the receiver
+ * dropped the start, or forgot the peer).
  *
  * Memory a peer can make the receiver hold is bounded: at most max_peers
  * peers (each one that answered a challenge, or that we send to), at most
@@ -179,7 +180,8 @@ struct dp_send {
 	uint32_t conn;
 	uint64_t off, len;
 	bool started;
-	bool done; /* DP_SEND_DONE returned (counted once) */
+	bool done;       /* DP_SEND_DONE returned (counted once) */
+	uint64_t new_ns; /* when its newest fragment first went out */
 };
 
 int dp_proto_new(const struct dp_proto_cfg *cfg, const struct dp_proto_ops *ops,

@@ -88,11 +88,17 @@ static int send_resume(struct dp_proto *p, struct dp_send *s, uint64_t now)
 		s->conn = e->tx_conn;
 	}
 	if (s->started && s->off < s->len && e->snd_una == e->snd_nxt &&
-	    now - e->last_ns > p->cfg.peer_timeout_ns) {
+	    now - s->new_ns > p->cfg.peer_timeout_ns) {
 		/* Paused mid-message, everything acknowledged, for longer than
 		 * the receiver keeps a partial message: it has dropped (or
 		 * even forgotten) the start, so the rest could not complete
-		 * it. Give the stream up, as at peer_timeout. */
+		 * it. Give the stream up, as at peer_timeout. The pause counts
+		 * from our newest fragment, as the receiver's clock runs from
+		 * the last one new to it, not from the last frame we heard:
+		 * an ACK held up on the way would make a receiver that has
+		 * dropped the start look fresh, and the message would be
+		 * reported sent and then lost (fuzz/regressions/dp_proto,
+		 * "late-ack-paused-sender"). */
 		dpp_tx_reset(p, e);
 		p->st.peers_reset++;
 		return -ECONNRESET;
@@ -155,6 +161,7 @@ int dp_send_step(struct dp_proto *p, struct dp_send *s, const void *buf, uint64_
 		p->st.unacked_frames++;
 		s->started = true;
 		s->off += plen;
+		s->new_ns = now;
 		e->last_ns = now;
 		xmit(p, e, t, now);
 	}

@@ -708,6 +708,30 @@ static void t_stale_stream_real_sender(void **state)
 	sim_free(&s);
 }
 
+/* The sender, paused mid-message after the receiver dropped the start,
+ * resumes @snd (of @buf, the pool full again): it must be told
+ * (-ECONNRESET), the receiver must get nothing, and the sender's next
+ * message must go through on a new stream. Frees @s. */
+static void resume_told(struct sim *s, struct dp_send *snd, const uint8_t *buf)
+{
+	struct node *a = &s->n[0], *bn = &s->n[1];
+	int rc;
+
+	a_alloc_budget = -1;
+	rc = dp_send_step(a->p, snd, buf, s->now);
+	for (int i = 0; i < 1000 && !rc; i++) {
+		sim_step(s);
+		rc = dp_send_step(a->p, snd, buf, s->now);
+	}
+	assert_int_equal(rc, -ECONNRESET);
+	dp_send_end(a->p, snd);
+	for (int i = 0; i < 100; i++)
+		sim_step(s);
+	assert_int_equal(bn->nmsgs, 0);
+	transfer(s, 3, sz_small);
+	sim_free(s);
+}
+
 /*
  * A sender paused mid-message (everything it sent acknowledged) for longer
  * than peer_timeout: the receiver drops the partial message, so the message
@@ -722,7 +746,6 @@ static void t_paused_sender_told(void **state)
 	struct node *a = &s.n[0], *bn = &s.n[1];
 	struct dp_send snd;
 	struct dp_stats st;
-	int rc;
 
 	sim_init(&s, &c);
 	zt_fill(buf, sizeof(buf), 7);
@@ -740,20 +763,61 @@ static void t_paused_sender_told(void **state)
 	dp_timers(bn->p, s.now);
 	dp_get_stats(bn->p, &st);
 	assert_int_equal(st.partials_dropped, 1);
-	a_alloc_budget = -1;
-	rc = dp_send_step(a->p, &snd, buf, s.now);
-	for (int i = 0; i < 1000 && !rc; i++) {
+	resume_told(&s, &snd, buf);
+}
+
+/*
+ * The same pause, told although the receiver's ACK of the first fragment
+ * reached the sender only after the pause (held up on the way): the pause
+ * counts from the sender's newest fragment, as the receiver's clock does,
+ * not from that ACK. Counted from the last frame heard, the sender went
+ * on, was told the message went, and the receiver refused the rest
+ * (found by fuzz-dp_proto: fuzz/regressions/dp_proto/late-ack-paused-sender).
+ */
+static void t_paused_sender_told_late_ack(void **state)
+{
+	static struct sim s;
+	static uint8_t buf[3 * 1448];
+	struct dp_proto_cfg c = cfg_default();
+	struct node *a = &s.n[0], *bn = &s.n[1];
+	struct wire_frame late[8];
+	size_t nlate = 0;
+	struct dp_send snd;
+	struct dp_stats st;
+
+	sim_init(&s, &c);
+	zt_fill(buf, sizeof(buf), 7);
+	assert_int_equal(dp_send_begin(a->p, bn->addr, sizeof(buf), &snd, s.now), 0);
+	a_alloc_budget = 2; /* the first fragment, and its copy with the cookie */
+	assert_int_equal(dp_send_step(a->p, &snd, buf, s.now), 0);
+	/* Carry everything but the receiver's ACKs, which are held back. */
+	for (int i = 0; i < 10; i++) {
+		for (size_t k = 0; k < s.nq;) {
+			if (s.q[k].f->b[3] == DP_T_ACK && s.q[k].to.ip == a->addr.ip &&
+			    nlate < 8) {
+				late[nlate++] = s.q[k];
+				memmove(s.q + k, s.q + k + 1, (--s.nq - k) * sizeof(s.q[0]));
+			} else {
+				k++;
+			}
+		}
 		sim_step(&s);
-		rc = dp_send_step(a->p, &snd, buf, s.now);
 	}
-	assert_int_equal(rc, -ECONNRESET);
-	dp_send_end(a->p, &snd);
-	for (int i = 0; i < 100; i++)
-		sim_step(&s);
-	assert_int_equal(bn->nmsgs, 0);
-	/* The next message goes through on a new stream. */
-	transfer(&s, 3, sz_small);
-	sim_free(&s);
+	assert_true(nlate > 0);
+	dp_get_stats(bn->p, &st);
+	assert_true(st.reasm_bytes > 0); /* the receiver holds the start */
+	s.now += c.peer_timeout_ns + 1000000; /* the pause */
+	dp_timers(bn->p, s.now);
+	dp_get_stats(bn->p, &st);
+	assert_int_equal(st.partials_dropped, 1);
+	/* The ACKs arrive now, and the sender resumes at once. */
+	for (size_t k = 0; k < nlate; k++) {
+		assert_true(pool_take(a));
+		dp_input(a->p, late[k].from, late[k].f, late[k].f->b, late[k].f->len, s.now);
+	}
+	dp_get_stats(a->p, &st);
+	assert_int_equal(st.unacked_frames, 0);
+	resume_told(&s, &snd, buf);
 }
 
 /* The receiver side of the same rule: after dropping a partial message it
@@ -1337,6 +1401,7 @@ int main(void)
 		cmocka_unit_test(t_stale_stream_not_resurrected),
 		cmocka_unit_test(t_stale_stream_real_sender),
 		cmocka_unit_test(t_paused_sender_told),
+		cmocka_unit_test(t_paused_sender_told_late_ack),
 		cmocka_unit_test(t_dropped_partial_rst),
 		cmocka_unit_test(t_silence_before_first_fragment),
 		cmocka_unit_test(t_unseen_old_stream_refused),
